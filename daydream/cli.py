@@ -1,0 +1,57 @@
+"""Command-line interface: ``daydream COMMAND``.
+
+The CLI is a thin layer over the library: it parses arguments, calls the core
+and prints.  Expected failures (:class:`daydream.errors.DaydreamError`) become
+one line on stderr and exit status 2.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+from .errors import DaydreamError
+
+__all__ = ["main", "handle_errors"]
+
+
+def handle_errors(fn):
+    """Decorator: turn :class:`DaydreamError` into ``error: ...`` and exit 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except DaydreamError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="daydream")
+def main():
+    """daydream: predict how fast one training iteration would be after an
+    optimization, from one trace of the code you run today.
+
+    \b
+    Typical use:
+      daydream info   trace.json            # what is in a trace
+      daydream replay trace.json            # replay it: simulated vs measured
+      daydream replay --json rank*.json     # multi-rank, machine-readable
+    """
+
+
+def _register() -> None:
+    from . import cli_core
+
+    for cmd in cli_core.COMMANDS:
+        main.add_command(cmd)
+
+
+_register()
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

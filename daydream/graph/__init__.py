@@ -1,0 +1,5 @@
+"""Dependency graphs: data structure and construction from traces."""
+from .build import build_graph
+from .graph import Anchor, DependencyGraph, EdgeKind, WaitKind
+
+__all__ = ["build_graph", "DependencyGraph", "EdgeKind", "Anchor", "WaitKind"]

@@ -1,0 +1,436 @@
+"""Building the dependency graph from a loaded trace.
+
+Tasks: the leaf CPU ops and runtime calls of each CPU thread (enclosing ops'
+own time becomes the gap before the next leaf), every kernel, copy and set on
+each GPU stream, and a zero-length marker at each iteration boundary.
+
+Offsets: every start constraint of a task (its lane predecessor plus each
+incoming edge) has a measured offset, the time from the constraint's anchor
+to the task's traced start.  The constraint with the smallest offset released
+the task: it keeps its measured offset.  The others are relaxed to
+``min(measured, natural)``, where *natural* is the median offset of that
+constraint kind where it was the releasing one (from the same trace).  An
+unedited replay therefore reproduces every traced start, while an edit that
+makes a predecessor faster lets its successors move.  End constraints
+(synchronizations, collectives) follow the same rule.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+
+from ..model import EventKind, LaneKind, Phase, Trace
+from .graph import Anchor, DependencyGraph, EdgeKind, WaitKind
+
+__all__ = ["build_graph", "STREAM_SYNC_CALLS", "DEVICE_SYNC_CALLS", "EVENT_SYNC_CALLS",
+           "BLOCKING_COPY_CALLS"]
+
+STREAM_SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cuStreamSynchronize"})
+DEVICE_SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize"})
+EVENT_SYNC_CALLS = frozenset({"cudaEventSynchronize", "cuEventSynchronize"})
+BLOCKING_COPY_CALLS = frozenset({"cudaMemcpy", "cudaMemcpy2D", "cudaMemset"})
+_RECORD_CALLS = frozenset({"cudaEventRecord", "cuEventRecord", "cudaEventRecordWithFlags"})
+_WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent"})
+_CPU_TASK_KINDS = (EventKind.CPU_OP, EventKind.RUNTIME, EventKind.SYNC)
+_GPU_TASK_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET, EventKind.COLLECTIVE)
+
+
+class _Scratch:
+    """Traced times and pending constraints gathered while building."""
+
+    def __init__(self):
+        self.start: list[np.ndarray] = []
+        self.dur: list[np.ndarray] = []
+        self.waits: list[tuple[int, int]] = []   # (sync task, target task) dynamic waits
+        self.enqueue: dict[int, int] = {}        # GPU task -> traced enqueue time
+
+
+def build_graph(trace: Trace) -> DependencyGraph:
+    """Build the :class:`DependencyGraph` of a loaded :class:`~daydream.model.Trace`.
+
+    Examples
+    --------
+    >>> from daydream import load_trace, build_graph   # doctest: +SKIP
+    >>> g = build_graph(load_trace("trace.json.gz"))     # doctest: +SKIP
+    """
+    g = DependencyGraph()
+    g.origin_ns = min(int(min(r.cols["start_ns"].min(), r.boundaries_ns.min())) for r in trace)
+    sc = _Scratch()
+    collectives = {}
+    repairs = Counter()
+    for r in trace:
+        collectives[r.rank] = _build_rank(g, r, sc, repairs)
+        g.sources[r.rank] = r.source
+        for k, v in r.repairs.items():
+            repairs[k] += v
+    start = np.concatenate(sc.start) if sc.start else np.zeros(0, np.int64)
+    dur = np.concatenate(sc.dur) if sc.dur else np.zeros(0, np.int64)
+    g.tasks["traced_start_ns"] = start
+    _join_collectives(g, collectives, start, dur, repairs)
+    _calibrate_starts(g, start, dur)
+    _calibrate_ends(g, start, dur, sc.waits)
+    g.repairs = dict(repairs)
+    return g
+
+
+# --------------------------------------------------------------------- tasks
+def _select(r):
+    """Event rows that become tasks, per lane, in time order."""
+    cols = r.cols
+    kind, lane = cols["kind"], cols["lane"]
+    start, end = cols["start_ns"], cols["start_ns"] + cols["dur_ns"]
+    per_lane = {}
+    for li, ln in enumerate(r.lanes):
+        on = lane == li
+        if ln.kind == LaneKind.CPU_THREAD:
+            idx = np.flatnonzero(on & np.isin(kind, _CPU_TASK_KINDS))
+            if len(idx):
+                # a leaf starts no later event before it ends (children start inside parents)
+                leaf = np.append(start[idx][1:] >= end[idx][:-1], True)
+                idx = idx[leaf]
+        else:
+            idx = np.flatnonzero(on & np.isin(kind, _GPU_TASK_KINDS))
+        if len(idx) or li == r.main_lane:
+            per_lane[li] = idx
+    return per_lane
+
+
+def _repair_overlaps(s, e, repairs):
+    """Clip tasks that start before their lane predecessor ends."""
+    if len(s) < 2:
+        return s, e
+    prev_end = np.maximum.accumulate(e)[:-1]
+    bad = s[1:] < prev_end
+    if bad.any():
+        repairs["overlapping tasks on one lane (clipped)"] += int(bad.sum())
+        s = s.copy()
+        s[1:][bad] = prev_end[bad]
+        e = np.maximum(e, s)
+    return s, e
+
+
+def _build_rank(g: DependencyGraph, r, sc: _Scratch, repairs: Counter):
+    cols = r.cols
+    lane_map, lane_starts = {}, {}
+    task_of_event = np.full(len(r), -1, np.int64)
+    for li, idx in _select(r).items():
+        gl = g.add_lane(r.lanes[li])
+        lane_map[li] = gl
+        s, e = _repair_overlaps(cols["start_ns"][idx], cols["start_ns"][idx] + cols["dur_ns"][idx], repairs)
+        kinds = cols["kind"][idx]
+        names = [g.names.intern(r.names[int(n)]) for n in cols["name"][idx]]
+        layers = [g.layers.intern(r.layers[int(x)]) if x >= 0 else -1 for x in cols["layer"][idx]]
+        if li == r.main_lane:
+            idx, s, e, kinds, names, layers = _with_markers(g, r, idx, s, e, kinds, names, layers, repairs)
+        ids = g.add_tasks(
+            lane=np.full(len(idx), gl), kind=kinds, name=names, layer=layers,
+            phase=np.where(idx >= 0, cols["phase"][np.maximum(idx, 0)], Phase.OTHER),
+            iteration=_marker_iterations(cols["iteration"], idx),
+            rank=np.full(len(idx), r.rank), event=idx, dur_ns=e - s,
+            bytes=np.where(idx >= 0, cols["bytes"][np.maximum(idx, 0)], 0))
+        task_of_event[idx[idx >= 0]] = ids[idx >= 0]
+        g.lane_tasks[gl] = ids.tolist()
+        sc.start.append(s - g.origin_ns)
+        sc.dur.append(e - s)
+        lane_starts[gl] = (s - g.origin_ns, ids)
+        if li == r.main_lane:
+            g.markers[r.rank] = ids[idx < 0].tolist()
+    g.measured_boundaries_ns[r.rank] = r.boundaries_ns - g.origin_ns
+    starts_now = {gl: st for gl, (st, _) in lane_starts.items()}
+    launched = _launch_edges(g, r, task_of_event, lane_map, starts_now, repairs)
+    _enqueue_times(g, launched, starts_now, sc)
+    _thread_semantics(g, r, lane_map, launched, sc, starts_now)
+    _handoffs(g, r, lane_map, starts_now)
+    return [int(t) for li, gl in lane_map.items() for t in g.lane_tasks[gl]
+            if g.tasks["kind"][t] == EventKind.COLLECTIVE]
+
+
+def _marker_iterations(iteration, idx):
+    it = np.where(idx >= 0, iteration[np.maximum(idx, 0)], -1)
+    # marker k opens iteration k (the last closes the trace)
+    mk = np.flatnonzero(idx < 0)
+    it[mk] = np.arange(len(mk))
+    return it
+
+
+def _with_markers(g, r, idx, s, e, kinds, names, layers, repairs):
+    """Merge zero-length marker tasks at the iteration boundaries into the main lane."""
+    b = r.boundaries_ns
+    pos = np.searchsorted(s, b, side="left")
+    prev_end = np.array([e[p - 1] if p > 0 else b[i] for i, p in enumerate(pos)], np.int64)
+    mark_s = np.maximum(b, prev_end)
+    if (mark_s != b).any():
+        repairs["iteration boundaries inside a task (moved to its end)"] += int((mark_s != b).sum())
+    marker_name = g.names.intern("iteration boundary")
+    n = len(b)
+    idx = np.insert(idx, pos, np.full(n, -1))
+    s = np.insert(s, pos, mark_s)
+    e = np.insert(e, pos, mark_s)
+    kinds = np.insert(kinds, pos, np.full(n, EventKind.MARKER))
+    names = np.insert(np.asarray(names, np.int64), pos, np.full(n, marker_name))
+    layers = np.insert(np.asarray(layers, np.int64), pos, np.full(n, -1))
+    return idx, s, e, kinds, names, layers
+
+
+# --------------------------------------------------------------------- edges
+def _launch_edges(g, r, task_of_event, lane_map, starts_now, repairs):
+    """Runtime call -> GPU task by correlation id. Returns {gpu task: launch task}."""
+    cols = r.cols
+    kind, corr = cols["kind"], cols["corr"]
+    cpu_lanes = {li for li, ln in enumerate(r.lanes) if ln.kind == LaneKind.CPU_THREAD}
+    is_cpu = np.isin(cols["lane"], list(cpu_lanes))
+    calls = np.flatnonzero(is_cpu & np.isin(kind, (EventKind.RUNTIME, EventKind.SYNC)) & (corr >= 0))
+    by_corr = {}
+    dup = 0
+    for i in calls.tolist():
+        c = int(corr[i])
+        if c in by_corr:
+            dup += 1
+            continue
+        by_corr[c] = i
+    if dup:
+        repairs["duplicated correlation ids (first call kept)"] += dup
+    gpu = np.flatnonzero((task_of_event >= 0) & np.isin(kind, _GPU_TASK_KINDS))
+    src, dst, missing = [], [], 0
+    for i in gpu.tolist():
+        j = by_corr.get(int(corr[i]))
+        if j is None:
+            missing += 1
+            continue
+        t = task_of_event[j]
+        if t < 0:  # call is not a leaf (e.g. a driver call nested inside it)
+            t = _leaf_within(g, lane_map[int(cols["lane"][j])], int(cols["start_ns"][j]) - g.origin_ns, starts_now)
+        if t >= 0:
+            src.append(int(t))
+            dst.append(int(task_of_event[i]))
+    if missing:
+        repairs["GPU tasks without a launching call (no launch edge)"] += missing
+    if src:
+        g.add_edges(src, dst, EdgeKind.LAUNCH, anchor=Anchor.START)
+    return dict(zip(dst, src))
+
+
+def _leaf_within(g, gl, t_rel, starts_now):
+    """First task of lane ``gl`` starting at or after ``t_rel`` (or -1)."""
+    st = starts_now[gl]
+    p = int(np.searchsorted(st, t_rel, side="left"))
+    return g.lane_tasks[gl][p] if p < len(st) else -1
+
+
+def _enqueue_times(g, launched, starts_now, sc):
+    """When each GPU task reached its stream's queue (its launch's start).
+
+    Builds, per GPU lane, a lookup for "last task enqueued by time t".
+    """
+    start_of = {}
+    for gl, st in starts_now.items():
+        start_of.update(zip(g.lane_tasks[gl], st.tolist()))
+    sc.start_of = start_of
+    sc.lookup = {}
+    for gl, st in starts_now.items():
+        if g.lanes[gl].kind != LaneKind.GPU_STREAM or not len(st):
+            continue
+        seq = g.lane_tasks[gl]
+        enq = np.array([start_of[launched[t]] if t in launched else s
+                        for t, s in zip(seq, st.tolist())], np.int64)
+        order = np.argsort(enq, kind="stable")
+        sc.lookup[gl] = (enq[order], np.maximum.accumulate(order), seq)
+
+
+def _last_enqueued(g, sc, gl, t_ns):
+    """Last task of GPU lane ``gl`` enqueued at or before ``t_ns`` (or -1)."""
+    if gl not in sc.lookup:
+        return -1
+    enq, prefmax, seq = sc.lookup[gl]
+    k = int(np.searchsorted(enq, t_ns, side="right"))
+    return seq[prefmax[k - 1]] if k else -1
+
+
+def _thread_semantics(g, r, lane_map, launched, sc, starts_now):
+    """Syncs, event records and cross-stream waits, scanning each CPU thread."""
+    launches_of = defaultdict(list)
+    for k, v in launched.items():
+        launches_of[v].append(k)
+    lane_col, kind_col = g.tasks["lane"], g.tasks["kind"]
+    gpu_lanes = [gl for gl in lane_map.values() if g.lanes[gl].kind == LaneKind.GPU_STREAM]
+    for li, gl in lane_map.items():
+        if g.lanes[gl].kind != LaneKind.CPU_THREAD:
+            continue
+        last_gpu, record, pending = -1, None, []
+        for t in g.lane_tasks[gl]:
+            k = kind_col[t]
+            if k not in (EventKind.RUNTIME, EventKind.SYNC):
+                continue
+            name = g.task_name(t)
+            ts = sc.start_of[t]
+            for x in launches_of.get(t, ()):
+                last_gpu = int(lane_col[x])
+                for target in pending:
+                    if lane_col[target] != lane_col[x]:
+                        g.add_edges(target, x, EdgeKind.WAIT)
+                pending = []
+            if name in _RECORD_CALLS and last_gpu >= 0:
+                record = (last_gpu, ts)
+            elif name in _WAIT_CALLS and record is not None:
+                target = _last_enqueued(g, sc, record[0], record[1])
+                if target >= 0:
+                    pending.append(target)
+            if k != EventKind.SYNC:
+                continue
+            if name in STREAM_SYNC_CALLS and last_gpu >= 0:
+                g.tasks["wait_kind"][t] = WaitKind.STREAM
+                g.tasks["wait_lane"][t] = last_gpu
+                x = _last_enqueued(g, sc, last_gpu, ts)
+                if x >= 0:
+                    sc.waits.append((t, x))
+            elif name in DEVICE_SYNC_CALLS:
+                g.tasks["wait_kind"][t] = WaitKind.DEVICE
+                for lane in gpu_lanes:
+                    x = _last_enqueued(g, sc, lane, ts)
+                    if x >= 0:
+                        sc.waits.append((t, x))
+            elif name in EVENT_SYNC_CALLS and record is not None:
+                x = _last_enqueued(g, sc, record[0], record[1])
+                if x >= 0:
+                    g.add_edges(x, t, EdgeKind.SYNC, target=Anchor.END)
+            elif name in BLOCKING_COPY_CALLS:
+                for x in launches_of.get(t, ()):
+                    g.add_edges(x, t, EdgeKind.SYNC, target=Anchor.END)
+
+
+def _handoffs(g, r, lane_map, starts_now):
+    """Main thread <-> worker threads (e.g. autograd) per iteration."""
+    main = lane_map.get(r.main_lane)
+    if main is None:
+        return
+    mseq = np.asarray(g.lane_tasks[main])
+    if not len(mseq):
+        return
+    ms = starts_now[main]
+    me = ms + g.tasks["dur_ns"][mseq]
+    it_col = g.tasks["iteration"]
+    for gl in lane_map.values():
+        if gl == main or g.lanes[gl].kind != LaneKind.CPU_THREAD or not g.lane_tasks[gl]:
+            continue
+        seq = np.asarray(g.lane_tasks[gl])
+        st = starts_now[gl]
+        en = st + g.tasks["dur_ns"][seq]
+        its = it_col[seq]
+        for k in np.unique(its[its >= 0]):
+            on = np.flatnonzero(its == k)
+            f, l = on[0], on[-1]
+            p = np.searchsorted(me, st[f], side="right") - 1
+            if p >= 0:
+                g.add_edges(int(mseq[p]), int(seq[f]), EdgeKind.FWD_BWD)
+            q = np.searchsorted(ms, en[l], side="left")
+            if q < len(mseq):
+                g.add_edges(int(seq[l]), int(mseq[q]), EdgeKind.THREAD)
+
+
+def _coll_key(name: str) -> str:
+    return name.split("(", 1)[0]
+
+
+def _join_collectives(g, collectives, start, dur, repairs):
+    """Group the k-th collective of each kind across ranks into one collective."""
+    if len(collectives) < 2:
+        return
+    by_key = {}
+    for rank, tasks in collectives.items():
+        d = defaultdict(list)
+        for t in sorted(tasks, key=lambda t: start[t]):
+            d[_coll_key(g.task_name(t))].append(t)
+        by_key[rank] = d
+    keys = set().union(*(d.keys() for d in by_key.values()))
+    transfer = []
+    for key in sorted(keys):
+        lists = [d.get(key, []) for d in by_key.values()]
+        m = min(len(x) for x in lists)
+        repairs_n = sum(len(x) - m for x in lists)
+        if repairs_n:
+            repairs["collectives without a partner on every rank (not joined)"] += repairs_n
+        for k in range(m):
+            parts = np.array([x[k] for x in lists])
+            max_start = int(start[parts].max())
+            ends = start[parts] + dur[parts]
+            T = max(int(ends.min()) - max_start, 0)
+            gid = len(transfer)
+            transfer.append(T)
+            g.tasks["group"][parts] = gid
+            g.tasks["wait_lag_ns"][parts] = ends - (max_start + T)
+            g.tasks["dur_ns"][parts] = np.minimum(dur[parts], T)
+    g.group_transfer_ns = np.asarray(transfer, np.int64)
+
+
+# --------------------------------------------------------------- calibration
+def _lane_prev_end(g, start, dur):
+    prev_end = np.zeros(g.n_tasks, np.int64)
+    for seq in g.lane_tasks:
+        if seq:
+            a = np.asarray(seq)
+            e = start[a] + dur[a]
+            prev_end[a[1:]] = e[:-1]
+    return prev_end
+
+
+def _natural(offsets, binding, groups, n_groups):
+    """Median releasing offset per group (0 where a group never released)."""
+    out = np.zeros(n_groups, np.int64)
+    for k in range(n_groups):
+        sel = binding & (groups == k)
+        if sel.any():
+            out[k] = int(np.median(offsets[sel]))
+    return out
+
+
+def _calibrate_starts(g, start, dur):
+    t, e = g.tasks, g.edges
+    lane_off = start - _lane_prev_end(g, start, dur)
+    lane_kind = np.array([g.lanes[l].kind for l in t["lane"]], np.int64) if g.n_tasks else np.zeros(0, np.int64)
+    on_start = e["target"] == Anchor.START
+    src, dst = e["src"], e["dst"]
+    anchor_t = start[src] + np.where(e["anchor"] == Anchor.END, dur[src], 0)
+    edge_off = start[dst] - anchor_t
+    min_edge = np.full(g.n_tasks, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(min_edge, dst[on_start], edge_off[on_start])
+    lane_bind = lane_off <= min_edge
+    edge_bind = on_start & (edge_off == min_edge[dst]) & (edge_off < lane_off[dst])
+    nat_lane = _natural(lane_off, lane_bind, lane_kind, len(LaneKind))
+    t["gap_ns"] = np.where(lane_bind, lane_off, np.minimum(lane_off, nat_lane[lane_kind]))
+    nat_edge = _natural(edge_off, edge_bind, e["kind"].astype(np.int64), len(EdgeKind))
+    relaxed = np.minimum(edge_off, nat_edge[e["kind"]])
+    e["lag_ns"] = np.where(on_start, np.where(edge_bind, edge_off, relaxed), e["lag_ns"])
+
+
+def _calibrate_ends(g, start, dur, waits):
+    """Synchronizing calls: which of (own duration, waited-for work) ended them."""
+    t, e = g.tasks, g.edges
+    end = start + dur
+    on_end = np.flatnonzero(e["target"] == Anchor.END)
+    # latest anchor among end constraints, per task
+    anchor = {}
+    for i in on_end.tolist():
+        d = int(e["dst"][i])
+        anchor[d] = max(anchor.get(d, -(1 << 62)), int(end[e["src"][i]]))
+    dyn = {}
+    for s_task, x in waits:
+        dyn[s_task] = max(dyn.get(s_task, -(1 << 62)), int(end[x]))
+        anchor[s_task] = max(anchor.get(s_task, -(1 << 62)), dyn[s_task])
+    if not anchor:
+        return
+    tasks = np.fromiter(anchor.keys(), np.int64)
+    a = np.fromiter(anchor.values(), np.int64)
+    bind = (end[tasks] - a) < dur[tasks]          # released by the awaited work
+    nat_dur = int(np.median(dur[tasks][~bind])) if (~bind).any() else 0
+    nat_wake = int(np.median((end[tasks] - a)[bind])) if bind.any() else 0
+    t["dur_ns"][tasks] = np.where(bind, np.minimum(dur[tasks], nat_dur), dur[tasks])
+    bound = dict(zip(tasks.tolist(), bind.tolist()))
+    for s_task, lat in dyn.items():
+        off = int(end[s_task]) - lat
+        t["wait_lag_ns"][s_task] = off if bound[s_task] and lat == anchor[s_task] else min(off, nat_wake)
+    for i in on_end.tolist():
+        d = int(e["dst"][i])
+        off = int(end[d]) - int(end[e["src"][i]])
+        exact = bound[d] and int(end[e["src"][i]]) == anchor[d]
+        e["lag_ns"][i] = off if exact else min(off, nat_wake)

@@ -1,0 +1,108 @@
+"""Reading trace documents from disk: plain or gzip JSON, directories, tar archives.
+
+Every failure becomes a :class:`~daydream.errors.TraceError` naming the file.
+
+Examples
+--------
+>>> import json, tempfile, os
+>>> d = tempfile.mkdtemp(); p = os.path.join(d, "t.json")
+>>> _ = open(p, "w").write(json.dumps({"traceEvents": []}))
+>>> [(os.path.basename(name), doc) for name, doc in read_documents([p])]
+[('t.json', {'traceEvents': []})]
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tarfile
+import zlib
+from typing import Iterator
+
+from ..errors import TraceError
+
+__all__ = ["read_documents", "expand_paths", "TRACE_SUFFIXES"]
+
+#: File name endings recognised as traces inside directories and archives.
+TRACE_SUFFIXES = (".json", ".json.gz")
+_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+
+
+def _is_archive(path: str) -> bool:
+    return path.endswith(_ARCHIVE_SUFFIXES)
+
+
+def expand_paths(paths) -> list[str]:
+    """Turn files and directories into a sorted list of trace files/archives."""
+    out: list[str] = []
+    for p in paths:
+        p = os.fspath(p)
+        if os.path.isdir(p):
+            found = sorted(
+                os.path.join(p, f)
+                for f in os.listdir(p)
+                if f.endswith(TRACE_SUFFIXES) or _is_archive(f)
+            )
+            if not found:
+                raise TraceError(p, "directory holds no .json, .json.gz or .tar.gz traces")
+            out.extend(found)
+        elif os.path.exists(p):
+            out.append(p)
+        else:
+            raise TraceError(p, "no such file or directory")
+    return out
+
+
+def _decode(name: str, raw: bytes) -> dict:
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise TraceError(name, f"truncated or corrupt gzip ({exc})") from None
+    if not raw.strip():
+        raise TraceError(name, "empty file")
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceError(name, f"not JSON ({exc})") from None
+    if isinstance(doc, list):  # bare Chrome-trace array
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceError(name, "not a Chrome/Kineto trace (no 'traceEvents' list)")
+    return doc
+
+
+def _read_archive(path: str) -> Iterator[tuple[str, dict]]:
+    try:
+        with tarfile.open(path) as tar:
+            members = sorted(
+                (m for m in tar.getmembers() if m.isfile() and m.name.endswith(TRACE_SUFFIXES)),
+                key=lambda m: m.name,
+            )
+            if not members:
+                raise TraceError(path, "archive holds no .json or .json.gz traces")
+            for m in members:
+                name = f"{path}:{m.name}"
+                yield name, _decode(name, tar.extractfile(m).read())
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise TraceError(path, f"truncated or corrupt archive ({exc})") from None
+
+
+def read_documents(paths) -> Iterator[tuple[str, dict]]:
+    """Yield ``(name, document)`` for every trace in ``paths``.
+
+    Parameters
+    ----------
+    paths : iterable of str or os.PathLike
+        Files (``.json``, ``.json.gz``), directories of them, or tar archives.
+    """
+    for path in expand_paths(paths):
+        if _is_archive(path):
+            yield from _read_archive(path)
+            continue
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as exc:
+            raise TraceError(path, f"cannot read ({exc.strerror})") from None
+        yield path, _decode(path, raw)

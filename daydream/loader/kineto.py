@@ -1,0 +1,219 @@
+"""Kineto / Chrome-trace events to columns.
+
+Both the current schema (``cpu_op``, ``cuda_runtime``, ``kernel``, ...) and the
+2021 one (``Operator``, ``Runtime``, ``Kernel``, ...) map onto
+:class:`~daydream.model.EventKind`.  Microsecond floats become integer
+nanoseconds here and nowhere else.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import numpy as np
+
+from ..errors import TraceError
+from ..model import EVENT_COLUMNS, EventKind, Lane, LaneKind, StringTable
+
+__all__ = ["CATEGORY_KINDS", "SYNC_CALLS", "parse_events", "ParsedEvents", "us_to_ns"]
+
+#: Chrome-trace category to event kind (both Kineto schemas).
+CATEGORY_KINDS: dict[str, EventKind] = {
+    "cpu_op": EventKind.CPU_OP,
+    "operator": EventKind.CPU_OP,
+    "user_annotation": EventKind.ANNOTATION,
+    "python_function": EventKind.ANNOTATION,
+    "gpu_user_annotation": EventKind.ANNOTATION,
+    "cuda_runtime": EventKind.RUNTIME,
+    "runtime": EventKind.RUNTIME,
+    "cuda_driver": EventKind.RUNTIME,
+    "driver": EventKind.RUNTIME,
+    "kernel": EventKind.KERNEL,
+    "gpu_memcpy": EventKind.MEMCPY,
+    "memcpy": EventKind.MEMCPY,
+    "gpu_memset": EventKind.MEMSET,
+    "memset": EventKind.MEMSET,
+}
+
+#: Runtime calls that block the calling CPU thread until GPU work completes.
+SYNC_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+    "cudaMemcpy", "cudaMemcpy2D", "cudaMemset", "cuCtxSynchronize",
+    "cuStreamSynchronize", "cuEventSynchronize",
+})
+
+_GPU_CATS = {"gpu_user_annotation"}
+_COLLECTIVE_RE = re.compile(r"^nccl(Dev)?Kernel|^ncclKernel", re.IGNORECASE)
+_MARKER_RE = re.compile(r"^ProfilerStep#\d+$")
+_DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
+                "float64": 8, "int8_t": 1, "int8": 1, "uint8": 1, "int32": 4, "int": 4,
+                "int64": 8, "long": 8}
+
+
+def us_to_ns(ts) -> int:
+    """Kineto microseconds (float or int) to integer nanoseconds.
+
+    >>> us_to_ns(1.5), us_to_ns(4458676522690.655)
+    (1500, 4458676522690655)
+    """
+    if isinstance(ts, int):
+        return ts * 1000
+    return int(round(float(ts) * 1000.0))
+
+
+def _as_int(v, default=-1) -> int:
+    if v is None:
+        return default
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _collective_bytes(args: dict) -> int:
+    n = _as_int(args.get("In msg nelems"), 0)
+    if n <= 0:
+        return 0
+    return n * _DTYPE_BYTES.get(str(args.get("dtype", "float")).lower(), 4)
+
+
+class ParsedEvents:
+    """Column builder: appends events, then freezes into numpy arrays."""
+
+    def __init__(self):
+        self.names = StringTable()
+        self.lanes: list[Lane] = []
+        self._lane_ids: dict[tuple, int] = {}
+        self.rows: dict[str, list] = {k: [] for k in EVENT_COLUMNS if k not in ("layer", "phase", "iteration")}
+        self.seq: list[int] = []           # autograd sequence number, -1 if none
+        self.fwdbwd: dict[int, list] = {}  # flow id -> [(ph, ts_ns, lane)]
+        self.repairs: Counter = Counter()
+
+    def lane(self, kind: LaneKind, pid, tid, device=-1, label="") -> int:
+        key = (kind, pid, tid)
+        i = self._lane_ids.get(key)
+        if i is None:
+            i = self._lane_ids[key] = len(self.lanes)
+            self.lanes.append(Lane(rank=-1, kind=kind, pid=pid, tid=tid, label=label, device=device))
+        return i
+
+    def add(self, kind, name, lane, start_ns, dur_ns, corr=-1, ext=-1, nbytes=0, seq=-1):
+        r = self.rows
+        r["kind"].append(int(kind))
+        r["name"].append(self.names.intern(name))
+        r["lane"].append(lane)
+        r["start_ns"].append(start_ns)
+        r["dur_ns"].append(dur_ns)
+        r["corr"].append(corr)
+        r["ext"].append(ext)
+        r["bytes"].append(nbytes)
+        self.seq.append(seq)
+
+    def columns(self) -> dict:
+        cols = {k: np.asarray(v, dtype=EVENT_COLUMNS[k]) for k, v in self.rows.items()}
+        cols["seq"] = np.asarray(self.seq, dtype=np.int64)
+        n = len(cols["kind"])
+        order = np.lexsort((-cols["dur_ns"], cols["start_ns"]))
+        cols = {k: v[order] for k, v in cols.items()}
+        cols["layer"] = np.full(n, -1, np.int32)
+        cols["phase"] = np.full(n, -1, np.int8)
+        cols["iteration"] = np.full(n, -1, np.int32)
+        return cols
+
+
+def _norm_id(v):
+    """Thread/process ids: ints where numeric (2021 traces use strings)."""
+    if isinstance(v, str):
+        s = v.strip()
+        if s.lstrip("-").isdigit():
+            return int(s)
+        if s.startswith("stream "):
+            return _as_int(s[7:], s)
+    return v
+
+
+def _gpu_lane(p: ParsedEvents, e: dict, args: dict) -> int:
+    dev = _as_int(args.get("device"), _as_int(e.get("pid"), 0))
+    stream = _as_int(args.get("stream"), -1)
+    if stream < 0:
+        stream = _norm_id(e.get("tid"))
+    return p.lane(LaneKind.GPU_STREAM, dev, stream, device=dev, label=f"GPU {dev} stream {stream}")
+
+
+def _cpu_lane(p: ParsedEvents, e: dict, thread_names: dict) -> int:
+    pid, tid = _norm_id(e.get("pid")), _norm_id(e.get("tid"))
+    label = thread_names.get((pid, tid)) or f"thread {tid}"
+    return p.lane(LaneKind.CPU_THREAD, pid, tid, label=label)
+
+
+def _add_complete(p: ParsedEvents, e: dict, cat: str, source: str, thread_names: dict) -> None:
+    kind = CATEGORY_KINDS.get(cat)
+    if kind is None:
+        return
+    name = e.get("name")
+    if not isinstance(name, str):
+        p.repairs["events without a name (dropped)"] += 1
+        return
+    try:
+        start = us_to_ns(e["ts"])
+        dur = us_to_ns(e.get("dur", 0))
+    except (KeyError, TypeError, ValueError):
+        p.repairs["events without a valid ts/dur (dropped)"] += 1
+        return
+    if dur < 0:
+        p.repairs["negative durations (set to 0)"] += 1
+        dur = 0
+    args = e.get("args") or {}
+    if not isinstance(args, dict):
+        args = {}
+    corr = _as_int(args.get("correlation"))
+    ext = _as_int(args.get("External id", args.get("external id")))
+    nbytes = _as_int(args.get("bytes"), 0)
+    if kind.is_gpu or cat in _GPU_CATS:
+        lane = _gpu_lane(p, e, args)
+        if kind == EventKind.KERNEL and _COLLECTIVE_RE.match(name):
+            kind = EventKind.COLLECTIVE
+            nbytes = _collective_bytes(args)
+    else:
+        lane = _cpu_lane(p, e, thread_names)
+        if kind == EventKind.RUNTIME and name in SYNC_CALLS:
+            kind = EventKind.SYNC
+        elif kind == EventKind.CPU_OP and _MARKER_RE.match(name):
+            kind = EventKind.ANNOTATION
+    p.add(kind, name, lane, start, dur, corr, ext, nbytes, _as_int(args.get("Sequence number")))
+
+
+def parse_events(source: str, doc: dict) -> ParsedEvents:
+    """Parse one trace document into a :class:`ParsedEvents` builder.
+
+    Raises
+    ------
+    TraceError
+        If the document holds no events daydream understands.
+    """
+    events = doc["traceEvents"]
+    p = ParsedEvents()
+    thread_names = {}
+    for e in events:
+        if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "thread_name":
+            name = (e.get("args") or {}).get("name")
+            if isinstance(name, str):
+                thread_names[(_norm_id(e.get("pid")), _norm_id(e.get("tid")))] = name
+    for e in events:
+        if not isinstance(e, dict):
+            p.repairs["non-object entries in traceEvents (dropped)"] += 1
+            continue
+        ph = e.get("ph")
+        cat = e.get("cat")
+        cat = cat.lower() if isinstance(cat, str) else ""
+        if ph == "X":
+            _add_complete(p, e, cat, source, thread_names)
+        elif ph in ("s", "f") and cat == "fwdbwd":
+            try:
+                p.fwdbwd.setdefault(int(e["id"]), []).append(
+                    (ph, us_to_ns(e["ts"]), _cpu_lane(p, e, thread_names)))
+            except (KeyError, TypeError, ValueError):
+                p.repairs["malformed fwdbwd flows (dropped)"] += 1
+    if not p.rows["kind"]:
+        raise TraceError(source, "empty trace: no CPU ops, runtime calls or kernels")
+    return p

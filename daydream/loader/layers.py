@@ -1,0 +1,156 @@
+"""Layer and phase mapping.
+
+Each CPU event gets the innermost module path among its enclosing ranges
+(``daydream.fwd:``/``daydream.bwd:`` ranges written by ``daydream trace``, or
+``nn.Module: X`` python_function frames), else its top-level op.  Backward ops
+without a module take the layer of the forward op with the same autograd
+sequence number.  Phases come from enclosing annotations (optimizer step,
+DataLoader, autograd engine), the thread (an autograd thread is backward) and
+position in the iteration (before the first backward op: forward).  GPU
+events inherit layer, phase and iteration from their launch by correlation id.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..model import EventKind, LaneKind, Phase
+
+__all__ = ["assign_layers_and_phases", "FWD_PREFIX", "BWD_PREFIX", "phase_hint"]
+
+FWD_PREFIX = "daydream.fwd:"
+BWD_PREFIX = "daydream.bwd:"
+_MODULE_PREFIX = "nn.Module: "
+_BACKWARD_PREFIXES = ("autograd::engine::evaluate_function", BWD_PREFIX)
+_NO_PHASE = -1
+
+
+def phase_hint(name: str) -> int:
+    """Phase implied by an enclosing range's name, or -1.
+
+    >>> phase_hint("Optimizer.step#SGD.step") == Phase.OPTIMIZER
+    True
+    >>> phase_hint("aten::mm")
+    -1
+    """
+    if name.startswith(("Optimizer.step#", "Optimizer.zero_grad#")):
+        return Phase.OPTIMIZER
+    if name.startswith("enumerate(DataLoader)") or (".__next__" in name and "DataLoader" in name):
+        return Phase.DATALOADER
+    if name.startswith(_BACKWARD_PREFIXES):
+        return Phase.BACKWARD
+    if name.startswith(FWD_PREFIX):
+        return Phase.FORWARD
+    return _NO_PHASE
+
+
+def _module_of(name: str, parent_path: str | None) -> str | None:
+    if name.startswith((FWD_PREFIX, BWD_PREFIX)):
+        return name.split(":", 1)[1]
+    if name.startswith(_MODULE_PREFIX):
+        leaf = name[len(_MODULE_PREFIX):]
+        return f"{parent_path}.{leaf}" if parent_path else leaf
+    return None
+
+
+def _walk_lane(idx, cols, names, layers, hints, module_paths, backward_names):
+    """Stack walk over one CPU lane's events (sorted by start, longest first)."""
+    start, dur, kind, nm = cols["start_ns"], cols["dur_ns"], cols["kind"], cols["name"]
+    layer_col, phase_col = cols["layer"], cols["phase"]
+    stack: list[tuple[int, str | None, int, int]] = []  # (end, module path, phase, top op layer)
+    n_backward_top = n_top = 0
+    for i in idx:
+        s = start[i]
+        while stack and stack[-1][0] <= s:
+            stack.pop()
+        name = names[nm[i]]
+        path, ph, top = (stack[-1][1], stack[-1][2], stack[-1][3]) if stack else (None, _NO_PHASE, -1)
+        h = hints[nm[i]]
+        if h != _NO_PHASE:
+            ph = h
+        mod = _module_of(name, path) if kind[i] == EventKind.ANNOTATION else None
+        if mod is not None:
+            path = mod
+        if top < 0 and kind[i] != EventKind.ANNOTATION:
+            top = layers.intern(name)
+            n_top += 1
+            n_backward_top += name in backward_names
+        layer_col[i] = layers.intern(path) if path is not None else top
+        if path is not None:
+            module_paths[i] = True
+        phase_col[i] = ph
+        stack.append((s + dur[i], path, ph, top))
+    return n_top > 0 and 2 * n_backward_top >= n_top
+
+
+def assign_layers_and_phases(cols, names, lanes, layers, boundaries_ns) -> None:
+    """Fill the ``layer``, ``phase`` and ``iteration`` columns in place."""
+    n = len(cols["kind"])
+    hints = [phase_hint(s) for s in names.strings]
+    backward_names = {s for s in names.strings if s.startswith(_BACKWARD_PREFIXES)}
+    module_paths = np.zeros(n, bool)
+    lane_col = cols["lane"]
+    cpu = np.array([lanes[l].kind == LaneKind.CPU_THREAD for l in lane_col], bool) if n else np.zeros(0, bool)
+    backward_lanes = set()
+    for lane_id, lane in enumerate(lanes):
+        if lane.kind != LaneKind.CPU_THREAD:
+            continue
+        idx = np.flatnonzero(lane_col == lane_id)
+        if _walk_lane(idx, cols, names, layers, hints, module_paths, backward_names):
+            backward_lanes.add(lane_id)
+    _iterations_cpu(cols, cpu, boundaries_ns)
+    _backward_by_sequence(cols, module_paths)
+    _default_phases(cols, cpu, backward_lanes)
+    _inherit_from_launch(cols, cpu)
+
+
+def _iterations_cpu(cols, cpu, boundaries_ns) -> None:
+    it = np.searchsorted(boundaries_ns, cols["start_ns"], side="right") - 1
+    it[(it < 0) | (it >= len(boundaries_ns) - 1)] = -1
+    cols["iteration"][cpu] = it[cpu]
+
+
+def _backward_by_sequence(cols, module_paths) -> None:
+    """Backward ops take the layer of the forward op with the same sequence number."""
+    seq, phase, layer = cols["seq"], cols["phase"], cols["layer"]
+    fwd = (seq >= 0) & (phase != Phase.BACKWARD) & module_paths
+    if not fwd.any():
+        fwd = (seq >= 0) & (phase != Phase.BACKWARD)
+    by_seq = dict(zip(seq[fwd].tolist(), layer[fwd].tolist()))
+    bwd = np.flatnonzero((seq >= 0) & (phase == Phase.BACKWARD) & ~module_paths)
+    for i in bwd:
+        lay = by_seq.get(int(seq[i]))
+        if lay is not None:
+            layer[i] = lay
+
+
+def _default_phases(cols, cpu, backward_lanes) -> None:
+    phase, it, lane = cols["phase"], cols["iteration"], cols["lane"]
+    on_bwd_lane = np.isin(lane, list(backward_lanes)) & cpu
+    phase[(phase == _NO_PHASE) & on_bwd_lane] = Phase.BACKWARD
+    # first backward event of each iteration splits forward from "other"
+    first_bwd = {}
+    for i in np.flatnonzero((phase == Phase.BACKWARD) & cpu & (it >= 0)):
+        first_bwd.setdefault(int(it[i]), int(cols["start_ns"][i]))
+    todo = np.flatnonzero((phase == _NO_PHASE) & cpu)
+    start = cols["start_ns"]
+    for i in todo:
+        k = int(it[i])
+        if k < 0:
+            phase[i] = Phase.OTHER
+        else:
+            fb = first_bwd.get(k)
+            phase[i] = Phase.FORWARD if fb is None or start[i] < fb else Phase.OTHER
+
+
+def _inherit_from_launch(cols, cpu) -> None:
+    corr, kind = cols["corr"], cols["kind"]
+    launch = cpu & np.isin(kind, (EventKind.RUNTIME, EventKind.SYNC)) & (corr >= 0)
+    src = dict(zip(corr[launch].tolist(), np.flatnonzero(launch).tolist()))
+    for i in np.flatnonzero(~cpu):
+        j = src.get(int(corr[i]))
+        if j is not None:
+            cols["layer"][i] = cols["layer"][j]
+            cols["phase"][i] = cols["phase"][j]
+            cols["iteration"][i] = cols["iteration"][j]
+        else:
+            cols["phase"][i] = Phase.OTHER
