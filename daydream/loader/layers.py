@@ -52,18 +52,22 @@ def _module_of(name: str, parent_path: str | None) -> str | None:
     return None
 
 
-def _walk_lane(idx, cols, names, layers, hints, module_paths, backward_names):
-    """Stack walk over one CPU lane's events (sorted by start, longest first)."""
+def _walk_lane(idx, cols, names, layers, hints, module_paths, backward_names, top_col):
+    """Stack walk over one CPU lane's events (sorted by start, longest first).
+
+    Fills layer, phase and ``top_col`` (row of the outermost CPU op, -1 if
+    none); returns whether the lane looks like an autograd (backward) thread.
+    """
     start, dur, kind, nm = cols["start_ns"], cols["dur_ns"], cols["kind"], cols["name"]
     layer_col, phase_col = cols["layer"], cols["phase"]
-    stack: list[tuple[int, str | None, int, int]] = []  # (end, module path, phase, top op layer)
+    stack: list[tuple[int, str | None, int, int, int]] = []  # (end, path, phase, top layer, top row)
     n_backward_top = n_top = 0
     for i in idx:
         s = start[i]
         while stack and stack[-1][0] <= s:
             stack.pop()
         name = names[nm[i]]
-        path, ph, top = (stack[-1][1], stack[-1][2], stack[-1][3]) if stack else (None, _NO_PHASE, -1)
+        path, ph, top, top_i = stack[-1][1:] if stack else (None, _NO_PHASE, -1, -1)
         h = hints[nm[i]]
         if h != _NO_PHASE:
             ph = h
@@ -71,14 +75,15 @@ def _walk_lane(idx, cols, names, layers, hints, module_paths, backward_names):
         if mod is not None:
             path = mod
         if top < 0 and kind[i] != EventKind.ANNOTATION:
-            top = layers.intern(name)
+            top, top_i = layers.intern(name), i
             n_top += 1
             n_backward_top += name in backward_names
         layer_col[i] = layers.intern(path) if path is not None else top
         if path is not None:
             module_paths[i] = True
         phase_col[i] = ph
-        stack.append((s + dur[i], path, ph, top))
+        top_col[i] = top_i
+        stack.append((s + dur[i], path, ph, top, top_i))
     return n_top > 0 and 2 * n_backward_top >= n_top
 
 
@@ -91,14 +96,15 @@ def assign_layers_and_phases(cols, names, lanes, layers, boundaries_ns) -> None:
     lane_col = cols["lane"]
     cpu = np.array([lanes[l].kind == LaneKind.CPU_THREAD for l in lane_col], bool) if n else np.zeros(0, bool)
     backward_lanes = set()
+    top_col = np.full(n, -1, np.int64)
     for lane_id, lane in enumerate(lanes):
         if lane.kind != LaneKind.CPU_THREAD:
             continue
         idx = np.flatnonzero(lane_col == lane_id)
-        if _walk_lane(idx, cols, names, layers, hints, module_paths, backward_names):
+        if _walk_lane(idx, cols, names, layers, hints, module_paths, backward_names, top_col):
             backward_lanes.add(lane_id)
     _iterations_cpu(cols, cpu, boundaries_ns)
-    _backward_by_sequence(cols, module_paths)
+    _backward_by_sequence(cols, module_paths, top_col)
     _default_phases(cols, cpu, backward_lanes)
     _inherit_from_launch(cols, cpu)
 
@@ -109,16 +115,24 @@ def _iterations_cpu(cols, cpu, boundaries_ns) -> None:
     cols["iteration"][cpu] = it[cpu]
 
 
-def _backward_by_sequence(cols, module_paths) -> None:
-    """Backward ops take the layer of the forward op with the same sequence number."""
+def _backward_by_sequence(cols, module_paths, top_col) -> None:
+    """Backward ops take the layer of the forward op with the same sequence number.
+
+    The sequence number is read from each event's outermost op (e.g.
+    ``autograd::engine::evaluate_function: AddmmBackward0``), so everything
+    nested in a backward node moves with it.
+    """
     seq, phase, layer = cols["seq"], cols["phase"], cols["layer"]
-    fwd = (seq >= 0) & (phase != Phase.BACKWARD) & module_paths
-    if not fwd.any():
-        fwd = (seq >= 0) & (phase != Phase.BACKWARD)
+    fwd = (seq >= 0) & (phase != Phase.BACKWARD)
+    if (fwd & module_paths).any():
+        fwd &= module_paths
     by_seq = dict(zip(seq[fwd].tolist(), layer[fwd].tolist()))
-    bwd = np.flatnonzero((seq >= 0) & (phase == Phase.BACKWARD) & ~module_paths)
-    for i in bwd:
-        lay = by_seq.get(int(seq[i]))
+    if not by_seq:
+        return
+    bwd = np.flatnonzero((phase == Phase.BACKWARD) & ~module_paths & (top_col >= 0))
+    top_seq = seq[top_col[bwd]]
+    for i, s in zip(bwd.tolist(), top_seq.tolist()):
+        lay = by_seq.get(s)
         if lay is not None:
             layer[i] = lay
 
