@@ -49,6 +49,9 @@ def _register() -> None:
 
     for cmd in cli_core.COMMANDS:
         main.add_command(cmd)
+    from . import cli_collect  # noqa: E402  daydream trace
+    for cmd in cli_collect.COMMANDS:
+        main.add_command(cmd)
 
 
 _register()

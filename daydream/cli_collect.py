@@ -1,0 +1,66 @@
+"""``daydream trace``: record a trace of an unmodified training script."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .cli import handle_errors
+
+__all__ = ["COMMANDS", "trace"]
+
+
+@click.command(
+    "trace",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option("-o", "--output", default="trace.json", show_default=True, type=click.Path(),
+              help="Trace file (.json or .json.gz); multi-rank runs write NAME.rankR.json.")
+@click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0),
+              help="Full iterations to skip (after the setup before the first step).")
+@click.option("-n", "--iterations", default=5, show_default=True, type=click.IntRange(min=1),
+              help="Iterations to record.")
+@click.option("--activities", default="cpu,cuda", show_default=True,
+              help="cpu, cuda or both; cuda is skipped without a GPU (the metadata says so).")
+@click.option("--nproc", type=click.IntRange(min=1), default=None,
+              help="Run the python command under torch.distributed.run with this many ranks.")
+@click.option("-f", "--force", is_flag=True, help="Overwrite existing trace files.")
+@click.option("--no-shapes", is_flag=True, help="Do not record op input shapes (less overhead).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@handle_errors
+def trace(output, warmup, iterations, activities, nproc, force, no_shapes, command):
+    """Run COMMAND (e.g. python train.py ARGS) and record a few training iterations.
+
+    \b
+    Iterations are found from optimizer.step() (or daydream.step(), or the
+    script's own profiler.step()).  The script's output and exit status pass
+    through; the trace is written atomically.
+    \b
+    Examples:
+      daydream trace -o mlp.json -- python -m daydream.workloads.mlp --steps 10
+      daydream trace --nproc 2 -o ddp.json -- python train.py --epochs 1
+    """
+    from .collect.launch import TraceRequest, explain, run_traced
+
+    req = TraceRequest(
+        command=tuple(command),
+        output=Path(output),
+        warmup=warmup,
+        iterations=iterations,
+        activities=tuple(a for a in activities.split(",") if a),
+        record_shapes=not no_shapes,
+        force=force,
+        nproc=nproc,
+    )
+    outcome = run_traced(req)
+    lines, error = explain(outcome, req)
+    for line in lines:
+        click.echo(line, err=True)
+    if error is not None:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(outcome.exit_status or 2)
+    sys.exit(outcome.exit_status)
+
+
+COMMANDS = [trace]

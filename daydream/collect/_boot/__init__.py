@@ -1,0 +1,1 @@
+"""Directory put first on PYTHONPATH by ``daydream trace``; holds its ``sitecustomize``."""

@@ -1,0 +1,132 @@
+"""Which activities a trace records, and the seam for the CUPTI extension.
+
+CPU ops always come from ``torch.profiler`` (Kineto).  GPU kernels, memcpys
+and runtime calls come from the project's own CUPTI extension when it is
+built and importable, else from ``torch.profiler``'s CUDA activity; the
+trace metadata records which (``activities.cuda_source``).
+
+The extension plugs in through :class:`KernelCollector`: ``daydream.cupti``
+exposes ``make_collector()`` returning an object with ``start()``, ``stop()``
+and ``chrome_events()``; the tracer starts it together with Kineto, stops it
+at the end of the recorded iterations, and appends its Chrome-trace events
+(kernels carrying ``args["External id"]`` that matches the CPU ops'
+external correlation ids) to ``traceEvents`` before the atomic write.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+__all__ = ["CudaSource", "ActivityPlan", "KernelCollector", "plan_activities", "parse_activities"]
+
+_KNOWN = ("cpu", "cuda")
+
+
+class CudaSource(enum.Enum):
+    """Where GPU-side events come from."""
+
+    NONE = "none"
+    TORCH_PROFILER = "torch.profiler"
+    CUPTI_EXTENSION = "daydream.cupti"
+
+
+class KernelCollector(Protocol):
+    """What the CUPTI extension provides to the tracer."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def chrome_events(self) -> list[dict]: ...
+
+
+@dataclass(frozen=True)
+class ActivityPlan:
+    """The activities one trace records.
+
+    Attributes
+    ----------
+    requested : tuple of str
+        What the user asked for (``cpu``, ``cuda``).
+    torch_activities : tuple
+        ``torch.profiler.ProfilerActivity`` members passed to Kineto.
+    cuda_source : CudaSource
+        Where kernels come from.
+    notes : tuple of str
+        Human-readable reasons (e.g. "no CUDA device").
+    """
+
+    requested: tuple[str, ...]
+    torch_activities: tuple
+    cuda_source: CudaSource
+    notes: tuple[str, ...] = ()
+
+    def as_metadata(self) -> dict:
+        """The ``activities`` entry of the trace metadata."""
+        names = [str(a).rsplit(".", 1)[-1].lower() for a in self.torch_activities]
+        return {
+            "requested": list(self.requested),
+            "recorded": names,
+            "cuda_source": self.cuda_source.value,
+            "notes": list(self.notes),
+        }
+
+
+def parse_activities(text: str | tuple | list) -> tuple[str, ...]:
+    """``"cpu,cuda"`` → ``("cpu", "cuda")``; raises ``ValueError`` on unknown names."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    names = tuple(dict.fromkeys(s.strip().lower() for s in items if s.strip()))
+    bad = [n for n in names if n not in _KNOWN]
+    if bad or not names:
+        raise ValueError(f"unknown activities {bad or items!r}; choose from {', '.join(_KNOWN)}")
+    return names
+
+
+def _cupti_collector() -> KernelCollector | None:
+    try:
+        from .. import cupti  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    make = getattr(cupti, "make_collector", None)
+    if make is None:
+        return None
+    try:
+        return make()
+    except Exception:
+        return None
+
+
+def plan_activities(requested: tuple[str, ...], use_cupti: bool = False) -> tuple[ActivityPlan, KernelCollector | None]:
+    """Decide the activities for this process.
+
+    Parameters
+    ----------
+    requested : tuple of str
+        From :func:`parse_activities`.
+    use_cupti : bool
+        Try the CUPTI extension for kernels (the merge is experimental; by
+        default ``torch.profiler``'s CUDA activity is used).
+    """
+    acts = []
+    notes = []
+    collector = None
+    source = CudaSource.NONE
+    if "cpu" in requested:
+        acts.append(torch.profiler.ProfilerActivity.CPU)
+    if "cuda" in requested:
+        if not torch.cuda.is_available():
+            notes.append("cuda requested but no CUDA device is available: CPU activity only")
+        else:
+            collector = _cupti_collector() if use_cupti else None
+            if collector is not None:
+                source = CudaSource.CUPTI_EXTENSION
+            else:
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+                source = CudaSource.TORCH_PROFILER
+                notes.append("kernels from torch.profiler's CUDA activity (daydream.cupti not used)")
+    if not acts:
+        acts.append(torch.profiler.ProfilerActivity.CPU)
+    return ActivityPlan(tuple(requested), tuple(acts), source, tuple(notes)), collector

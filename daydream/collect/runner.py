@@ -1,0 +1,222 @@
+"""Child side of ``daydream trace``: set up tracing inside the user's unmodified script.
+
+``daydream trace`` runs the user's command with ``daydream/collect/_boot`` first
+on ``PYTHONPATH``; its ``sitecustomize`` calls :func:`bootstrap` in every Python
+process of the command (the script, ``torchrun`` workers, ``mp.spawn``
+children) when ``DAYDREAM_TRACE_CONFIG`` is set.  Nothing is imported until
+the process imports torch; then a lazy :class:`~daydream.collect.tracer.Tracer`
+waits for optimizer steps.  A process that never steps (a launcher, a
+DataLoader worker) writes nothing.  At exit (normal, exception, Ctrl-C) the
+tracer writes the iterations it finished, and a small status file tells the
+parent what happened.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.util
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["CONFIG_ENV", "bootstrap", "read_statuses"]
+
+CONFIG_ENV = "DAYDREAM_TRACE_CONFIG"
+_state: dict = {}
+
+
+class _TorchImportWatcher(importlib.abc.MetaPathFinder):
+    """Calls ``callback`` right after ``import torch`` has finished executing."""
+
+    def __init__(self, callback):
+        self.callback = callback
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        original = spec.loader.exec_module
+        callback = self.callback
+
+        def exec_module(module):
+            original(module)
+            spec.loader.exec_module = original
+            callback()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def bootstrap() -> None:
+    """Arm tracing in this process according to ``$DAYDREAM_TRACE_CONFIG``."""
+    raw = os.environ.get(CONFIG_ENV)
+    if not raw or _state:
+        return
+    _state["config"] = json.loads(raw)
+    if "torch" in sys.modules:
+        _start()
+    else:
+        sys.meta_path.insert(0, _TorchImportWatcher(_start))
+
+
+def _start() -> None:
+    try:
+        from .activities import parse_activities
+        from .tracer import TraceOptions, Tracer
+
+        cfg = _state["config"]
+        options = TraceOptions(
+            path=Path(cfg["path"]),
+            warmup=int(cfg["warmup"]),
+            iterations=int(cfg["iterations"]),
+            activities=parse_activities(cfg["activities"]),
+            record_shapes=bool(cfg.get("record_shapes", True)),
+            skip_prelude=True,
+            use_cupti=bool(cfg.get("use_cupti", False)),
+        )
+        tracer = Tracer(options)
+        _state["tracer"] = tracer
+        tracer.on_finish = _write_status
+        tracer.start()
+        _patch_user_profiler(tracer)
+        _install_sigint_filter()
+        atexit.register(_at_exit)
+    except Exception as exc:  # never break the user's import of torch
+        print(f"daydream: tracing disabled in this process: {exc}", file=sys.stderr)
+
+
+def _install_sigint_filter() -> None:
+    """Ignore a second SIGINT within 1 s (terminal and wrapper both deliver Ctrl-C)."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+    try:
+        last = [0.0]
+
+        def handler(signum, frame):
+            now = time.monotonic()
+            if now - last[0] < 1.0:
+                return
+            last[0] = now
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread
+        pass
+
+
+def _at_exit() -> None:
+    tracer = _state.get("tracer")
+    if tracer is None:
+        return
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the write finish
+    except ValueError:
+        pass
+    try:
+        tracer.finish()
+    except BaseException as exc:  # noqa: BLE001 - report, never crash at exit
+        _write_status(tracer, error=str(exc))
+        print(f"daydream: could not write the trace: {exc}", file=sys.stderr)
+
+
+def _write_status(tracer, error: str | None = None) -> None:
+    """Tell the parent ``daydream trace`` what this process did (atomic write)."""
+    status_dir = _state.get("config", {}).get("status_dir")
+    res = tracer.result
+    boundaries = res.boundaries if res else tracer.boundaries
+    if not status_dir or (boundaries == 0 and error is None):
+        return
+    doc = {
+        "pid": os.getpid(),
+        "boundaries": boundaries,
+        "path": str(res.path) if res and res.path else None,
+        "recorded": res.iterations_recorded if res else 0,
+        "complete": bool(res and res.complete),
+        "marker": res.marker if res else None,
+        "error": error,
+    }
+    final = Path(status_dir) / f"status.{os.getpid()}.json"
+    tmp = final.with_suffix(".tmp")
+    try:
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, final)
+    except OSError:
+        pass
+
+
+def read_statuses(status_dir: os.PathLike | str) -> list[dict]:
+    """Status records written by the traced processes, by pid."""
+    out = []
+    for p in sorted(Path(status_dir).glob("status.*.json")):
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _patch_user_profiler(tracer) -> None:
+    """Make a ``torch.profiler.profile`` in the user's script a pass-through marker.
+
+    Only one Kineto session can run per process, so the script's profiler is
+    disabled while daydream traces; its ``step()`` marks iterations.
+    """
+    import torch.profiler
+    from torch.autograd.profiler_util import EventList
+
+    from .steps import MarkerSource
+
+    cls = torch.profiler.profile
+    if getattr(cls, "_daydream_patched", False):
+        return
+    originals = {name: getattr(cls, name) for name in ("start", "stop", "step", "key_averages", "events", "export_chrome_trace")}
+    warned = []
+
+    def mine(self):
+        return getattr(self, "_daydream_owned", False)
+
+    def notice():
+        if not warned:
+            warned.append(True)
+            print(
+                "daydream: the script's torch.profiler.profile is disabled while daydream "
+                "traces; its step() marks iterations",
+                file=sys.stderr,
+            )
+
+    def start(self):
+        if mine(self):
+            return originals["start"](self)
+        notice()
+
+    def stop(self):
+        if mine(self):
+            return originals["stop"](self)
+
+    def step(self):
+        if mine(self):
+            return originals["step"](self)
+        tracer.step(MarkerSource.PROFILER)
+
+    def key_averages(self, *a, **k):
+        return originals["key_averages"](self, *a, **k) if mine(self) else EventList([]).key_averages()
+
+    def events(self):
+        return originals["events"](self) if mine(self) else EventList([])
+
+    def export_chrome_trace(self, path, *a, **k):
+        if mine(self):
+            return originals["export_chrome_trace"](self, path, *a, **k)
+        print(f"daydream: not exporting {path}: the script's profiler is disabled", file=sys.stderr)
+
+    patched = {"start": start, "stop": stop, "step": step, "key_averages": key_averages,
+               "events": events, "export_chrome_trace": export_chrome_trace}
+    for name, fn in patched.items():
+        setattr(cls, name, fn)
+    cls._daydream_patched = True

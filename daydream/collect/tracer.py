@@ -1,0 +1,291 @@
+"""The tracer: a state machine driven by iteration boundaries.
+
+Iteration ``i`` is the span between boundary ``i`` and boundary ``i + 1``;
+boundary 0 is :meth:`Tracer.start`.  The tracer skips ``warmup`` iterations,
+prepares Kineto one iteration before recording (so its start-up cost falls
+outside the recorded ones), records ``iterations`` iterations, each inside a
+``ProfilerStep#i`` range, then stops Kineto and writes the file atomically.
+
+With ``skip_prelude`` (the CLI wrapper, which starts before the user's
+script) the span before the first boundary is setup, not an iteration, and
+the warm-up count starts after it.
+"""
+from __future__ import annotations
+
+import enum
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from . import metadata as md
+from .activities import ActivityPlan, plan_activities
+from .errors import CollectionError
+from .hooks import LayerMarkers, enter_range, exit_range
+from .normalize import normalize_marker_events
+from .steps import MarkerSource, OptimizerWatcher
+from .writer import add_metadata, rank_path, write_trace_atomic
+
+__all__ = ["TraceOptions", "Tracer", "TracerState", "TraceResult", "current_tracer"]
+
+_ACTIVE: list["Tracer"] = []
+
+
+def current_tracer() -> "Tracer | None":
+    """The innermost running tracer of this process, if any."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+class TracerState(enum.Enum):
+    """Lifecycle of a :class:`Tracer`."""
+
+    CREATED = "created"
+    WAITING = "waiting"  # counting warm-up iterations
+    RECORDING = "recording"
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    """What to record and where.
+
+    Attributes
+    ----------
+    path : Path
+        Output file (``.json`` or ``.json.gz``); ranks > 1 get ``.rankN``.
+    warmup : int
+        Iterations to skip before recording.
+    iterations : int
+        Iterations to record.
+    activities : tuple of str
+        ``cpu`` and/or ``cuda``.
+    record_shapes : bool
+        Record op input shapes (needed by shape-based cost models).
+    skip_prelude : bool
+        The span before the first boundary is setup, not an iteration.
+    use_cupti : bool
+        Take kernels from the ``daydream.cupti`` extension when available.
+    """
+
+    path: Path
+    warmup: int = 1
+    iterations: int = 5
+    activities: tuple[str, ...] = ("cpu", "cuda")
+    record_shapes: bool = True
+    skip_prelude: bool = False
+    use_cupti: bool = False
+
+    def __post_init__(self):
+        if self.warmup < 0:
+            raise CollectionError(f"warmup must be >= 0, got {self.warmup}")
+        if self.iterations < 1:
+            raise CollectionError(f"iterations must be >= 1, got {self.iterations}")
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    """What a finished tracer wrote."""
+
+    path: Path | None
+    iterations_recorded: int
+    complete: bool
+    boundaries: int
+    marker: str | None
+    iteration_ns: tuple[int, ...] = field(default=())
+
+
+class Tracer:
+    """Record ``options.iterations`` iterations after ``options.warmup`` into one file.
+
+    Parameters
+    ----------
+    options : TraceOptions
+    """
+
+    def __init__(self, options: TraceOptions):
+        self.options = options
+        self.state = TracerState.CREATED
+        self.boundaries = 0
+        self.marker: MarkerSource | None = None
+        self.result: TraceResult | None = None
+        self.markers = LayerMarkers()
+        self.watcher = OptimizerWatcher(self.step)
+        first = options.warmup + (1 if options.skip_prelude else 0)
+        self._first_record = first
+        self._end = first + options.iterations
+        self._plan: ActivityPlan | None = None
+        self._collector = None
+        self._prof = None
+        self._prepared = False
+        self._step_range = None
+        self._recorded: list[int] = []
+        self._iter_ns: list[int] = []
+        self._t_boundary_ns = 0
+        self._explicit_seen = False
+        self.on_finish = None  # callable(tracer), run once the result is known
+
+    # -- lifecycle ----------------------------------------------------------
+    def start(self) -> "Tracer":
+        """Install the hooks; boundary 0 (iteration 0 begins now)."""
+        if self.state is not TracerState.CREATED:
+            raise CollectionError("this tracer was already started; create a new daydream.trace()")
+        self._plan, self._collector = plan_activities(self.options.activities, self.options.use_cupti)
+        self.watcher.install()
+        _ACTIVE.append(self)
+        self.state = TracerState.WAITING
+        self._advance_to(0)
+        return self
+
+    def step(self, source: MarkerSource = MarkerSource.EXPLICIT) -> None:
+        """Mark an iteration boundary (called by hooks, ``daydream.step()``, ...)."""
+        if self.state is not TracerState.WAITING and self.state is not TracerState.RECORDING:
+            return
+        if source is MarkerSource.OPTIMIZER:
+            if self.marker not in (None, MarkerSource.OPTIMIZER):
+                return
+        elif self.marker is MarkerSource.OPTIMIZER and not self._explicit_seen:
+            # an explicit marker right after optimizer-driven boundaries (e.g.
+            # ``opt.step(); daydream.step()``): it takes over from here, and
+            # this call coincides with the boundary the optimizer just made.
+            self._explicit_seen = True
+            self.marker = source
+            return
+        self._explicit_seen = self._explicit_seen or source is not MarkerSource.OPTIMIZER
+        self.marker = self.marker or source
+        self.boundaries += 1
+        self._advance_to(self.boundaries)
+
+    def _advance_to(self, b: int) -> None:
+        now = time.perf_counter_ns()
+        if self._step_range is not None:  # iteration b-1 finished
+            exit_range(self._step_range)
+            self._step_range = None
+            self._recorded.append(b - 1)
+            self._iter_ns.append(now - self._t_boundary_ns)
+        self._t_boundary_ns = now
+        if b >= self._end:
+            self.finish()
+            return
+        lazy_start = self.options.skip_prelude and b == 0  # nothing known to train yet
+        if (b == self._first_record - 1 and not lazy_start) or (b == self._first_record and not self._prepared):
+            self._prepare()
+        if b == self._first_record:
+            self._prof.start_trace()
+            if self._collector is not None:
+                self._collector.start()
+            self.markers.enabled = True
+            self.state = TracerState.RECORDING
+        if self.state is TracerState.RECORDING:
+            self._step_range = enter_range(f"ProfilerStep#{b}")
+            self._t_boundary_ns = time.perf_counter_ns()
+
+    def _prepare(self) -> None:
+        self._prof = torch.profiler.profile(
+            activities=list(self._plan.torch_activities),
+            record_shapes=self.options.record_shapes,
+        )
+        self._prof._daydream_owned = True
+        self._prof.prepare_trace()
+        self._prepared = True
+        self.markers.install()
+
+    def finish(self) -> TraceResult:
+        """Stop recording and write the file if at least one iteration finished.
+
+        Called automatically after the last recorded iteration, at the end of
+        a ``with daydream.trace(...)`` block and at interpreter exit.
+        Idempotent.
+        """
+        if self.result is not None:
+            return self.result
+        self.state = TracerState.DONE
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+        self.markers.enabled = False
+        self.markers.close_all()
+        if self._step_range is not None:  # interrupted iteration: not kept
+            exit_range(self._step_range)
+            self._step_range = None
+        self.watcher.remove()
+        self.markers.remove()
+        path = None
+        try:
+            if self._prof is not None and self._prof.profiler is not None:
+                if self._collector is not None:
+                    self._collector.stop()
+                self._prof.stop_trace()
+                if self._recorded:
+                    path = self._write()
+        finally:
+            self._prof = None
+            self.result = TraceResult(
+                path=path,
+                iterations_recorded=len(self._recorded),
+                complete=len(self._recorded) == self.options.iterations,
+                boundaries=self.boundaries,
+                marker=self.marker.value if self.marker else None,
+                iteration_ns=tuple(self._iter_ns),
+            )
+            if self.on_finish is not None:
+                try:
+                    self.on_finish(self)
+                except Exception:  # noqa: BLE001 - reporting must not mask the trace
+                    pass
+        return self.result
+
+    # -- output -------------------------------------------------------------
+    def _write(self) -> Path:
+        rank, world, dist_details = md.distributed_info()
+        out = rank_path(self.options.path, rank, world)
+        fd, tmp = tempfile.mkstemp(prefix=".daydream-kineto-", suffix=".json", dir=out.parent)
+        os.close(fd)
+        try:
+            self._prof.export_chrome_trace(tmp)
+            import json
+
+            with open(tmp, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        finally:
+            os.unlink(tmp)
+        if self._collector is not None:
+            doc.setdefault("traceEvents", []).extend(self._collector.chrome_events())
+        normalize_marker_events(doc.get("traceEvents", []))
+        meta = self._metadata(rank, world, dist_details)
+        doc = add_metadata(doc, meta, keep_steps=set(self._recorded))
+        return write_trace_atomic(doc, out)
+
+    def _metadata(self, rank: int, world: int, dist_details: dict) -> dict:
+        roots = self.markers.roots()
+        optimizers = self.watcher.optimizers()
+        return {
+            "schema_version": md.SCHEMA_VERSION,
+            "tool": "daydream",
+            "versions": md.versions(),
+            "command": list(sys.argv),
+            "rank": rank,
+            "world_size": world,
+            "distributed": dist_details,
+            "device": md.device_info(),
+            "activities": self._plan.as_metadata(),
+            "iterations": {
+                "marker": self.marker.value if self.marker else None,
+                "warmup": self.options.warmup,
+                "requested": self.options.iterations,
+                "recorded": len(self._recorded),
+                "complete": len(self._recorded) == self.options.iterations,
+                "steps": list(self._recorded),
+                "names": [f"ProfilerStep#{i}" for i in self._recorded],
+                "wall_ns": list(self._iter_ns),
+                "skipped_prelude": self.options.skip_prelude,
+            },
+            "optimizers": [md.optimizer_info(o) for o in optimizers],
+            "optimizer": md.optimizer_info(optimizers[0]) if optimizers else None,
+            "parameter_dtype": md.parameter_dtype(optimizers, roots),
+            "modules": md.module_table(roots, self.markers.output_bytes),
+            "layer_markers": {"forward_prefix": "daydream.fwd:", "backward_prefix": "daydream.bwd:"},
+            "record_shapes": self.options.record_shapes,
+        }

@@ -1,0 +1,185 @@
+"""Shared flags and the training loop of the bundled workloads.
+
+The workloads are ordinary training scripts (model, optimizer, DataLoader
+over synthetic tensors, loop); nothing in them knows about daydream, so
+``daydream trace -- python -m daydream.workloads.mlp`` traces them like any
+user script.  Flags select the variants that what-if validation needs:
+optimizer and its implementation (for-loop / foreach / fused), parameter
+dtype and autocast, DataLoader workers, ``torch.compile``, activation
+checkpointing, and DDP under ``torchrun``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+from typing import Callable
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+__all__ = [
+    "add_common_args",
+    "make_optimizer",
+    "make_loader",
+    "autocast_context",
+    "setup_distributed",
+    "train",
+    "run",
+]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def add_common_args(parser: argparse.ArgumentParser, batch_size: int, steps: int = 20) -> None:
+    """Add the flags every workload shares."""
+    g = parser.add_argument_group("training")
+    g.add_argument("--batch-size", type=int, default=batch_size)
+    g.add_argument("--steps", type=int, default=steps, help="optimizer steps to run")
+    g.add_argument("--optimizer", choices=("sgd", "adam", "adamw"), default="sgd")
+    g.add_argument("--optimizer-impl", choices=("default", "for-loop", "foreach", "fused"), default="default",
+                   help="torch.optim implementation (fused needs torch support for the device)")
+    g.add_argument("--lr", type=float, default=1e-3)
+    g.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    g.add_argument("--dtype", choices=tuple(_DTYPES), default="float32", help="parameter dtype")
+    g.add_argument("--autocast", choices=("none", "bfloat16", "float16"), default="none",
+                   help="mixed precision via torch.autocast")
+    g.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
+    g.add_argument("--dataset-batches", type=int, default=8,
+                   help="distinct synthetic batches (the loader cycles over them)")
+    g.add_argument("--compile", action="store_true", help="torch.compile the model")
+    g.add_argument("--checkpoint", action="store_true", help="activation checkpointing per block")
+    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    g.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--quiet", action="store_true", help="print only the summary line")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → CUDA when available, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def make_optimizer(params, args) -> torch.optim.Optimizer:
+    """The optimizer selected by ``--optimizer`` / ``--optimizer-impl``."""
+    impl = {}
+    if args.optimizer_impl == "for-loop":
+        impl = {"foreach": False}
+    elif args.optimizer_impl == "foreach":
+        impl = {"foreach": True}
+    elif args.optimizer_impl == "fused":
+        impl = {"fused": True}
+    if args.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=args.lr, momentum=args.momentum, **impl)
+    cls = torch.optim.Adam if args.optimizer == "adam" else torch.optim.AdamW
+    return cls(params, lr=args.lr, **impl)
+
+
+def make_loader(tensors: tuple[torch.Tensor, ...], args) -> DataLoader:
+    """A shuffling DataLoader over synthetic tensors (CPU; moved to the device in the loop)."""
+    return DataLoader(
+        TensorDataset(*tensors),
+        batch_size=args.batch_size,
+        shuffle=True,
+        drop_last=True,
+        num_workers=args.num_workers,
+        pin_memory=torch.cuda.is_available() and args.device != "cpu",
+        persistent_workers=args.num_workers > 0,
+    )
+
+
+def autocast_context(args, device: torch.device):
+    """``torch.autocast`` for ``--autocast``, else a null context."""
+    if args.autocast == "none":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=_DTYPES[args.autocast])
+
+
+def setup_distributed(model: torch.nn.Module, device: torch.device):
+    """Wrap in DDP when launched by torchrun with ``WORLD_SIZE > 1`` (gloo on CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return model, 0, 1
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    rank = dist.get_rank()
+    ids = [device.index] if device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids), rank, world
+
+
+def train(model, loader, loss_fn: Callable, optimizer, args, device, on_step: Callable | None = None) -> list[float]:
+    """Run ``args.steps`` optimizer steps, cycling over ``loader``; return step times (s)."""
+    model.train()
+    times: list[float] = []
+    step = 0
+    t0 = time.perf_counter()
+    while step < args.steps:
+        for batch in loader:
+            inputs = [t.to(device, non_blocking=True) for t in batch]
+            optimizer.zero_grad(set_to_none=True)
+            with autocast_context(args, device):
+                loss = loss_fn(model, *inputs)
+            loss.backward()
+            optimizer.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            now = time.perf_counter()
+            times.append(now - t0)
+            t0 = now
+            step += 1
+            if on_step is not None:
+                on_step(step, loss)
+            if not args.quiet and (step == 1 or step % 10 == 0 or step == args.steps):
+                print(f"step {step:4d}  loss {loss.item():.4f}  {times[-1] * 1e3:8.2f} ms", flush=True)
+            if step >= args.steps:
+                break
+    return times
+
+
+def run(name: str, build: Callable, argv=None, add_args: Callable | None = None, batch_size: int = 32) -> list[float]:
+    """Parse flags, build the workload, train, print a summary; return step times.
+
+    Parameters
+    ----------
+    name : str
+        Workload name for messages.
+    build : callable
+        ``build(args, device) -> (model, tensors, loss_fn)``.
+    argv : list of str, optional
+        Defaults to ``sys.argv[1:]``.
+    add_args : callable, optional
+        Adds the workload's own size flags to the parser.
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m daydream.workloads.{name}", description=build.__doc__)
+    if add_args is not None:
+        add_args(parser)
+    add_common_args(parser, batch_size=batch_size)
+    args = parser.parse_args(argv)
+    torch.manual_seed(args.seed)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    model, tensors, loss_fn = build(args, device)
+    model = model.to(device=device, dtype=_DTYPES[args.dtype])
+    tensors = tuple(t.to(_DTYPES[args.dtype]) if t.is_floating_point() else t for t in tensors)
+    model, rank, world = setup_distributed(model, device)
+    optimizer = make_optimizer(model.parameters(), args)
+    if args.compile:
+        model = torch.compile(model)
+    times = train(model, make_loader(tensors, args), loss_fn, optimizer, args, device)
+    if times:
+        med = statistics.median(times[1:] or times) * 1e3
+        print(f"{name}: {len(times)} steps, median step {med:.2f} ms (rank {rank}/{world}, {device})",
+              file=sys.stdout, flush=True)
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    return times
