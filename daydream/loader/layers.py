@@ -11,6 +11,8 @@ events inherit layer, phase and iteration from their launch by correlation id.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..model import EventKind, LaneKind, Phase
@@ -21,6 +23,8 @@ FWD_PREFIX = "daydream.fwd:"
 BWD_PREFIX = "daydream.bwd:"
 _MODULE_PREFIX = "nn.Module: "
 _BACKWARD_PREFIXES = ("autograd::engine::evaluate_function", BWD_PREFIX)
+# autograd node names (2021 traces have no evaluate_function wrapper)
+_BACKWARD_NODE_RE = re.compile(r"(Backward\d*|AccumulateGrad)$")
 _NO_PHASE = -1
 
 
@@ -36,7 +40,7 @@ def phase_hint(name: str) -> int:
         return Phase.OPTIMIZER
     if name.startswith("enumerate(DataLoader)") or (".__next__" in name and "DataLoader" in name):
         return Phase.DATALOADER
-    if name.startswith(_BACKWARD_PREFIXES):
+    if name.startswith(_BACKWARD_PREFIXES) or _BACKWARD_NODE_RE.search(name):
         return Phase.BACKWARD
     if name.startswith(FWD_PREFIX):
         return Phase.FORWARD
@@ -91,7 +95,7 @@ def assign_layers_and_phases(cols, names, lanes, layers, boundaries_ns) -> None:
     """Fill the ``layer``, ``phase`` and ``iteration`` columns in place."""
     n = len(cols["kind"])
     hints = [phase_hint(s) for s in names.strings]
-    backward_names = {s for s in names.strings if s.startswith(_BACKWARD_PREFIXES)}
+    backward_names = {s for s, h in zip(names.strings, hints) if h == Phase.BACKWARD}
     module_paths = np.zeros(n, bool)
     lane_col = cols["lane"]
     cpu = np.array([lanes[l].kind == LaneKind.CPU_THREAD for l in lane_col], bool) if n else np.zeros(0, bool)

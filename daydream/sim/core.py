@@ -123,7 +123,7 @@ def simulate_times(g: DependencyGraph) -> Timeline:
         if pend_start[t]:
             return
         s_lane = prev_end[li] + gap[t]
-        if ready[t] > s_lane:
+        if ready[t] > s_lane or (ready[t] == s_lane and ready_by[t] >= 0):
             s = ready[t]
             tl.start_by[t] = ready_by[t]
             tl.start_by_start[t] = ready_by_start[t]

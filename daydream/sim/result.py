@@ -82,14 +82,13 @@ class SimResult:
         seen = set()
         while t >= 0 and (t, at_end) not in seen:
             seen.add((t, at_end))
+            if not path or path[-1] != t:
+                path.append(t)
             if at_end and tl.end_by[t] >= 0:
                 t = int(tl.end_by[t])
                 continue
-            if not path or path[-1] != t:
-                path.append(t)
-            nxt = int(tl.start_by[t])
             at_end = not bool(tl.start_by_start[t])
-            t = nxt
+            t = int(tl.start_by[t])
         return path[::-1]
 
     # ----------------------------------------------------------- utilisation
