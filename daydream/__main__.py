@@ -1,0 +1,4 @@
+"""``python -m daydream`` is the ``daydream`` command."""
+from .cli import main
+
+main()
