@@ -18,8 +18,6 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-import torch
-
 __all__ = ["CudaSource", "ActivityPlan", "KernelCollector", "plan_activities", "parse_activities"]
 
 _KNOWN = ("cpu", "cuda")
@@ -110,6 +108,8 @@ def plan_activities(requested: tuple[str, ...], use_cupti: bool = False) -> tupl
         Try the CUPTI extension for kernels (the merge is experimental; by
         default ``torch.profiler``'s CUDA activity is used).
     """
+    import torch
+
     acts = []
     notes = []
     collector = None

@@ -1,0 +1,245 @@
+"""The Python collection API: daydream.collect.trace / step, markers, metadata."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from daydream.collect import CollectionError, NoIterationMarkerError, step, trace  # noqa: E402
+from daydream.collect.normalize import normalize_marker_events  # noqa: E402
+from daydream.collect.writer import rank_path, write_trace_atomic  # noqa: E402
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(8, 16),
+        nn.BatchNorm1d(16),
+        nn.ReLU(inplace=True),  # in-place on a module output: full backward hooks would break here
+        nn.Sequential(nn.Linear(16, 16), nn.Identity()),
+        nn.Linear(16, 2),
+    )
+
+
+def _train(model, opt, n, explicit=False):
+    for _ in range(n):
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+        if explicit:
+            step()
+
+
+def _events(path):
+    with open(path) as fh:
+        doc = json.load(fh)
+    return doc, [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+
+
+def _names(events, prefix):
+    return [e["name"] for e in events if e["name"].startswith(prefix)]
+
+
+def test_with_block_writes_steps_and_metadata(tmp_path):
+    out = tmp_path / "t.json"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    with trace(out, warmup=2, iterations=3) as session:
+        _train(model, opt, 7)
+    assert session.path == out and session.result.complete
+    doc, events = _events(out)
+    assert sorted(_names(events, "ProfilerStep#")) == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    meta = doc["daydream"]
+    assert meta["iterations"]["recorded"] == 3 and meta["iterations"]["marker"] == "optimizer.step"
+    assert meta["optimizer"]["name"] == "SGD" and meta["optimizer"]["defaults"]["momentum"] == 0.9
+    assert meta["parameter_dtype"] == "float32"
+    assert (meta["rank"], meta["world_size"]) == (0, 1)
+    assert meta["versions"]["torch"] == torch.__version__
+    rows = {r["path"]: r for r in meta["modules"]}
+    assert rows["Sequential.0"]["param_bytes"] == (8 * 16 + 16) * 4
+    assert rows["Sequential.0"]["output_bytes"] == 4 * 16 * 4
+    assert rows["Sequential"]["param_bytes_total"] == sum(p.numel() * 4 for p in model.parameters())
+    assert "cpu" in meta["device"] and meta["activities"]["recorded"] == ["cpu"]
+    # torch's own ranges for optimizer and zero_grad are there
+    assert len(_names(events, "Optimizer.step#SGD.step")) == 3
+
+
+def test_layer_markers_nest_and_cover_ops(tmp_path):
+    out = tmp_path / "t.json"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace(out, warmup=1, iterations=2):
+        _train(model, opt, 4)
+    _, events = _events(out)
+    fwd = _names(events, "daydream.fwd:")
+    bwd = _names(events, "daydream.bwd:")
+    assert fwd.count("daydream.fwd:Sequential.3.0") == 2
+    assert "daydream.bwd:Sequential.4" in bwd and "daydream.bwd:Sequential.0" in bwd
+    assert "daydream.bwd:Sequential.3.1" not in bwd  # Identity has no backward of its own
+    assert all(e["cat"] == "user_annotation" for e in events if e["name"].startswith("daydream."))
+    # proper nesting: no two ranges on the thread partially overlap
+    spans = sorted(((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events
+                    if e["name"].startswith(("daydream.", "autograd::engine::evaluate_function", "ProfilerStep#"))),
+                   key=lambda s: (s[0], -s[1]))
+    stack = []
+    for s, t, name in spans:
+        while stack and stack[-1][1] <= s + 1e-6:
+            stack.pop()
+        assert not stack or t <= stack[-1][1] + 1e-6, f"{name} crosses {stack[-1][2]}"
+        stack.append((s, t, name))
+
+    # every addmm backward op lies inside a backward range of a Linear
+    def inside(e, prefix):
+        return any(r["name"].startswith(prefix) and r["ts"] <= e["ts"] and e["ts"] + e["dur"] <= r["ts"] + r["dur"]
+                   for r in events)
+
+    mms = [e for e in events if e["name"] == "AddmmBackward0"]
+    assert mms and all(inside(e, "daydream.bwd:Sequential.") for e in mms)
+    relu = [e for e in events if e["name"] == "aten::relu_"]
+    assert relu and all(inside(e, "daydream.fwd:Sequential.2") for e in relu)
+
+
+def test_loader_reads_collected_trace(tmp_path):
+    loader = pytest.importorskip("daydream.loader")
+    out = tmp_path / "t.json.gz"
+    model = _model()
+    opt = torch.optim.Adam(model.parameters())
+    with trace(out, warmup=1, iterations=2):
+        _train(model, opt, 3)
+    tr = loader.load_trace([str(out)])
+    rank = tr.ranks[0]
+    assert rank.n_iterations == 2
+    assert "Sequential.0" in rank.layers.strings
+    assert rank.meta["daydream"]["optimizer"]["name"] == "Adam"
+
+
+def test_explicit_step_takes_over_without_double_counting(tmp_path):
+    out = tmp_path / "t.json"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace(out, warmup=1, iterations=10) as session:
+        _train(model, opt, 5, explicit=True)  # opt.step(); daydream.step()
+    assert session.result.marker == "daydream.step"
+    assert session.result.boundaries == 5
+    assert session.result.iterations_recorded == 4
+
+
+def test_step_marker_without_optimizer(tmp_path):
+    out = tmp_path / "t.json"
+    model = nn.Linear(4, 4)
+    with trace(out, warmup=0, iterations=2) as session:
+        for _ in range(3):
+            model(torch.randn(2, 4)).sum().backward()
+            session.step()
+    _, events = _events(out)
+    assert sorted(_names(events, "ProfilerStep#")) == ["ProfilerStep#0", "ProfilerStep#1"]
+
+
+def test_wrapped_step_function(tmp_path):
+    out = tmp_path / "t.json"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    calls = []
+
+    @trace(out, warmup=1, iterations=2)
+    def train_step(x):
+        calls.append(1)
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()  # ignored as a marker: each call is one iteration
+        return 7
+
+    for _ in range(5):
+        assert train_step(torch.randn(4, 8)) == 7
+    assert len(calls) == 5
+    result = train_step.session.result
+    assert result.path == out and result.iterations_recorded == 2 and result.marker == "traced function call"
+    _, events = _events(out)
+    assert sorted(_names(events, "ProfilerStep#")) == ["ProfilerStep#1", "ProfilerStep#2"]
+
+
+def test_no_marker_is_a_clear_error(tmp_path):
+    model = nn.Linear(4, 4)
+    with pytest.raises(NoIterationMarkerError, match="daydream.step"):
+        with trace(tmp_path / "t.json", warmup=0, iterations=2):
+            model(torch.randn(2, 4)).sum().backward()
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_interrupted_block_keeps_finished_iterations(tmp_path):
+    out = tmp_path / "t.json"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(KeyboardInterrupt):
+        with trace(out, warmup=0, iterations=10):
+            _train(model, opt, 3)
+            model(torch.randn(4, 8))  # half an iteration
+            raise KeyboardInterrupt
+    doc, events = _events(out)
+    assert doc["daydream"]["iterations"]["complete"] is False
+    assert sorted(_names(events, "ProfilerStep#")) == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]
+
+
+def test_existing_output_needs_force(tmp_path):
+    out = tmp_path / "t.json"
+    out.write_text("{}")
+    with pytest.raises(CollectionError, match="already exists"):
+        trace(out, force=False)
+    trace(out, force=True)  # no error
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_directory(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    with pytest.raises(CollectionError, match="cannot write"):
+        trace(ro / "t.json")
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(CollectionError, match="does not exist"):
+        trace(tmp_path / "nope" / "t.json")
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(CollectionError, match="iterations"):
+        trace(tmp_path / "t.json", iterations=0)
+    with pytest.raises(CollectionError, match="activities"):
+        trace(tmp_path / "t.json", activities="tpu")
+
+
+def test_rank_path():
+    assert rank_path("a/out.json", 3, 4).name == "out.rank3.json"
+    assert rank_path("out.json.gz", 1, 2).name == "out.rank1.json.gz"
+    assert rank_path("out.json", 0, 1).name == "out.json"
+
+
+def test_atomic_write_leaves_nothing_on_failure(tmp_path):
+    out = tmp_path / "t.json"
+    with pytest.raises(TypeError):
+        write_trace_atomic({"traceEvents": [object()]}, out)
+    assert os.listdir(tmp_path) == []
+    write_trace_atomic({"traceEvents": []}, out)
+    assert json.loads(out.read_text()) == {"traceEvents": []}
+
+
+def test_normalize_moves_backward_ranges_to_node_edges():
+    ev = [
+        {"ph": "X", "name": "autograd::engine::evaluate_function: A", "ts": 100.0, "dur": 10.0, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "autograd::engine::evaluate_function: B", "ts": 115.0, "dur": 10.0, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "daydream.bwd:M", "ts": 101.0, "dur": 15.0, "pid": 1, "tid": 1, "cat": "cpu_op"},
+        {"ph": "X", "name": "daydream.bwd:M.a", "ts": 101.5, "dur": 14.0, "pid": 1, "tid": 1, "cat": "cpu_op"},
+    ]
+    normalize_marker_events(ev)
+    outer, inner = ev[2], ev[3]
+    assert outer["ts"] == inner["ts"] == 100.0
+    assert outer["ts"] + outer["dur"] == pytest.approx(115.0)
+    assert inner["ts"] + inner["dur"] == pytest.approx(114.999)
+    assert outer["cat"] == inner["cat"] == "user_annotation"

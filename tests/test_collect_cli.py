@@ -1,0 +1,164 @@
+"""``daydream trace -- COMMAND``: pass-through, bad input, atomicity, multi-rank."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, daydream_cmd, run_daydream
+
+pytest.importorskip("torch")
+
+PY = sys.executable
+
+
+def _steps(path):
+    with open(path) as fh:
+        doc = json.load(fh)
+    names = sorted(e["name"] for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
+    return doc, names
+
+
+def test_passes_output_and_status_through(tmp_path, train_script):
+    out = tmp_path / "out.json"
+    res = run_daydream("trace", "-o", str(out), "--warmup", "1", "-n", "2", "--", PY, str(train_script), "6", "3")
+    assert res.returncode == 3, res.stderr
+    assert "step 6" in res.stdout and "script done" in res.stdout
+    assert "wrote" in res.stderr
+    doc, names = _steps(out)
+    # the setup before the first step is skipped, then 1 warm-up iteration
+    assert names == ["ProfilerStep#2", "ProfilerStep#3"]
+    meta = doc["daydream"]
+    assert meta["iterations"]["skipped_prelude"] is True and meta["command"][-2:] == ["6", "3"]
+    assert any(r["path"] == "Sequential.0" for r in meta["modules"])
+
+
+def _trace_in_process(*args):
+    """Invoke the click command in this process (for errors raised before the child starts)."""
+    from click.testing import CliRunner
+
+    import daydream.cli  # noqa: F401  (registers the commands; avoids a circular import)
+    from daydream.cli_collect import trace
+
+    return CliRunner().invoke(trace, list(args))
+
+
+def test_missing_script(tmp_path):
+    res = _trace_in_process("-o", str(tmp_path / "o.json"), "--", PY, str(tmp_path / "nope.py"))
+    assert res.exit_code == 2
+    assert "script not found" in res.output
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_missing_command(tmp_path):
+    res = _trace_in_process("-o", str(tmp_path / "o.json"), "--", "no-such-command-xyz")
+    assert res.exit_code == 2 and "command not found" in res.output
+
+
+def test_existing_output_without_force_fails_before_running(tmp_path):
+    out = tmp_path / "out.json"
+    out.write_text("{}")
+    marker = tmp_path / "ran"
+    res = _trace_in_process("-o", str(out), "--", PY, "-c", f"open({str(marker)!r}, 'w')")
+    assert res.exit_code == 2 and "already exists" in res.output and "--force" in res.output
+    assert not marker.exists()  # the command did not run
+    assert out.read_text() == "{}"
+
+
+def test_unwritable_output_fails_before_running(tmp_path):
+    marker = tmp_path / "ran"
+    res = _trace_in_process("-o", str(tmp_path / "missing" / "o.json"), "--", PY, "-c",
+                            f"open({str(marker)!r}, 'w')")
+    assert res.exit_code == 2 and "does not exist" in res.output
+    assert not marker.exists()
+
+
+def test_nproc_rewrites_python_command():
+    from daydream.collect.launch import with_nproc
+
+    cmd = with_nproc(("python", "-u", "-m", "pkg.train", "--lr", "1"), 2)
+    assert cmd == ("python", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                   "-m", "pkg.train", "--lr", "1")
+    assert with_nproc(("python", "t.py", "a"), 3)[-2:] == ("t.py", "a")
+
+
+def test_script_that_never_steps(tmp_path):
+    script = tmp_path / "idle.py"
+    script.write_text("import torch\nprint('idle', torch.ones(2).sum().item())\n")
+    res = run_daydream("trace", "-o", str(tmp_path / "o.json"), "--", PY, str(script))
+    assert "idle 2.0" in res.stdout
+    assert res.returncode == 2
+    assert "daydream.step()" in res.stderr and "optimizer.step()" in res.stderr
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_script_failing_before_first_iteration(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text("import sys, torch\nsys.exit(5)\n")
+    res = run_daydream("trace", "-o", str(tmp_path / "o.json"), "--", PY, str(script))
+    assert res.returncode == 5
+    assert "status 5 before its first iteration" in res.stderr
+
+
+def test_user_profiler_step_marks_iterations(tmp_path):
+    script = tmp_path / "prof.py"
+    script.write_text(
+        "import torch\n"
+        "m = torch.nn.Linear(4, 4)\n"
+        "with torch.profiler.profile(schedule=torch.profiler.schedule(wait=0, warmup=1, active=2)) as prof:\n"
+        "    for _ in range(6):\n"
+        "        m(torch.randn(2, 4)).sum().backward()\n"
+        "        prof.step()\n"
+        "print('done')\n"
+    )
+    out = tmp_path / "o.json"
+    res = run_daydream("trace", "-o", str(out), "--warmup", "0", "-n", "2", "--", PY, str(script))
+    assert res.returncode == 0, res.stderr
+    doc, names = _steps(out)
+    assert names == ["ProfilerStep#1", "ProfilerStep#2"]
+    assert doc["daydream"]["iterations"]["marker"] == "torch.profiler.step"
+
+
+def test_sigint_leaves_valid_trace_or_none(tmp_path, train_script):
+    out = tmp_path / "out.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        daydream_cmd("trace", "-o", str(out), "--warmup", "0", "-n", "1000", "--", PY, str(train_script), "-1"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+    )
+    deadline = time.time() + 60
+    for line in proc.stdout:
+        if line.startswith("step 6") or time.time() > deadline:
+            break
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    leftovers = [p for p in os.listdir(tmp_path) if p.startswith(".")]
+    assert leftovers == []
+    assert out.exists(), err  # iterations finished before Ctrl-C are kept
+    doc, names = _steps(out)
+    meta = doc["daydream"]["iterations"]
+    assert meta["complete"] is False and len(names) == meta["recorded"] >= 4
+
+
+def test_two_ranks_write_two_files(tmp_path):
+    out = tmp_path / "ddp.json"
+    res = run_daydream(
+        "trace", "-o", str(out), "--warmup", "1", "-n", "2", "--nproc", "2", "--",
+        PY, "-m", "daydream.workloads.mlp", "--steps", "4", "--quiet", "--threads", "1",
+        "--in-features", "16", "--hidden", "32", "--layers", "1", "--batch-size", "8",
+        timeout=180,
+    )
+    assert res.returncode == 0, res.stderr
+    for rank in (0, 1):
+        doc, names = _steps(tmp_path / f"ddp.rank{rank}.json")
+        meta = doc["daydream"]
+        assert (meta["rank"], meta["world_size"]) == (rank, 2)
+        assert meta["distributed"]["backend"] == "gloo"
+        assert len(names) == 2
+    assert not out.exists()
