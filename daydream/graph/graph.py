@@ -120,6 +120,7 @@ class DependencyGraph:
     origin_ns: int = 0
     sources: dict = field(default_factory=dict)
     repairs: dict = field(default_factory=dict)
+    lane_policy: dict = field(default_factory=dict)   # lane -> LanePolicy (FIFO if absent)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -149,6 +150,7 @@ class DependencyGraph:
             origin_ns=self.origin_ns,
             sources=dict(self.sources),
             repairs=dict(self.repairs),
+            lane_policy=dict(self.lane_policy),
         )
 
     # ------------------------------------------------------------ building

@@ -107,6 +107,8 @@ def simulate_times(g: DependencyGraph) -> Timeline:
     prev_task = [-1] * L
     enq_pos = [-1] * L
     seqs = g.lane_tasks
+    priority = T["priority"].tolist()
+    ready_q = {li: [] for li, pol in g.lane_policy.items() if int(pol) == 1}   # LanePolicy.PRIORITY
     heap = []
     counter = 0
     finished = 0
@@ -117,11 +119,19 @@ def simulate_times(g: DependencyGraph) -> Timeline:
         counter += 1
 
     def dispatch(li):
-        if busy[li] or head[li] >= len(seqs[li]):
+        if busy[li]:
             return
-        t = seqs[li][head[li]]
-        if pend_start[t]:
-            return
+        q = ready_q.get(li)
+        if q is not None:
+            if not q:
+                return
+            t = heapq.heappop(q)[2]
+        else:
+            if head[li] >= len(seqs[li]):
+                return
+            t = seqs[li][head[li]]
+            if pend_start[t]:
+                return
         s_lane = prev_end[li] + gap[t]
         if ready[t] > s_lane or (ready[t] == s_lane and ready_by[t] >= 0):
             s = ready[t]
@@ -171,7 +181,7 @@ def simulate_times(g: DependencyGraph) -> Timeline:
                     enq_pos[li] = lane_pos[d]
             pend_start[d] -= 1
             if not pend_start[d]:
-                dispatch(lane[d])
+                became_ready(d)
 
     def resolve_waits(t):
         lanes = [wait_lane[t]] if wait_kind[t] == WaitKind.STREAM else gpu_lanes_of.get(rank[t], [])
@@ -203,8 +213,19 @@ def simulate_times(g: DependencyGraph) -> Timeline:
             for m in grp_members[gid]:
                 release_end(m, release + wait_lag[m], last)
 
+    def became_ready(t):
+        q = ready_q.get(lane[t])
+        if q is not None:
+            heapq.heappush(q, (priority[t], lane_pos[t], t))
+        dispatch(lane[t])
+
     for t in range(n):
         end[t] = _NEG
+    for li, q in ready_q.items():
+        for t in seqs[li]:
+            if not pend_start[t]:
+                q.append((priority[t], lane_pos[t], t))
+        heapq.heapify(q)
     for li in range(L):
         dispatch(li)
 
