@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import TraceError
 from ..model import EVENT_COLUMNS, EventKind, Lane, LaneKind, StringTable
 
-__all__ = ["CATEGORY_KINDS", "SYNC_CALLS", "parse_events", "ParsedEvents", "us_to_ns"]
+__all__ = ["CATEGORY_KINDS", "SYNC_CALLS", "parse_events", "ParsedEvents", "us_to_ns", "input_bytes"]
 
 #: Chrome-trace category to event kind (both Kineto schemas).
 CATEGORY_KINDS: dict[str, EventKind] = {
@@ -58,7 +58,9 @@ def us_to_ns(ts) -> int:
     """
     if isinstance(ts, int):
         return ts * 1000
-    return int(round(float(ts) * 1000.0))
+    ts = float(ts)
+    whole = int(ts)                 # split so the fraction keeps its digits (exact subtraction)
+    return whole * 1000 + int(round((ts - whole) * 1000.0))
 
 
 def _as_int(v, default=-1) -> int:
@@ -68,6 +70,33 @@ def _as_int(v, default=-1) -> int:
         return int(v)
     except (TypeError, ValueError):
         return default
+
+
+#: Bytes per element of the dtype names Kineto writes in "Input type".
+_TYPE_BYTES = {"float": 4, "double": 8, "c10::half": 2, "c10::bfloat16": 2, "half": 2, "bfloat16": 2,
+               "long int": 8, "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+               "c10::complex<float>": 8, "c10::complex<double>": 16}
+
+
+def input_bytes(args: dict) -> int:
+    """Bytes of the tensor inputs of a CPU op, from ``Input Dims``/``Input type``.
+
+    >>> input_bytes({"Input Dims": [[64, 512], [], [512]], "Input type": ["float", "Scalar", "c10::BFloat16"]})
+    132096
+    """
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return 0
+    total = 0
+    for d, t in zip(dims, types):
+        size = _TYPE_BYTES.get(str(t).lower())
+        if size is None or not isinstance(d, list) or not d or not all(isinstance(x, int) for x in d):
+            continue
+        n = 1
+        for x in d:
+            n *= x
+        total += n * size
+    return total
 
 
 def _collective_bytes(args: dict) -> int:
@@ -180,6 +209,8 @@ def _add_complete(p: ParsedEvents, e: dict, cat: str, source: str, thread_names:
             kind = EventKind.SYNC
         elif kind == EventKind.CPU_OP and _MARKER_RE.match(name):
             kind = EventKind.ANNOTATION
+        elif kind == EventKind.CPU_OP:
+            nbytes = input_bytes(args)
     p.add(kind, name, lane, start, dur, corr, ext, nbytes, _as_int(args.get("Sequence number")))
 
 
