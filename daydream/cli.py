@@ -52,6 +52,9 @@ def _register() -> None:
     from . import cli_collect  # noqa: E402  daydream trace
     for cmd in cli_collect.COMMANDS:
         main.add_command(cmd)
+    from . import cli_doctor  # daydream doctor
+    for cmd in cli_doctor.COMMANDS:
+        main.add_command(cmd)
 
 
 _register()
