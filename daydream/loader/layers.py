@@ -2,7 +2,8 @@
 
 Each CPU event gets the innermost module path among its enclosing ranges
 (``daydream.fwd:``/``daydream.bwd:`` ranges written by ``daydream trace``, or
-``nn.Module: X`` python_function frames), else its top-level op.  Backward ops
+``nn.Module: X`` python_function frames), else the enclosing optimizer-step or
+DataLoader range (``Optimizer.step#Adam.step``), else its top-level op.  Backward ops
 without a module take the layer of the forward op with the same autograd
 sequence number.  Phases come from enclosing annotations (optimizer step,
 DataLoader, autograd engine), the thread (an autograd thread is backward) and
@@ -76,6 +77,8 @@ def _walk_lane(idx, cols, names, layers, hints, module_paths, backward_names, to
         if h != _NO_PHASE:
             ph = h
         mod = _module_of(name, path) if kind[i] == EventKind.ANNOTATION else None
+        if mod is None and path is None and h in (Phase.OPTIMIZER, Phase.DATALOADER):
+            mod = name              # e.g. "Optimizer.step#Adam.step" is the layer of what it encloses
         if mod is not None:
             path = mod
         if top < 0 and kind[i] != EventKind.ANNOTATION:
