@@ -1,4 +1,9 @@
-"""Deterministic discrete-event simulation of a :class:`DependencyGraph`.
+"""Reference simulator: the plain-Python discrete-event core.
+
+This is the specification of the simulation semantics; the compiled core
+(``daydream._simcore``, see :mod:`daydream.sim.core`) is a port of it and
+must give identical start/end arrays (``tests/test_sim_fast.py``).  It is
+used when the compiled core is unavailable.
 
 A tiny event core in the style of SimPy: a heap keyed on (time, priority,
 sequence number).  Lanes run one task at a time in their policy order.  A task
@@ -17,25 +22,13 @@ import numpy as np
 
 from ..errors import SimulationError
 from ..graph.graph import Anchor, DependencyGraph, EdgeKind, WaitKind
-from ..model import EventKind, LaneKind
+from ..model import LaneKind
+from .timeline import Timeline
 
-__all__ = ["simulate_times", "Timeline"]
+__all__ = ["simulate_reference"]
 
 _END, _START, _START_SYNC = 0, 1, 2   # event priorities at equal times
 _NEG = -(1 << 62)
-
-
-class Timeline:
-    """Raw simulator output: start/end per task and what determined them."""
-
-    __slots__ = ("start_ns", "end_ns", "start_by", "start_by_start", "end_by")
-
-    def __init__(self, n):
-        self.start_ns = np.zeros(n, np.int64)
-        self.end_ns = np.zeros(n, np.int64)
-        self.start_by = np.full(n, -1, np.int64)       # task whose time released the start
-        self.start_by_start = np.zeros(n, bool)        # ... by its start (else its end)
-        self.end_by = np.full(n, -1, np.int64)         # task whose end released the end
 
 
 def _csr(n, src, dst, *payload):
@@ -46,7 +39,7 @@ def _csr(n, src, dst, *payload):
     return indptr.tolist(), dst[order].tolist(), [p[order].tolist() for p in payload]
 
 
-def simulate_times(g: DependencyGraph) -> Timeline:
+def simulate_reference(g: DependencyGraph) -> Timeline:
     """Simulate ``g``; returns a :class:`Timeline` (times relative to ``g.origin_ns``).
 
     Raises
