@@ -57,6 +57,33 @@ def cupti_extensions():
     ]
 
 
+# ---- BEGIN daydream._simcore (owner: performance/issue 6) -----------------------------
+# The compiled simulator core: pure C++17 + pybind11, no CUDA, always optional.  If it
+# does not build, daydream falls back to the reference simulator (daydream/sim/reference.py)
+# with identical results, only slower.  DAYDREAM_NO_SIMCORE=1 skips it.
+def simcore_extensions():
+    """The ``daydream._simcore`` extension, or nothing when pybind11 is missing or opted out."""
+    if os.environ.get("DAYDREAM_NO_SIMCORE", "") not in ("", "0"):
+        _log("not building the simulator core: DAYDREAM_NO_SIMCORE is set")
+        return []
+    try:
+        import pybind11
+    except ImportError:
+        _log("not building the simulator core: pybind11 is not installed (pure-Python simulator used)")
+        return []
+    return [
+        Extension(
+            "daydream._simcore",
+            sources=["daydream/sim/_simcore.cpp"],
+            include_dirs=[pybind11.get_include()],
+            language="c++",
+            extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden", "-Wall"],
+            optional=True,
+        )
+    ]
+# ---- END daydream._simcore -------------------------------------------------------------
+
+
 def daydream_packages():
     """``daydream`` and its subpackages, plus ``optimizations/`` as ``daydream.optimizations``.
 
@@ -72,4 +99,4 @@ def daydream_packages():
     return packages
 
 
-setup(packages=daydream_packages(), ext_modules=cupti_extensions())
+setup(packages=daydream_packages(), ext_modules=cupti_extensions() + simcore_extensions())
