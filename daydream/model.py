@@ -139,7 +139,8 @@ EVENT_COLUMNS: dict[str, type] = {
     "dur_ns": np.int64,
     "corr": np.int64,      # CUDA correlation id, -1 if none
     "ext": np.int64,       # external id (CPU op <-> runtime), -1 if none
-    "bytes": np.int64,     # bytes moved (memcpy/memset/collective), 0 if unknown
+    "bytes": np.int64,     # bytes moved (memcpy/memset/collective) or CPU op input bytes, 0 if unknown
+    "flops": np.int64,     # arithmetic of matmul/conv ops (shapes or with_flops), 0 otherwise
     "layer": np.int32,     # index into RankTrace.layers, -1 if unmapped
     "phase": np.int8,      # Phase
     "iteration": np.int32,  # iteration index, -1 outside every iteration

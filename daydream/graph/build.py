@@ -128,7 +128,8 @@ def _build_rank(g: DependencyGraph, r, sc: _Scratch, repairs: Counter):
             phase=np.where(idx >= 0, cols["phase"][np.maximum(idx, 0)], Phase.OTHER),
             iteration=_marker_iterations(cols["iteration"], idx),
             rank=np.full(len(idx), r.rank), event=idx, dur_ns=e - s,
-            bytes=np.where(idx >= 0, cols["bytes"][np.maximum(idx, 0)], 0))
+            bytes=np.where(idx >= 0, cols["bytes"][np.maximum(idx, 0)], 0),
+            flops=np.where(idx >= 0, cols["flops"][np.maximum(idx, 0)], 0))
         task_of_event[idx[idx >= 0]] = ids[idx >= 0]
         g.lane_tasks[gl] = ids.tolist()
         sc.start.append(s - g.origin_ns)

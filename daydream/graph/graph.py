@@ -62,6 +62,7 @@ TASK_COLUMNS: dict[str, type] = {
     "gap_ns": np.int64,         # minimum time after the lane predecessor's end
     "traced_start_ns": np.int64,  # relative to graph origin, -1 if not traced
     "bytes": np.int64,
+    "flops": np.int64,          # arithmetic of matmul/conv tasks, 0 otherwise
     "wait_kind": np.int8,       # WaitKind
     "wait_lane": np.int32,      # lane for WaitKind.STREAM
     "wait_lag_ns": np.int64,    # delay after a wait/collective releases

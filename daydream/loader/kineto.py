@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import TraceError
 from ..model import EVENT_COLUMNS, EventKind, Lane, LaneKind, StringTable
+from .shapes import op_flops
 
 __all__ = ["CATEGORY_KINDS", "SYNC_CALLS", "parse_events", "ParsedEvents", "us_to_ns", "input_bytes"]
 
@@ -126,7 +127,7 @@ class ParsedEvents:
             self.lanes.append(Lane(rank=-1, kind=kind, pid=pid, tid=tid, label=label, device=device))
         return i
 
-    def add(self, kind, name, lane, start_ns, dur_ns, corr=-1, ext=-1, nbytes=0, seq=-1):
+    def add(self, kind, name, lane, start_ns, dur_ns, corr=-1, ext=-1, nbytes=0, seq=-1, flops=0):
         r = self.rows
         r["kind"].append(int(kind))
         r["name"].append(self.names.intern(name))
@@ -136,6 +137,7 @@ class ParsedEvents:
         r["corr"].append(corr)
         r["ext"].append(ext)
         r["bytes"].append(nbytes)
+        r["flops"].append(flops)
         self.seq.append(seq)
 
     def columns(self) -> dict:
@@ -196,6 +198,7 @@ def _add_complete(p: ParsedEvents, e: dict, cat: str, source: str, thread_names:
     if not isinstance(args, dict):
         args = {}
     corr = _as_int(args.get("correlation"))
+    flops = 0
     ext = _as_int(args.get("External id", args.get("external id")))
     nbytes = _as_int(args.get("bytes"), 0)
     if kind.is_gpu or cat in _GPU_CATS:
@@ -211,7 +214,8 @@ def _add_complete(p: ParsedEvents, e: dict, cat: str, source: str, thread_names:
             kind = EventKind.ANNOTATION
         elif kind == EventKind.CPU_OP:
             nbytes = input_bytes(args)
-    p.add(kind, name, lane, start, dur, corr, ext, nbytes, _as_int(args.get("Sequence number")))
+            flops = op_flops(name, args)
+    p.add(kind, name, lane, start, dur, corr, ext, nbytes, _as_int(args.get("Sequence number")), flops)
 
 
 def parse_events(source: str, doc: dict) -> ParsedEvents:

@@ -1,0 +1,195 @@
+"""``daydream calibrate``: measure this machine once into a :class:`DeviceProfile`.
+
+Micro-benchmarks with torch on the local device: matmul and convolution
+throughput per dtype at several sizes, streaming elementwise bandwidth per
+dtype at several sizes (caches show up as a curve, not a constant), the fixed
+cost of one op (dispatch on CPU, launch on GPU), and all-reduce bandwidth and
+latency (gloo between two local processes; NCCL on a GPU machine).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import time
+
+from .device import Curve, DeviceProfile
+from .errors import DaydreamError
+
+__all__ = ["calibrate", "time_call_ns", "SIZES", "QUICK_SIZES"]
+
+#: Problem sizes (matmul m=n=k-ish shapes, elementwise element counts, all-reduce bytes).
+SIZES = {
+    "matmul": [(64, 256, 256), (64, 512, 512), (256, 512, 1024), (512, 1024, 1024), (1024, 1024, 2048)],
+    "conv": [(4, 16, 16, 32), (8, 32, 32, 32), (16, 64, 64, 16), (16, 128, 128, 16)],  # N, Cin, Cout, HW
+    "elementwise": [2 ** 10, 2 ** 13, 2 ** 16, 2 ** 19, 2 ** 22, 2 ** 24],
+    "allreduce": [2 ** 10, 2 ** 16, 2 ** 20, 2 ** 23],
+}
+QUICK_SIZES = {"matmul": SIZES["matmul"][:2], "conv": SIZES["conv"][:1],
+               "elementwise": SIZES["elementwise"][:3], "allreduce": SIZES["allreduce"][:2]}
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _sync(device):
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call_ns(fn, device, min_time_s: float = 0.05, repeats: int = 5) -> float:
+    """Median time of one call of ``fn`` in ns (calls batched to last ``min_time_s``)."""
+    fn()
+    _sync(device)
+    n, t0 = 1, time.perf_counter()
+    while True:
+        for _ in range(n):
+            fn()
+        _sync(device)
+        el = time.perf_counter() - t0
+        if el >= min_time_s / repeats or n >= 1 << 16:
+            break
+        n *= 2
+        t0 = time.perf_counter()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        _sync(device)
+        samples.append((time.perf_counter() - t0) / n * 1e9)
+    return statistics.median(samples)
+
+
+def _matmul_curve(torch, device, dtype, shapes, min_time_s):
+    pts = []
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device=device).to(dtype)
+        b = torch.randn(k, n, device=device).to(dtype)
+        ns = time_call_ns(lambda: torch.mm(a, b), device, min_time_s)
+        flops = 2.0 * m * n * k
+        pts.append((flops, flops / ns * 1e9))
+    return Curve(tuple(sorted(pts)))
+
+
+def _conv_curve(torch, device, dtype, shapes, min_time_s):
+    pts = []
+    for n, cin, cout, hw in shapes:
+        x = torch.randn(n, cin, hw, hw, device=device).to(dtype)
+        w = torch.randn(cout, cin, 3, 3, device=device).to(dtype)
+        ns = time_call_ns(lambda: torch.nn.functional.conv2d(x, w, padding=1), device, min_time_s)
+        flops = 2.0 * n * cout * hw * hw * cin * 9
+        pts.append((flops, flops / ns * 1e9))
+    return Curve(tuple(sorted(pts)))
+
+
+def _elementwise_curve(torch, device, dtype, sizes, min_time_s):
+    pts = []
+    for numel in sizes:
+        a = torch.randn(numel, device=device).to(dtype)
+        b = torch.randn(numel, device=device).to(dtype)
+        c = torch.empty_like(a)
+        ns = time_call_ns(lambda: torch.add(a, b, out=c), device, min_time_s)
+        nbytes = 3.0 * numel * a.element_size()
+        pts.append((nbytes, nbytes / ns * 1e9))
+    return Curve(tuple(sorted(pts)))
+
+
+def _op_overhead_ns(torch, device, min_time_s):
+    a = torch.zeros(1, device=device)
+    return int(time_call_ns(lambda: torch.add(a, a), device, min_time_s))
+
+
+def _allreduce_worker(rank, port, sizes, q):
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    out = []
+    for nbytes in sizes:
+        t = torch.zeros(nbytes // 4)
+        for _ in range(3):
+            dist.all_reduce(t)
+        reps = max(3, min(200, int(2e7 // max(nbytes, 1))))
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            dist.all_reduce(t)
+        out.append((nbytes, (time.perf_counter() - t0) / reps * 1e9))
+    if rank == 0:
+        q.put(out)
+    dist.destroy_process_group()
+
+
+def _gloo_allreduce(sizes):
+    """Fit ``t = 2*lat + bytes/bw`` (the ring model for 2 workers) to measured all-reduces."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_allreduce_worker, args=(r, port, sizes, q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        pts = q.get(timeout=120)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    slope = max(slope, 1e-6)
+    intercept = max(my - slope * mx, 0.0)
+    return (1e9 / slope, intercept / 2.0)
+
+
+def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True, progress=None) -> DeviceProfile:
+    """Measure ``device`` (``"cpu"`` or ``"cuda[:N]"``) into a profile.
+
+    Parameters
+    ----------
+    quick : bool
+        Fewer sizes and shorter timings (for tests and smoke runs).
+    collectives : bool
+        Also measure all-reduce between two local processes (gloo).
+    progress : callable, optional
+        Called with a short message before each measurement.
+    """
+    try:
+        import torch
+    except ImportError:
+        raise DaydreamError("calibration needs torch (make install, or pip install torch)") from None
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DaydreamError("no CUDA device: calibrate the CPU with --device cpu")
+    sizes = QUICK_SIZES if quick else SIZES
+    min_time_s = 0.01 if quick else 0.1
+    say = progress or (lambda msg: None)
+    matmul, conv, ew = {}, {}, {}
+    for dt in _DTYPES:
+        tdt = getattr(torch, dt)
+        say(f"matmul {dt}")
+        matmul[dt] = _matmul_curve(torch, dev, tdt, sizes["matmul"], min_time_s)
+        say(f"conv2d {dt}")
+        conv[dt] = _conv_curve(torch, dev, tdt, sizes["conv"], min_time_s)
+        say(f"elementwise {dt}")
+        ew[dt] = _elementwise_curve(torch, dev, tdt, sizes["elementwise"], min_time_s)
+    say("op overhead")
+    overhead = _op_overhead_ns(torch, dev, min_time_s)
+    coll = {}
+    if collectives:
+        say("all-reduce (gloo, 2 processes)")
+        coll["gloo"] = _gloo_allreduce(sizes["allreduce"])
+    if dev.type == "cuda":
+        name = torch.cuda.get_device_name(dev)
+    else:
+        name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
+    return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
+                         elementwise=ew, op_overhead_ns=overhead, collective=coll,
+                         threads=torch.get_num_threads(),
+                         source=f"measured on {socket.gethostname()} {time.strftime('%Y-%m-%d %H:%M')}"
+                                f" torch {torch.__version__}")

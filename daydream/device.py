@@ -1,0 +1,187 @@
+"""Device profiles: what cost models know about a device.
+
+A profile is measured on the user's machine by ``daydream calibrate`` (see
+:mod:`daydream.calibrate`) or taken from the table of published specs for
+devices the user does not have.  Throughputs are *curves*: measured at a few
+problem sizes and interpolated (log-log), because small operations run far
+below peak on every device.
+
+Examples
+--------
+>>> p = published("A100")
+>>> round(p.matmul_flops_per_s("bfloat16", 1e12) / p.matmul_flops_per_s("float32", 1e12), 1)
+16.0
+>>> p.mem_bw_bytes_per_s(1e9) > 1e12
+True
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+
+from .errors import DaydreamError
+
+__all__ = ["Curve", "DeviceProfile", "published", "PUBLISHED", "load_profile", "save_profile",
+           "default_profile_path", "ACHIEVABLE_FRACTION"]
+
+#: Fraction of a published peak that real kernels reach (last-resort constant,
+#: used only for devices that were not calibrated).  Dense GEMMs of training
+#: workloads typically reach 60-80% of peak and streaming kernels ~80-90% of
+#: peak bandwidth; 0.7 and 0.85 are used.
+ACHIEVABLE_FRACTION = {"compute": 0.7, "memory": 0.85}
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A throughput measured at several sizes; interpolated log-log, flat outside.
+
+    >>> c = Curve(((1e3, 1e6), (1e6, 1e9)))
+    >>> c(1e3), round(c(3.16e4)), c(1e9)
+    (1000000.0, 31600000, 1000000000.0)
+    """
+
+    points: tuple  # ((size, per_second), ...) sorted by size
+
+    def __call__(self, size: float) -> float:
+        pts = self.points
+        if not pts:
+            raise DaydreamError("empty throughput curve")
+        if size <= pts[0][0]:
+            return float(pts[0][1])
+        for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+            if size <= x1:
+                w = (math.log(size) - math.log(x0)) / (math.log(x1) - math.log(x0))
+                return float(math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0))))
+        return float(pts[-1][1])
+
+    @classmethod
+    def flat(cls, value: float) -> "Curve":
+        return cls(((1.0, float(value)),))
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """Measured or published performance figures of one device.
+
+    Attributes
+    ----------
+    matmul : dict of str to Curve
+        Per dtype: achieved matmul FLOP/s as a function of the FLOPs of one op.
+    conv : dict of str to Curve
+        Per dtype: achieved convolution FLOP/s (falls back to ``matmul``).
+    elementwise : dict of str to Curve
+        Per dtype: bytes/s of a streaming elementwise op as a function of bytes moved.
+    op_overhead_ns : int
+        Per-op fixed cost: framework dispatch on CPU, kernel launch on GPU.
+    collective : dict of str to (bytes_per_s, latency_ns)
+        Per backend: ring all-reduce bus bandwidth and latency.
+    """
+
+    name: str
+    kind: str                      # "cpu" or "gpu"
+    matmul: dict
+    elementwise: dict
+    op_overhead_ns: int
+    conv: dict = field(default_factory=dict)
+    collective: dict = field(default_factory=dict)
+    threads: int = 0
+    source: str = "published"
+
+    def matmul_flops_per_s(self, dtype: str, flops: float) -> float:
+        curve = self.matmul.get(dtype) or self.matmul["float32"]
+        return curve(flops)
+
+    def conv_flops_per_s(self, dtype: str, flops: float) -> float:
+        curve = self.conv.get(dtype) or self.conv.get("float32")
+        return curve(flops) if curve else self.matmul_flops_per_s(dtype, flops)
+
+    def mem_bw_bytes_per_s(self, nbytes: float, dtype: str = "float32") -> float:
+        curve = self.elementwise.get(dtype) or self.elementwise["float32"]
+        return curve(nbytes)
+
+    def allreduce_ns(self, nbytes: float, workers: int, backend: str | None = None) -> float:
+        """Ring all-reduce time: ``2 (n-1)/n * bytes / bw + latency * 2 (n-1)``."""
+        if workers <= 1:
+            return 0.0
+        if not self.collective:
+            raise DaydreamError(f"device profile {self.name!r} has no collective figures; run daydream calibrate")
+        bw, lat = self.collective.get(backend) if backend in self.collective else next(iter(self.collective.values()))
+        steps = 2 * (workers - 1)
+        return steps / workers * nbytes / bw * 1e9 + steps * lat
+
+    # ------------------------------------------------------------ persistence
+    def to_json(self) -> dict:
+        d = asdict(self)
+        for k in ("matmul", "conv", "elementwise"):
+            d[k] = {dt: [list(p) for p in c.points] for dt, c in getattr(self, k).items()}
+        d["collective"] = {k: list(v) for k, v in self.collective.items()}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "DeviceProfile":
+        curves = {k: {dt: Curve(tuple(tuple(p) for p in pts)) for dt, pts in d.get(k, {}).items()}
+                  for k in ("matmul", "conv", "elementwise")}
+        return cls(name=d["name"], kind=d["kind"], op_overhead_ns=int(d["op_overhead_ns"]),
+                   collective={k: tuple(v) for k, v in d.get("collective", {}).items()},
+                   threads=int(d.get("threads", 0)), source=d.get("source", "file"), **curves)
+
+
+def _gpu(name, fp32_tflops, tensor_tflops, bw_gbs, link_gbs, launch_us=4.0):
+    c, m = ACHIEVABLE_FRACTION["compute"], ACHIEVABLE_FRACTION["memory"]
+    mm = {"float32": Curve.flat(fp32_tflops * 1e12 * c)}
+    for dt, tf in tensor_tflops.items():
+        mm[dt] = Curve.flat(tf * 1e12 * c)
+    ew = {"float32": Curve.flat(bw_gbs * 1e9 * m), "float16": Curve.flat(bw_gbs * 1e9 * m),
+          "bfloat16": Curve.flat(bw_gbs * 1e9 * m)}
+    return DeviceProfile(name=name, kind="gpu", matmul=mm, elementwise=ew,
+                         op_overhead_ns=int(launch_us * 1000),
+                         collective={"nccl": (link_gbs * 1e9, 10_000.0)}, source="published spec")
+
+
+#: Published dense peak figures (NVIDIA datasheets): FP32 TFLOP/s, tensor-core
+#: FP16/BF16 TFLOP/s (dense, FP32 accumulate), memory GB/s, per-GPU NVLink/PCIe
+#: all-reduce bus bandwidth GB/s.
+PUBLISHED = {
+    "V100": _gpu("Tesla V100-SXM2", 15.7, {"float16": 125.0}, 900, 130),
+    "A100": _gpu("A100-SXM4-80GB", 19.5, {"float16": 312.0, "bfloat16": 312.0}, 2039, 240),
+    "H100": _gpu("H100-SXM5-80GB", 67.0, {"float16": 989.0, "bfloat16": 989.0}, 3350, 450),
+    "H200": _gpu("H200-SXM", 67.0, {"float16": 989.0, "bfloat16": 989.0}, 4800, 450),
+    "RTX2080TI": _gpu("GeForce RTX 2080 Ti", 13.4, {"float16": 53.8}, 616, 12),
+}
+
+
+def published(name: str) -> DeviceProfile:
+    """Profile of a device from the published-spec table (matched loosely by name)."""
+    key = "".join(ch for ch in name.upper() if ch.isalnum())
+    for k, p in PUBLISHED.items():
+        if k in key or key in k:
+            return p
+    raise DaydreamError(f"no published specs for {name!r} (known: {', '.join(PUBLISHED)})")
+
+
+def default_profile_path() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "daydream", "device.json")
+
+
+def save_profile(profile: DeviceProfile, path: str | None = None) -> str:
+    from .fileio import atomic_write_bytes
+
+    path = path or default_profile_path()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write_bytes(path, json.dumps(profile.to_json(), indent=1).encode())
+    return path
+
+
+def load_profile(path: str | None = None) -> DeviceProfile | None:
+    """The saved profile at ``path`` (default cache), or None if there is none."""
+    path = path or default_profile_path()
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            return DeviceProfile.from_json(json.load(f))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DaydreamError(f"{path}: not a device profile ({exc})") from None

@@ -1,0 +1,88 @@
+"""FLOPs of matrix-multiply and convolution ops from their recorded shapes.
+
+Kineto records ``Input Dims`` (and ``Concrete Inputs`` for scalars) when
+profiling with ``record_shapes=True``; a ``flops`` argument (``with_flops``)
+wins where present.  Other ops get 0: cost models treat them as memory bound.
+"""
+from __future__ import annotations
+
+import ast
+import math
+
+__all__ = ["op_flops", "COMPUTE_OPS"]
+
+#: Ops whose cost is dominated by arithmetic (matmul family, convolutions).
+COMPUTE_OPS = frozenset({
+    "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+    "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
+    "aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::convolution_backward",
+    "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+    "aten::_addmm_activation",
+})
+
+
+def _ints(v):
+    if isinstance(v, list):
+        return v
+    try:
+        x = ast.literal_eval(v) if isinstance(v, str) and v else None
+    except (ValueError, SyntaxError):
+        return None
+    return x if isinstance(x, (list, tuple)) else None
+
+
+def _conv_flops(dims, concrete):
+    if len(dims) < 2 or len(dims[0]) < 3 or len(dims[1]) != len(dims[0]):
+        return 0
+    x, w = dims[0], dims[1]
+    spatial = len(x) - 2
+    stride = _ints(concrete[3]) if len(concrete) > 3 else None
+    padding = _ints(concrete[4]) if len(concrete) > 4 else None
+    dilation = _ints(concrete[5]) if len(concrete) > 5 else None
+    out = []
+    for i in range(spatial):
+        s = stride[i] if stride and i < len(stride) else 1
+        p = padding[i] if padding and i < len(padding) else w[2 + i] // 2
+        d = dilation[i] if dilation and i < len(dilation) else 1
+        out.append(max((x[2 + i] + 2 * p - d * (w[2 + i] - 1) - 1) // max(s, 1) + 1, 1))
+    return 2 * x[0] * w[0] * math.prod(out) * w[1] * math.prod(w[2:])
+
+
+def op_flops(name: str, args: dict) -> int:
+    """FLOPs of one op (0 when unknown or not compute bound).
+
+    >>> op_flops("aten::addmm", {"Input Dims": [[512], [64, 256], [256, 512]]})
+    16777216
+    >>> op_flops("aten::convolution", {"Input Dims": [[8, 3, 32, 32], [16, 3, 3, 3], [16]],
+    ...          "Concrete Inputs": ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]"]})
+    7077888
+    """
+    f = args.get("flops")
+    if isinstance(f, (int, float)) and f > 0:
+        return int(f)
+    if name not in COMPUTE_OPS:
+        return 0
+    dims = args.get("Input Dims")
+    if not isinstance(dims, list):
+        return 0
+    dims = [d if isinstance(d, list) else [] for d in dims]
+    try:
+        if name in ("aten::mm", "aten::matmul") and len(dims) >= 2 and len(dims[0]) == 2 and len(dims[1]) == 2:
+            return 2 * dims[0][0] * dims[0][1] * dims[1][1]
+        if name in ("aten::addmm", "aten::_addmm_activation") and len(dims) >= 3 and len(dims[1]) == 2:
+            return 2 * dims[1][0] * dims[1][1] * dims[2][1]
+        if name == "aten::bmm" and len(dims) >= 2 and len(dims[0]) == 3:
+            return 2 * dims[0][0] * dims[0][1] * dims[0][2] * dims[1][2]
+        if name == "aten::baddbmm" and len(dims) >= 3 and len(dims[1]) == 3:
+            return 2 * dims[1][0] * dims[1][1] * dims[1][2] * dims[2][2]
+        if name == "aten::linear" and len(dims) >= 2 and dims[0] and len(dims[1]) == 2:
+            return 2 * math.prod(dims[0][:-1]) * dims[1][1] * dims[1][0]
+        if name == "aten::convolution_backward" and len(dims) >= 3 and len(dims[0]) >= 3:
+            g_out, w = dims[0], dims[2]
+            return 2 * 2 * g_out[0] * g_out[1] * math.prod(g_out[2:]) * w[1] * math.prod(w[2:])
+        if "conv" in name:
+            concrete = args.get("Concrete Inputs") or []
+            return _conv_flops(dims, concrete if isinstance(concrete, list) else [])
+    except (TypeError, IndexError):
+        return 0
+    return 0
