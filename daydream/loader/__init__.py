@@ -5,16 +5,23 @@
 """
 from __future__ import annotations
 
+import os
 import re
+from concurrent.futures import ProcessPoolExecutor
 
 from ..model import StringTable, Trace, RankTrace
 from ..errors import TraceError
-from .io import read_documents, expand_paths
+from ..progress import Progress
+from .io import read_documents, expand_paths, is_archive
+from .memory import check_memory, json_bytes, max_workers_for
 from .kineto import parse_events
 from .iterations import find_iterations
 from .layers import assign_layers_and_phases
 
-__all__ = ["load_trace", "load_rank", "read_documents", "expand_paths"]
+__all__ = ["load_trace", "load_rank", "read_documents", "expand_paths", "PARALLEL_MIN_BYTES"]
+
+#: Below this much JSON in all, files load in this process (workers cost ~0.1 s to start).
+PARALLEL_MIN_BYTES = 32 * 2**20
 
 _RANK_RE = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 
@@ -55,7 +62,40 @@ def _flows(p):
     return np.asarray(pairs, np.int64).reshape(-1, 4)
 
 
-def load_trace(paths, iteration_marker: str | None = None) -> Trace:
+def _load_file(job):
+    """Worker: load every rank of one file (top level so it pickles)."""
+    path, index, marker = job
+    return [load_rank(src, doc, index + k, marker) for k, (src, doc) in enumerate(read_documents([path]))]
+
+
+def _workers(files, workers):
+    if workers is None:
+        big = sum(json_bytes(p) for p in files) >= PARALLEL_MIN_BYTES
+        workers = min(os.cpu_count() or 1, len(files)) if big else 1
+    if any(is_archive(p) for p in files):
+        workers = 1   # archive members are numbered in reading order
+    return max_workers_for(files, min(max(1, workers), len(files)))
+
+
+def _load_files(files, marker, workers, progress):
+    jobs = [(p, i, marker) for i, p in enumerate(files)]
+    if workers <= 1:
+        ranks, index = [], 0
+        for path in files:
+            for src, doc in read_documents([path]):
+                ranks.append(load_rank(src, doc, index, marker))
+                index += 1
+                progress.step(note=os.path.basename(src))
+        return ranks
+    ranks = []
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for got, path in zip(pool.map(_load_file, jobs), files):   # results in order, as they come
+            ranks.extend(got)
+            progress.step(note=os.path.basename(path))
+    return ranks
+
+
+def load_trace(paths, iteration_marker: str | None = None, workers: int | None = None) -> Trace:
     """Load Kineto/Chrome traces, one file per rank.
 
     Parameters
@@ -66,16 +106,29 @@ def load_trace(paths, iteration_marker: str | None = None) -> Trace:
     iteration_marker : str, optional
         Regex naming an annotation that spans each iteration, used where the
         trace has no ``ProfilerStep#N`` ranges.
+    workers : int, optional
+        Processes parsing files in parallel.  Default: one per CPU core when
+        there are several files and at least :data:`PARALLEL_MIN_BYTES` of
+        JSON, else 1.  Capped so that the files parsed at once fit in memory
+        (peak memory stays bounded as ranks grow: only columnar results are
+        kept).
 
     Raises
     ------
     TraceError
-        Naming the file and the problem.
+        Naming the file and the problem; also when a file is too large for
+        the memory available (with the size needed), before anything loads.
     """
     if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
         paths = [paths]
-    ranks = [load_rank(src, doc, i, iteration_marker)
-             for i, (src, doc) in enumerate(read_documents(paths))]
+    files = expand_paths(paths)
+    check_memory(files, 1)
+    n_workers = _workers(files, workers)
+    check_memory(files, n_workers)
+    progress = Progress(f"loading {len(files)} trace file(s)" + (f" on {n_workers} processes" if n_workers > 1 else ""),
+                        total=len(files) if not any(is_archive(p) for p in files) else None, unit="files")
+    ranks = _load_files(files, iteration_marker, n_workers, progress)
+    progress.finish()
     if not ranks:
         raise TraceError(", ".join(map(str, paths)), "no traces found")
     seen = {}

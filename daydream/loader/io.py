@@ -21,15 +21,16 @@ from typing import Iterator
 
 from ..errors import TraceError
 
-__all__ = ["read_documents", "expand_paths", "TRACE_SUFFIXES"]
+__all__ = ["read_documents", "expand_paths", "is_archive", "TRACE_SUFFIXES"]
 
 #: File name endings recognised as traces inside directories and archives.
 TRACE_SUFFIXES = (".json", ".json.gz")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
 
-def _is_archive(path: str) -> bool:
-    return path.endswith(_ARCHIVE_SUFFIXES)
+def is_archive(path: str) -> bool:
+    """Whether ``path`` names a tar archive of ranks."""
+    return os.fspath(path).endswith(_ARCHIVE_SUFFIXES)
 
 
 def expand_paths(paths) -> list[str]:
@@ -41,7 +42,7 @@ def expand_paths(paths) -> list[str]:
             found = sorted(
                 os.path.join(p, f)
                 for f in os.listdir(p)
-                if f.endswith(TRACE_SUFFIXES) or _is_archive(f)
+                if f.endswith(TRACE_SUFFIXES) or is_archive(f)
             )
             if not found:
                 raise TraceError(p, "directory holds no .json, .json.gz or .tar.gz traces")
@@ -97,7 +98,7 @@ def read_documents(paths) -> Iterator[tuple[str, dict]]:
         Files (``.json``, ``.json.gz``), directories of them, or tar archives.
     """
     for path in expand_paths(paths):
-        if _is_archive(path):
+        if is_archive(path):
             yield from _read_archive(path)
             continue
         try:
