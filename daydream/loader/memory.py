@@ -20,6 +20,7 @@ __all__ = ["BYTES_PER_JSON_BYTE", "json_bytes", "needed_bytes", "available_bytes
 #: Peak bytes of memory per byte of JSON while one file is parsed (measured: ~13 for
 #: compact Kineto JSON, ~6 for indented), rounded up.
 BYTES_PER_JSON_BYTE = 14
+_DEFLATE_MAX_RATIO = 1032   # deflate cannot compress better than this
 _TGZ_RATIO = 12   # typical gzip ratio of Kineto JSON, for archives whose size we cannot read cheaply
 
 
@@ -56,6 +57,8 @@ def json_bytes(path: str) -> int:
         return size
     while isize < size:          # wrapped: files over 4 GiB
         isize += 1 << 32
+    if isize > size * _DEFLATE_MAX_RATIO:   # not a real trailer (truncated file): guess
+        return size * _TGZ_RATIO
     return isize
 
 
