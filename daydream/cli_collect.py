@@ -27,9 +27,11 @@ __all__ = ["COMMANDS", "trace"]
               help="Run the python command under torch.distributed.run with this many ranks.")
 @click.option("-f", "--force", is_flag=True, help="Overwrite existing trace files.")
 @click.option("--no-shapes", is_flag=True, help="Do not record op input shapes (less overhead).")
+@click.option("--cupti", is_flag=True,
+              help="GPU activity from daydream's CUPTI extension instead of torch.profiler (experimental).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @handle_errors
-def trace(output, warmup, iterations, activities, nproc, force, no_shapes, command):
+def trace(output, warmup, iterations, activities, nproc, force, no_shapes, cupti, command):
     """Run COMMAND (e.g. python train.py ARGS) and record a few training iterations.
 
     \b
@@ -52,6 +54,7 @@ def trace(output, warmup, iterations, activities, nproc, force, no_shapes, comma
         record_shapes=not no_shapes,
         force=force,
         nproc=nproc,
+        use_cupti=cupti,
     )
     outcome = run_traced(req)
     lines, error = explain(outcome, req)

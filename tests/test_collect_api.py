@@ -243,3 +243,34 @@ def test_normalize_moves_backward_ranges_to_node_edges():
     assert outer["ts"] + outer["dur"] == pytest.approx(115.0)
     assert inner["ts"] + inner["dur"] == pytest.approx(114.999)
     assert outer["cat"] == inner["cat"] == "user_annotation"
+
+
+def test_kernel_collector_seam_merges_events(tmp_path, monkeypatch):
+    from daydream.collect import tracer as tracer_mod
+    from daydream.collect.activities import ActivityPlan, CudaSource
+
+    class FakeCollector:
+        started = stopped = False
+
+        def start(self):
+            self.started = True
+
+        def stop(self):
+            self.stopped = True
+
+        def chrome_events(self):
+            return [{"ph": "X", "cat": "kernel", "name": "fake_kernel", "pid": 0, "tid": 7,
+                     "ts": 1.0, "dur": 2.0, "args": {"External id": 1}}]
+
+    fake = FakeCollector()
+    plan = ActivityPlan(("cpu", "cuda"), (torch.profiler.ProfilerActivity.CPU,), CudaSource.CUPTI_EXTENSION)
+    monkeypatch.setattr(tracer_mod, "plan_activities", lambda acts, use_cupti: (plan, fake))
+    out = tmp_path / "t.json"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace(out, warmup=0, iterations=1, use_cupti=True):
+        _train(model, opt, 2)
+    doc, events = _events(out)
+    assert fake.started and fake.stopped
+    assert [e["name"] for e in events if e.get("cat") == "kernel"] == ["fake_kernel"]
+    assert doc["daydream"]["activities"]["cuda_source"] == "daydream.cupti"

@@ -83,18 +83,19 @@ def parse_activities(text: str | tuple | list) -> tuple[str, ...]:
     return names
 
 
-def _cupti_collector() -> KernelCollector | None:
+def _cupti_collector() -> tuple[KernelCollector | None, str]:
+    """The extension's collector, or None and the reason it cannot be used."""
     try:
         from .. import cupti  # type: ignore[attr-defined]
-    except Exception:
-        return None
+    except Exception as exc:  # noqa: BLE001
+        return None, f"daydream.cupti cannot be imported ({exc})"
     make = getattr(cupti, "make_collector", None)
     if make is None:
-        return None
+        return None, "daydream.cupti has no make_collector()"
     try:
-        return make()
-    except Exception:
-        return None
+        return make(), ""
+    except Exception as exc:  # noqa: BLE001 - unavailable: fall back to torch.profiler
+        return None, str(exc)
 
 
 def plan_activities(requested: tuple[str, ...], use_cupti: bool = False) -> tuple[ActivityPlan, KernelCollector | None]:
@@ -120,13 +121,13 @@ def plan_activities(requested: tuple[str, ...], use_cupti: bool = False) -> tupl
         if not torch.cuda.is_available():
             notes.append("cuda requested but no CUDA device is available: CPU activity only")
         else:
-            collector = _cupti_collector() if use_cupti else None
+            collector, why = _cupti_collector() if use_cupti else (None, "not requested")
             if collector is not None:
                 source = CudaSource.CUPTI_EXTENSION
             else:
                 acts.append(torch.profiler.ProfilerActivity.CUDA)
                 source = CudaSource.TORCH_PROFILER
-                notes.append("kernels from torch.profiler's CUDA activity (daydream.cupti not used)")
+                notes.append(f"kernels from torch.profiler's CUDA activity (daydream.cupti: {why})")
     if not acts:
         acts.append(torch.profiler.ProfilerActivity.CPU)
     return ActivityPlan(tuple(requested), tuple(acts), source, tuple(notes)), collector

@@ -136,6 +136,7 @@ def trace(
     record_shapes: bool = True,
     force: bool = True,
     strict: bool = True,
+    use_cupti: bool = False,
 ) -> TraceSession:
     """Trace ``iterations`` training iterations after ``warmup`` into ``path``.
 
@@ -157,6 +158,9 @@ def trace(
         Overwrite an existing file.
     strict : bool
         Raise at the end of a ``with`` block that recorded nothing.
+    use_cupti : bool
+        Take GPU activity from the ``daydream.cupti`` extension instead of
+        ``torch.profiler`` (experimental; falls back when unavailable).
 
     Returns
     -------
@@ -179,5 +183,6 @@ def trace(
         iterations=int(iterations),
         activities=acts,
         record_shapes=record_shapes,
+        use_cupti=use_cupti,
     )
     return TraceSession(options, strict=strict)

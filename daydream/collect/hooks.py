@@ -5,13 +5,13 @@ hooks.  Backward ranges do **not** use full backward hooks: those wrap every
 module's inputs and outputs in an identity autograd function, which breaks
 in-place ops on module outputs (``nn.ReLU(inplace=True)``) and costs an extra
 autograd node per module.  Instead the forward hook attaches a pre-hook to the
-autograd node that produced the module's output (backward of the module
-*begins* when that node runs) and to the nodes that produced its inputs
-(backward of the module *ends* when those run).  Ranges are kept as a stack;
-an exit closes every younger range still open, and a callback queued on the
-autograd engine closes whatever is left when the backward pass finishes, so
-hooks that never fire (an input that needs no gradient) cannot leave ranges
-dangling or crossed.
+autograd node that produced the module's output: the module's backward
+*begins* when that node runs.  Open backward ranges form a stack; when a
+module's backward begins, every open range that is not one of its ancestors
+(by path) has ended and is closed, and a callback queued on the autograd
+engine closes whatever is left when the backward pass finishes.  So ranges
+always nest, whatever fires or not; autograd ops between two modules (a
+residual add) are attributed to the module whose backward ran just before.
 
 Module paths are assigned lazily: the first module called with no module
 forward on the stack is a *root* and is named by its class (``MLP``); its
@@ -20,12 +20,11 @@ descendants get ``MLP.fc1``-style paths from ``named_modules``.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
 
 import torch
 from torch.nn.modules import module as _nn_module
 
-__all__ = ["LayerMarkers", "RangeHandle", "enter_range", "exit_range", "FWD_PREFIX", "BWD_PREFIX"]
+__all__ = ["LayerMarkers", "enter_range", "exit_range", "FWD_PREFIX", "BWD_PREFIX"]
 
 FWD_PREFIX = "daydream.fwd:"
 BWD_PREFIX = "daydream.bwd:"
@@ -38,30 +37,21 @@ except ImportError:  # pragma: no cover - older torch
     _FastRF = None
 
 
-class RangeHandle:
-    """An open ``record_function`` range; pass it to :func:`exit_range`."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj):
-        self.obj = obj
-
-
-def enter_range(name: str) -> RangeHandle:
-    """Open a profiler range called ``name`` on the current thread."""
+def enter_range(name: str):
+    """Open a profiler range called ``name`` on the current thread; returns its handle."""
     if _FastRF is not None:
         rf = _FastRF(name)
         rf.__enter__()
-        return RangeHandle(rf)
-    return RangeHandle(torch.ops.profiler._record_function_enter_new(name, None))  # pragma: no cover
+        return rf
+    return torch.ops.profiler._record_function_enter_new(name, None)  # pragma: no cover
 
 
-def exit_range(handle: RangeHandle) -> None:
+def exit_range(handle) -> None:
     """Close a range opened by :func:`enter_range`."""
     if _FastRF is not None:
-        handle.obj.__exit__(None, None, None)
+        handle.__exit__(None, None, None)
     else:  # pragma: no cover
-        torch.ops.profiler._record_function_exit._RecordFunction(handle.obj)
+        torch.ops.profiler._record_function_exit._RecordFunction(handle)
 
 
 def _is_compiling() -> bool:
@@ -69,6 +59,11 @@ def _is_compiling() -> bool:
         return torch.compiler.is_compiling()
     except AttributeError:  # pragma: no cover
         return False
+
+
+def _names(path: str) -> tuple[str, str, str, str]:
+    """(forward range name, backward range name, path, descendant prefix)."""
+    return (FWD_PREFIX + path, BWD_PREFIX + path, path, path + ".")
 
 
 def _tensor_bytes(value) -> int:
@@ -81,37 +76,27 @@ def _tensor_bytes(value) -> int:
     return 0
 
 
-def _grad_nodes(value, out: list) -> list:
-    """Distinct autograd nodes that produced the tensors in ``value`` (shallow)."""
-    if isinstance(value, torch.Tensor):
-        node = value.grad_fn
-        if node is not None and all(node is not n for n in out):
-            out.append(node)
-    elif isinstance(value, (tuple, list)):
-        for v in value[:8]:
-            _grad_nodes(v, out)
-    elif isinstance(value, dict):
-        for v in list(value.values())[:8]:
-            _grad_nodes(v, out)
-    return out
-
-
-@dataclass
 class _BwdRange:
     """One module call's backward range (mutable state, not a value)."""
 
-    name: str
-    handle: RangeHandle | None = None
+    __slots__ = ("name", "path", "prefix", "handle")
+
+    def __init__(self, names: tuple):
+        self.name, self.path, self.prefix = names[1], names[2], names[3]
+        self.handle = None
 
 
-class _NodeActions:
-    """Ranges to close and to open when one autograd node is about to run."""
-
-    __slots__ = ("exits", "enters")
-
-    def __init__(self):
-        self.exits: list[_BwdRange] = []
-        self.enters: list[_BwdRange] = []
+def _first_grad_node(value):
+    """The autograd node of the first tensor in ``value`` that has one (shallow)."""
+    if isinstance(value, torch.Tensor):
+        return value.grad_fn
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        for v in value[:8]:
+            if isinstance(v, torch.Tensor) and v.grad_fn is not None:
+                return v.grad_fn
+    return None
 
 
 class LayerMarkers:
@@ -133,7 +118,6 @@ class LayerMarkers:
         self.enabled = False
         self.record_output_bytes = record_output_bytes
         self.output_bytes: dict[str, int] = {}
-        self.forward_calls = 0
         self._roots: list[weakref.ref] = []
         self._root_names: set[str] = set()
         self._fwd_stack: list[tuple] = []
@@ -176,7 +160,7 @@ class LayerMarkers:
     def _name_tree(self, module, path: str, overwrite: bool) -> None:
         for sub, m in module.named_modules(prefix=path):
             if overwrite or _NAMES_ATTR not in m.__dict__:
-                m.__dict__[_NAMES_ATTR] = (FWD_PREFIX + sub, BWD_PREFIX + sub, sub)
+                m.__dict__[_NAMES_ATTR] = _names(sub)
 
     def _assign(self, module) -> tuple:
         if self._fwd_stack:
@@ -193,7 +177,7 @@ class LayerMarkers:
         self._root_names.add(name)
         self._roots.append(weakref.ref(module))
         self._name_tree(module, name, overwrite=False)
-        module.__dict__[_NAMES_ATTR] = (FWD_PREFIX + name, BWD_PREFIX + name, name)
+        module.__dict__[_NAMES_ATTR] = _names(name)
         return module.__dict__[_NAMES_ATTR]
 
     # -- forward ------------------------------------------------------------
@@ -201,76 +185,58 @@ class LayerMarkers:
         if not self.enabled or _is_compiling():
             return None
         names = module.__dict__.get(_NAMES_ATTR) or self._assign(module)
-        self.forward_calls += 1
         if torch._C._current_autograd_node() is not None:
             # activation-checkpoint recompute inside backward: belongs to the
             # enclosing backward range, so no forward range.
-            self._fwd_stack.append((module, None, ()))
+            self._fwd_stack.append((module, None, None))
             return None
-        in_nodes = _grad_nodes(args, []) if torch.is_grad_enabled() else ()
-        self._fwd_stack.append((module, enter_range(names[0]), in_nodes))
+        first = args[0] if args else None
+        in_node = first.grad_fn if isinstance(first, torch.Tensor) else None
+        self._fwd_stack.append((module, enter_range(names[0]), in_node))
         return None
 
     def _post_hook(self, module, args, output):
         stack = self._fwd_stack
         if not stack or stack[-1][0] is not module:
             return None
-        _, handle, in_nodes = stack.pop()
+        _, handle, in_node = stack.pop()
         if handle is None:
             return None
         exit_range(handle)
         names = module.__dict__[_NAMES_ATTR]
         if self.record_output_bytes and names[2] not in self.output_bytes:
             self.output_bytes[names[2]] = _tensor_bytes(output)
-        if self.enabled and torch.is_grad_enabled():
-            self._attach_backward(names[1], in_nodes, _grad_nodes(output, []))
+        node = _first_grad_node(output)
+        if node is None or node is in_node or not self.enabled:
+            return None  # no grad, or a pass-through module (Identity) with no backward of its own
+        meta = node.metadata
+        enters = meta.get(_NODE_KEY)
+        if enters is None:
+            enters = meta[_NODE_KEY] = []
+            node.register_prehook(self._make_prehook(enters))
+        enters.append(_BwdRange(names))
         return None
 
     # -- backward -----------------------------------------------------------
-    def _attach_backward(self, bwd_name: str, in_nodes, out_nodes) -> None:
-        out_nodes = [n for n in out_nodes if all(n is not i for i in in_nodes)]
-        if not out_nodes:  # pass-through module (Identity): no backward of its own
-            return
-        rng = _BwdRange(bwd_name)
-        for node in out_nodes:
-            self._actions(node).enters.append(rng)
-        for node in in_nodes:
-            self._actions(node).exits.append(rng)
-
-    def _actions(self, node) -> _NodeActions:
-        meta = node.metadata
-        actions = meta.get(_NODE_KEY)
-        if actions is None:
-            actions = meta[_NODE_KEY] = _NodeActions()
-            node.register_prehook(self._make_prehook(actions))
-        return actions
-
-    def _make_prehook(self, actions: _NodeActions):
+    def _make_prehook(self, enters: list):
         def prehook(grad_outputs):
             if not self.enabled:
                 return None
             if not self._callback_queued:
                 self._callback_queued = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
-            for rng in actions.exits:
-                self._close(rng)
+            open_ = self._open_bwd
             # children registered before parents: open parents first
-            for rng in reversed(actions.enters):
-                if rng.handle is None:
-                    rng.handle = enter_range(rng.name)
-                    self._open_bwd.append(rng)
+            for rng in reversed(enters):
+                # the module's backward begins: ranges of modules that are not
+                # its ancestors have finished
+                while open_ and not rng.path.startswith(open_[-1].prefix):
+                    self._exit_bwd(open_.pop())
+                rng.handle = enter_range(rng.name)
+                open_.append(rng)
             return None
 
         return prehook
-
-    def _close(self, rng: _BwdRange) -> None:
-        if rng.handle is None:
-            return
-        while self._open_bwd:
-            top = self._open_bwd.pop()
-            self._exit_bwd(top)
-            if top is rng:
-                return
 
     @staticmethod
     def _exit_bwd(rng: _BwdRange) -> None:

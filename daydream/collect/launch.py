@@ -41,6 +41,7 @@ class TraceRequest:
     record_shapes: bool = True
     force: bool = False
     nproc: int | None = None
+    use_cupti: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ def _child_env(req: TraceRequest, status_dir: str) -> dict:
         "iterations": req.iterations,
         "activities": ",".join(req.activities),
         "record_shapes": req.record_shapes,
+        "use_cupti": req.use_cupti,
         "status_dir": status_dir,
     }
     env[CONFIG_ENV] = json.dumps(config)

@@ -169,7 +169,7 @@ def versions() -> dict:
 
         tool = version("daydream")
     except Exception:  # not installed (PYTHONPATH checkout)
-        from .. import __version__ as tool  # type: ignore[attr-defined]
+        tool = getattr(sys.modules.get("daydream"), "__version__", "unknown")
     return {
         "daydream": tool,
         "torch": torch.__version__,

@@ -127,6 +127,7 @@ class Tracer:
         self._t_boundary_ns = 0
         self._explicit_seen = False
         self.on_finish = None  # callable(tracer), run once the result is known
+        self._notes: list[str] = []
 
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> "Tracer":
@@ -175,13 +176,21 @@ class Tracer:
             self._prepare()
         if b == self._first_record:
             self._prof.start_trace()
-            if self._collector is not None:
-                self._collector.start()
+            self._start_collector()
             self.markers.enabled = True
             self.state = TracerState.RECORDING
         if self.state is TracerState.RECORDING:
             self._step_range = enter_range(f"ProfilerStep#{b}")
             self._t_boundary_ns = time.perf_counter_ns()
+
+    def _start_collector(self) -> None:
+        if self._collector is None:
+            return
+        try:
+            self._collector.start()
+        except Exception as exc:  # noqa: BLE001 - trace CPU activity regardless
+            self._collector = None
+            self._notes.append(f"daydream.cupti failed to start, no kernels recorded: {exc}")
 
     def _prepare(self) -> None:
         self._prof = torch.profiler.profile(
@@ -216,7 +225,11 @@ class Tracer:
         try:
             if self._prof is not None and self._prof.profiler is not None:
                 if self._collector is not None:
-                    self._collector.stop()
+                    try:
+                        self._collector.stop()
+                    except Exception as exc:  # noqa: BLE001
+                        self._notes.append(f"daydream.cupti failed to stop: {exc}")
+                        self._collector = None
                 self._prof.stop_trace()
                 if self._recorded:
                     path = self._write()
@@ -254,9 +267,18 @@ class Tracer:
         if self._collector is not None:
             doc.setdefault("traceEvents", []).extend(self._collector.chrome_events())
         normalize_marker_events(doc.get("traceEvents", []))
+        if world > 1 and not isinstance(doc.get("distributedInfo"), dict):
+            doc["distributedInfo"] = {"rank": rank, "world_size": world, "backend": dist_details["backend"]}
         meta = self._metadata(rank, world, dist_details)
         doc = add_metadata(doc, meta, keep_steps=set(self._recorded))
         return write_trace_atomic(doc, out)
+
+    def _activities_metadata(self) -> dict:
+        meta = self._plan.as_metadata()
+        meta["notes"] += self._notes
+        if self._collector is None and meta["cuda_source"] == "daydream.cupti":
+            meta["cuda_source"] = "none"
+        return meta
 
     def _metadata(self, rank: int, world: int, dist_details: dict) -> dict:
         roots = self.markers.roots()
@@ -270,7 +292,7 @@ class Tracer:
             "world_size": world,
             "distributed": dist_details,
             "device": md.device_info(),
-            "activities": self._plan.as_metadata(),
+            "activities": self._activities_metadata(),
             "iterations": {
                 "marker": self.marker.value if self.marker else None,
                 "warmup": self.options.warmup,

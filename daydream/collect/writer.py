@@ -132,6 +132,12 @@ def _unfinished_step(event: dict, keep_steps: set[int]) -> bool:
         return False
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_trace_atomic(doc: dict, path: os.PathLike | str) -> Path:
     """Write ``doc`` as JSON (gzip if the name ends in ``.gz``) atomically to ``path``.
 
@@ -154,7 +160,7 @@ def write_trace_atomic(doc: dict, path: os.PathLike | str) -> Path:
                 raw.write(json.dumps(doc).encode())
             raw.flush()
             os.fsync(raw.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException as exc:
         try:

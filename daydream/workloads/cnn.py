@@ -11,7 +11,10 @@ from torch.utils.checkpoint import checkpoint
 
 from .common import run
 
-__all__ = ["BasicBlock", "SmallResNet", "build", "main"]
+#: default --batch-size
+BATCH_SIZE = 32
+
+__all__ = ["BATCH_SIZE", "add_args", "BasicBlock", "SmallResNet", "build", "main"]
 
 
 class BasicBlock(nn.Module):
@@ -83,7 +86,7 @@ def build(args, device):
 
 def main(argv=None):
     """Entry point: parse flags and train."""
-    return run("cnn", build, argv, add_args, batch_size=32)
+    return run("cnn", build, argv, add_args, batch_size=BATCH_SIZE)
 
 
 if __name__ == "__main__":

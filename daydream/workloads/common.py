@@ -16,10 +16,11 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 __all__ = [
     "add_common_args",
@@ -28,6 +29,8 @@ __all__ = [
     "autocast_context",
     "setup_distributed",
     "train",
+    "prepare",
+    "Workload",
     "run",
 ]
 
@@ -48,6 +51,8 @@ def add_common_args(parser: argparse.ArgumentParser, batch_size: int, steps: int
     g.add_argument("--autocast", choices=("none", "bfloat16", "float16"), default="none",
                    help="mixed precision via torch.autocast")
     g.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
+    g.add_argument("--loader", choices=("batched", "per-sample"), default="batched",
+                   help="index the synthetic dataset per batch, or per sample with collation")
     g.add_argument("--dataset-batches", type=int, default=8,
                    help="distinct synthetic batches (the loader cycles over them)")
     g.add_argument("--compile", action="store_true", help="torch.compile the model")
@@ -81,16 +86,19 @@ def make_optimizer(params, args) -> torch.optim.Optimizer:
 
 
 def make_loader(tensors: tuple[torch.Tensor, ...], args) -> DataLoader:
-    """A shuffling DataLoader over synthetic tensors (CPU; moved to the device in the loop)."""
-    return DataLoader(
-        TensorDataset(*tensors),
-        batch_size=args.batch_size,
-        shuffle=True,
-        drop_last=True,
-        num_workers=args.num_workers,
-        pin_memory=torch.cuda.is_available() and args.device != "cpu",
-        persistent_workers=args.num_workers > 0,
-    )
+    """A shuffling DataLoader over synthetic tensors (CPU; moved to the device in the loop).
+
+    ``--loader batched`` (default) indexes the dataset once per batch with a
+    ``BatchSampler``; ``--loader per-sample`` fetches and collates sample by
+    sample, as image datasets do (many small CPU ops per batch).
+    """
+    dataset = TensorDataset(*tensors)
+    common = dict(num_workers=args.num_workers, pin_memory=torch.cuda.is_available() and args.device != "cpu",
+                  persistent_workers=args.num_workers > 0)
+    if args.loader == "per-sample":
+        return DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True, **common)
+    sampler = BatchSampler(RandomSampler(dataset), args.batch_size, drop_last=True)
+    return DataLoader(dataset, batch_size=None, sampler=sampler, **common)
 
 
 def autocast_context(args, device: torch.device):
@@ -143,8 +151,8 @@ def train(model, loader, loss_fn: Callable, optimizer, args, device, on_step: Ca
     return times
 
 
-def run(name: str, build: Callable, argv=None, add_args: Callable | None = None, batch_size: int = 32) -> list[float]:
-    """Parse flags, build the workload, train, print a summary; return step times.
+def prepare(name: str, build: Callable, argv=None, add_args: Callable | None = None, batch_size: int = 32):
+    """Parse flags and build everything a training run needs.
 
     Parameters
     ----------
@@ -156,6 +164,12 @@ def run(name: str, build: Callable, argv=None, add_args: Callable | None = None,
         Defaults to ``sys.argv[1:]``.
     add_args : callable, optional
         Adds the workload's own size flags to the parser.
+
+    Returns
+    -------
+    Workload
+        Model (moved, cast, DDP-wrapped, compiled as flagged), loader, loss,
+        optimizer, parsed args, device, rank and world size.
     """
     parser = argparse.ArgumentParser(prog=f"python -m daydream.workloads.{name}", description=build.__doc__)
     if add_args is not None:
@@ -173,12 +187,37 @@ def run(name: str, build: Callable, argv=None, add_args: Callable | None = None,
     optimizer = make_optimizer(model.parameters(), args)
     if args.compile:
         model = torch.compile(model)
-    times = train(model, make_loader(tensors, args), loss_fn, optimizer, args, device)
+    return Workload(model, make_loader(tensors, args), loss_fn, optimizer, args, device, rank, world)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A built training run (see :func:`prepare`)."""
+
+    model: torch.nn.Module
+    loader: DataLoader
+    loss_fn: Callable
+    optimizer: torch.optim.Optimizer
+    args: argparse.Namespace
+    device: torch.device
+    rank: int
+    world_size: int
+
+    def train(self, steps: int | None = None, on_step: Callable | None = None) -> list[float]:
+        """Run ``steps`` (default ``--steps``) optimizer steps; return per-step seconds."""
+        args = self.args if steps is None else argparse.Namespace(**{**vars(self.args), "steps": steps})
+        return train(self.model, self.loader, self.loss_fn, self.optimizer, args, self.device, on_step)
+
+
+def run(name: str, build: Callable, argv=None, add_args: Callable | None = None, batch_size: int = 32) -> list[float]:
+    """Parse flags, build the workload, train, print a summary; return step times (s)."""
+    w = prepare(name, build, argv, add_args, batch_size)
+    times = w.train()
     if times:
         med = statistics.median(times[1:] or times) * 1e3
-        print(f"{name}: {len(times)} steps, median step {med:.2f} ms (rank {rank}/{world}, {device})",
+        print(f"{name}: {len(times)} steps, median step {med:.2f} ms (rank {w.rank}/{w.world_size}, {w.device})",
               file=sys.stdout, flush=True)
-    if world > 1:
+    if w.world_size > 1:
         import torch.distributed as dist
 
         dist.destroy_process_group()

@@ -11,7 +11,10 @@ from torch.utils.checkpoint import checkpoint
 
 from .common import run
 
-__all__ = ["MLP", "build", "main"]
+#: default --batch-size
+BATCH_SIZE = 256
+
+__all__ = ["BATCH_SIZE", "add_args", "MLP", "build", "main"]
 
 
 class MLP(nn.Module):
@@ -54,7 +57,7 @@ def build(args, device):
 
 def main(argv=None):
     """Entry point: parse flags and train."""
-    return run("mlp", build, argv, add_args, batch_size=64)
+    return run("mlp", build, argv, add_args, batch_size=BATCH_SIZE)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,10 @@ from torch.utils.checkpoint import checkpoint
 
 from .common import run
 
-__all__ = ["Block", "TinyGPT", "build", "main"]
+#: default --batch-size
+BATCH_SIZE = 32
+
+__all__ = ["BATCH_SIZE", "add_args", "Block", "TinyGPT", "build", "main"]
 
 
 class Attention(nn.Module):
@@ -90,7 +93,7 @@ def build(args, device):
 
 def main(argv=None):
     """Entry point: parse flags and train."""
-    return run("transformer", build, argv, add_args, batch_size=16)
+    return run("transformer", build, argv, add_args, batch_size=BATCH_SIZE)
 
 
 if __name__ == "__main__":
