@@ -21,6 +21,11 @@ from typing import Iterator
 
 from ..errors import TraceError
 
+try:  # optional fast JSON parser
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
 __all__ = ["read_documents", "expand_paths", "is_archive", "TRACE_SUFFIXES"]
 
 #: File name endings recognised as traces inside directories and archives.
@@ -54,6 +59,23 @@ def expand_paths(paths) -> list[str]:
     return out
 
 
+def _parse_json(name: str, raw: bytes):
+    """JSON bytes to Python objects: orjson when installed (3-4x faster), else the stdlib.
+
+    orjson is stricter (no NaN, UTF-8 only, 64-bit integers); whatever it
+    refuses goes through the stdlib, so both accept the same documents.
+    """
+    if _orjson is not None:
+        try:
+            return _orjson.loads(raw)
+        except _orjson.JSONDecodeError:
+            pass
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceError(name, f"not JSON ({exc})") from None
+
+
 def _decode(name: str, raw: bytes) -> dict:
     if raw[:2] == b"\x1f\x8b":
         try:
@@ -62,10 +84,7 @@ def _decode(name: str, raw: bytes) -> dict:
             raise TraceError(name, f"truncated or corrupt gzip ({exc})") from None
     if not raw.strip():
         raise TraceError(name, "empty file")
-    try:
-        doc = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceError(name, f"not JSON ({exc})") from None
+    doc = _parse_json(name, raw)
     if isinstance(doc, list):  # bare Chrome-trace array
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
