@@ -7,7 +7,10 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <sys/mman.h>
+
 #include <cstdint>
+#include <new>
 #include <queue>
 #include <stdexcept>
 #include <unordered_map>
@@ -25,6 +28,39 @@ constexpr i64 kNeg = -(i64(1) << 62);
 constexpr int kAnchorStart = 0, kAnchorEnd = 1;
 constexpr int kEdgeLaunch = 1;
 constexpr int kWaitStream = 1;
+
+
+// Allocator for the large per-task arrays: anonymous mmap with transparent huge
+// pages requested (MADV_HUGEPAGE), so that touching 10M tasks' state costs a few
+// thousand page faults rather than hundreds of thousands (numpy does the same).
+template <class T>
+struct HugeAlloc {
+  using value_type = T;
+  HugeAlloc() = default;
+  template <class U>
+  HugeAlloc(const HugeAlloc<U>&) {}
+  T* allocate(size_t n) {
+    size_t bytes = n * sizeof(T);
+    if (bytes < (size_t(4) << 20)) return static_cast<T*>(::operator new(bytes));
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) {
+    size_t bytes = n * sizeof(T);
+    if (bytes < (size_t(4) << 20)) ::operator delete(p);
+    else munmap(p, bytes);
+  }
+  template <class U>
+  bool operator==(const HugeAlloc<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const HugeAlloc<U>&) const { return false; }
+};
+template <class T>
+using Vec = std::vector<T, HugeAlloc<T>>;
 
 struct Event {
   i64 time;
@@ -71,14 +107,14 @@ struct Sim {
   i64 *start, *end, *start_by, *end_by;
   bool* start_by_start;
   // edges (CSR by source, stable)
-  std::vector<i64> indptr;
-  std::vector<i32> out_dst;
-  std::vector<i64> out_lag;
-  std::vector<i8> out_kind, out_anchor, out_target;
+  Vec<i64> indptr;
+  Vec<i32> out_dst;
+  Vec<i64> out_lag;
+  Vec<i8> out_kind, out_anchor, out_target;
   // task state
-  std::vector<i32> pend_start, pend_end, lane_pos, ready_by, end_by_tmp;
-  std::vector<i64> ready, end_ready;
-  std::vector<uint8_t> flags;   // bit0 started, bit1 done, bit2 has_launch, bit3 ready_by_start
+  Vec<i32> pend_start, pend_end, lane_pos, ready_by, end_by_tmp;
+  Vec<i64> ready, end_ready;
+  Vec<uint8_t> flags;   // bit0 started, bit1 done, bit2 has_launch, bit3 ready_by_start, bit4 has waiters
   std::unordered_map<i32, std::vector<i32>> waiters;
   // lanes
   std::vector<i64> head, prev_end, enq_pos;
@@ -86,7 +122,9 @@ struct Sim {
   std::vector<uint8_t> busy;
   std::vector<std::vector<i32>> gpu_lanes_of_rank;
   std::unordered_map<i32, size_t> rank_slot;
-  std::unordered_map<i64, std::priority_queue<Ready, std::vector<Ready>, std::greater<Ready>>> ready_q;
+  using ReadyQueue = std::priority_queue<Ready, std::vector<Ready>, std::greater<Ready>>;
+  std::vector<ReadyQueue> ready_q;   // PRIORITY lanes' ready queues
+  std::vector<i32> queue_of;          // lane -> index in ready_q, -1 for FIFO lanes
   // collectives
   std::vector<i64> grp_size, grp_arrived, grp_max;
   std::vector<std::vector<i32>> grp_members;
@@ -99,11 +137,12 @@ struct Sim {
   void dispatch(i64 li) {
     if (busy[li]) return;
     i32 t;
-    auto q = ready_q.find(li);
-    if (q != ready_q.end()) {
-      if (q->second.empty()) return;
-      t = q->second.top().task;
-      q->second.pop();
+    i32 qi = queue_of[li];
+    if (qi >= 0) {
+      ReadyQueue& q = ready_q[qi];
+      if (q.empty()) return;
+      t = q.top().task;
+      q.pop();
     } else {
       if (head[li] >= lane_ptr[li + 1] - lane_ptr[li]) return;
       t = static_cast<i32>(lane_flat[lane_ptr[li] + head[li]]);
@@ -149,8 +188,8 @@ struct Sim {
 
   void became_ready(i32 d) {
     i64 li = lane[d];
-    auto q = ready_q.find(li);
-    if (q != ready_q.end()) q->second.push(Ready{priority[d], lane_pos[d], d});
+    i32 qi = queue_of[li];
+    if (qi >= 0) ready_q[qi].push(Ready{priority[d], lane_pos[d], d});
     dispatch(li);
   }
 
@@ -190,6 +229,7 @@ struct Sim {
     } else {
       pend_end[t] += 1;
       waiters[x].push_back(t);
+      flags[x] |= 16;
     }
   }
 
@@ -234,7 +274,7 @@ struct Sim {
     }
     for (size_t i = 0; i < n; ++i) indptr[i + 1] += indptr[i];
     out_dst.resize(m); out_lag.resize(m); out_kind.resize(m); out_anchor.resize(m); out_target.resize(m);
-    std::vector<i64> fill(indptr.begin(), indptr.end() - 1);
+    Vec<i64> fill(indptr.begin(), indptr.end() - 1);
     for (size_t k = 0; k < m; ++k) {
       i64 at = fill[src[k]]++;
       out_dst[at] = dst[k]; out_lag[at] = lag[k]; out_kind[at] = kind[k];
@@ -257,16 +297,20 @@ struct Sim {
         }
         gpu_lanes_of_rank[it->second].push_back(static_cast<i32>(li));
       }
-      if (lane_prio[li]) ready_q[static_cast<i64>(li)];
+      queue_of[li] = -1;
+      if (lane_prio[li]) {
+        queue_of[li] = static_cast<i32>(ready_q.size());
+        ready_q.emplace_back();
+      }
     }
   }
 
   size_t run() {
-    for (auto& kv : ready_q) {
-      i64 li = kv.first;
+    for (size_t li = 0; li < L; ++li) {
+      if (queue_of[li] < 0) continue;
       for (i64 p = lane_ptr[li]; p < lane_ptr[li + 1]; ++p) {
         i32 t = static_cast<i32>(lane_flat[p]);
-        if (!pend_start[t]) kv.second.push(Ready{priority[t], lane_pos[t], t});
+        if (!pend_start[t]) ready_q[queue_of[li]].push(Ready{priority[t], lane_pos[t], t});
       }
     }
     for (size_t li = 0; li < L; ++li) dispatch(static_cast<i64>(li));
@@ -290,7 +334,7 @@ struct Sim {
       busy[li] = 0;
       prev_end[li] = end[t];
       prev_task[li] = t;
-      auto w = waiters.find(t);
+      auto w = (flags[t] & 16) ? waiters.find(t) : waiters.end();
       if (w != waiters.end()) {
         std::vector<i32> ws = std::move(w->second);
         waiters.erase(w);
@@ -335,7 +379,7 @@ py::tuple simulate(ArrI32 lane, ArrI64 dur, ArrI64 gap, ArrI8 wait_kind, ArrI32 
     s.build_edges(m, ptr(src, m, "src"), ptr(dst, m, "dst"), ptr(ekind, m, "kind"), ptr(eanchor, m, "anchor"),
                   ptr(etarget, m, "target"), ptr(elag, m, "lag_ns"));
     s.head.assign(s.L, 0); s.prev_end.assign(s.L, 0); s.enq_pos.assign(s.L, -1);
-    s.prev_task.assign(s.L, -1); s.busy.assign(s.L, 0);
+    s.prev_task.assign(s.L, -1); s.busy.assign(s.L, 0); s.queue_of.assign(s.L, -1);
     s.build_lanes(lane_is_gpu.data(), lane_rank.data(), lane_prio.data());
     s.grp_size.assign(s.n_groups, 0); s.grp_arrived.assign(s.n_groups, 0);
     s.grp_max.assign(s.n_groups, kNeg); s.grp_members.resize(s.n_groups);
