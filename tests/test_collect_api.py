@@ -274,3 +274,14 @@ def test_kernel_collector_seam_merges_events(tmp_path, monkeypatch):
     assert fake.started and fake.stopped
     assert [e["name"] for e in events if e.get("cat") == "kernel"] == ["fake_kernel"]
     assert doc["daydream"]["activities"]["cuda_source"] == "daydream.cupti"
+
+
+def test_nested_trace_is_inert(tmp_path, capsys):
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace(tmp_path / "outer.json", warmup=0, iterations=2) as outer:
+        with trace(tmp_path / "inner.json", warmup=0, iterations=1):
+            _train(model, opt, 3)
+    assert outer.result.iterations_recorded == 2
+    assert not (tmp_path / "inner.json").exists()
+    assert "already being recorded" in capsys.readouterr().err

@@ -57,6 +57,18 @@ class TraceSession:
         self.strict = strict
         self.result: TraceResult | None = None
         self._tracer: Tracer | None = None
+        self._inert = False
+
+    def _new_tracer(self) -> Tracer | None:
+        if current_tracer() is not None:
+            self._inert = True
+            print(
+                f"daydream: a trace is already being recorded in this process; "
+                f"not tracing again into {self.options.path}",
+                file=sys.stderr,
+            )
+            return None
+        return Tracer(self.options).start()
 
     @property
     def path(self) -> Path | None:
@@ -70,10 +82,12 @@ class TraceSession:
 
     # -- context manager ------------------------------------------------------
     def __enter__(self) -> "TraceSession":
-        self._tracer = Tracer(self.options).start()
+        self._tracer = self._new_tracer()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        if self._tracer is None:  # another trace owns the profiler
+            return False
         self.result = self._tracer.finish()
         if exc_type is None and self.strict:
             self._check()
@@ -103,11 +117,13 @@ class TraceSession:
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             tracer = session._tracer
-            if tracer is None:
-                tracer = session._tracer = Tracer(session.options).start()
-                tracer.marker = MarkerSource.CALL
-            elif session.result is not None:
+            if session.result is not None or session._inert:
                 return fn(*args, **kwargs)
+            if tracer is None:
+                tracer = session._tracer = session._new_tracer()
+                if tracer is None:
+                    return fn(*args, **kwargs)
+                tracer.marker = MarkerSource.CALL
             try:
                 out = fn(*args, **kwargs)
             except BaseException:

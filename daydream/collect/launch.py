@@ -196,7 +196,8 @@ def explain(outcome: RunOutcome, req: TraceRequest) -> tuple[list[str], Collecti
     stepped = max((s.get("boundaries", 0) for s in outcome.statuses), default=0)
     rc = outcome.exit_status
     if rc != 0 and stepped == 0:
-        return lines, CollectionError(f"the command exited with status {rc} before its first iteration; no trace written")
+        return lines, CollectionError(
+            f"the command exited with status {rc} before its first iteration; no trace written")
     if rc != 0:
         return lines, CollectionError(f"the command exited with status {rc} before a recorded iteration finished; no trace written")
     if stepped == 0:

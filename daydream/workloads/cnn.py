@@ -12,7 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from .common import run
 
 #: default --batch-size
-BATCH_SIZE = 32
+BATCH_SIZE = 64
 
 __all__ = ["BATCH_SIZE", "add_args", "BasicBlock", "SmallResNet", "build", "main"]
 
