@@ -38,11 +38,14 @@ def task(g, name):
     return i
 
 
-def test_tasks_are_leaves_and_markers():
+def test_tasks_are_self_time_slices_and_markers():
     g = build(gpu_bound_doc())
     names = [g.task_name(t) for t in g.lane_tasks[0]]
-    assert names == ["iteration boundary", "cudaLaunchKernel", "cudaLaunchKernel",
+    assert names == ["iteration boundary", "aten::mm", "cudaLaunchKernel", "aten::mm",
+                     "aten::mm", "cudaLaunchKernel", "aten::mm",
                      "cudaStreamSynchronize", "aten::add", "iteration boundary"]
+    durs = [int(g.tasks["dur_ns"][t]) for t in g.lane_tasks[0][1:4]]
+    assert durs == [1_000, 4_000, 1_000]             # mm's own time before and after its launch
     sync = task(g, "cudaStreamSynchronize")
     assert g.tasks["kind"][sync] == EventKind.SYNC
     assert g.tasks["wait_kind"][sync] == WaitKind.STREAM

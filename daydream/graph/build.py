@@ -1,8 +1,10 @@
 """Building the dependency graph from a loaded trace.
 
-Tasks: the leaf CPU ops and runtime calls of each CPU thread (enclosing ops'
-own time becomes the gap before the next leaf), every kernel, copy and set on
-each GPU stream, and a zero-length marker at each iteration boundary.
+Tasks: the self-time slices of the CPU ops and runtime calls of each CPU
+thread (an op with children becomes the pieces of its own time between them,
+each attributed to the op; time outside every op is the gap before the next
+task), every kernel, copy and set on each GPU stream, and a zero-length marker
+at each iteration boundary.
 
 Offsets: every start constraint of a task (its lane predecessor plus each
 incoming edge) has a measured offset, the time from the constraint's anchor
@@ -75,8 +77,45 @@ def build_graph(trace: Trace) -> DependencyGraph:
 
 
 # --------------------------------------------------------------------- tasks
+def _cpu_slices(idx, start, end):
+    """Split a thread's nested ops into self-time slices, in time order.
+
+    An op with children becomes the slices of its own time between them, each
+    attributed to the op; a leaf is one slice.  Returns (event, start, end).
+    """
+    ev, ss, ee = [], [], []
+    stack = []          # open events: (end, event)
+    cursor = None
+
+    def emit(i, a, b, always=False):
+        if b > a or always:
+            ev.append(i)
+            ss.append(a)
+            ee.append(b)
+
+    for i, a, b in zip(idx.tolist(), start[idx].tolist(), end[idx].tolist()):
+        while stack and stack[-1][0] <= a:
+            top_end, top = stack.pop()
+            if top_end > cursor:
+                emit(top, cursor, top_end)
+                cursor = top_end
+        if stack and a > cursor:
+            emit(stack[-1][1], cursor, a)
+        cursor = a if cursor is None else max(cursor, a)
+        if b <= a:                      # zero-length event: a task of its own
+            emit(i, a, a, always=True)
+            continue
+        stack.append((b, i))
+    while stack:
+        top_end, top = stack.pop()
+        if top_end > cursor:
+            emit(top, cursor, top_end)
+            cursor = top_end
+    return np.asarray(ev, np.int64), np.asarray(ss, np.int64), np.asarray(ee, np.int64)
+
+
 def _select(r):
-    """Event rows that become tasks, per lane, in time order."""
+    """Per lane: (event rows, start, end) of the tasks, in time order."""
     cols = r.cols
     kind, lane = cols["kind"], cols["lane"]
     start, end = cols["start_ns"], cols["start_ns"] + cols["dur_ns"]
@@ -84,15 +123,12 @@ def _select(r):
     for li, ln in enumerate(r.lanes):
         on = lane == li
         if ln.kind == LaneKind.CPU_THREAD:
-            idx = np.flatnonzero(on & np.isin(kind, _CPU_TASK_KINDS))
-            if len(idx):
-                # a leaf starts no later event before it ends (children start inside parents)
-                leaf = np.append(start[idx][1:] >= end[idx][:-1], True)
-                idx = idx[leaf]
+            sel = _cpu_slices(np.flatnonzero(on & np.isin(kind, _CPU_TASK_KINDS)), start, end)
         else:
             idx = np.flatnonzero(on & np.isin(kind, _GPU_TASK_KINDS))
-        if len(idx) or li == r.main_lane:
-            per_lane[li] = idx
+            sel = (idx, start[idx], end[idx])
+        if len(sel[0]) or li == r.main_lane:
+            per_lane[li] = sel
     return per_lane
 
 
@@ -114,10 +150,10 @@ def _build_rank(g: DependencyGraph, r, sc: _Scratch, repairs: Counter):
     cols = r.cols
     lane_map, lane_starts = {}, {}
     task_of_event = np.full(len(r), -1, np.int64)
-    for li, idx in _select(r).items():
+    for li, (idx, s, e) in _select(r).items():
         gl = g.add_lane(r.lanes[li])
         lane_map[li] = gl
-        s, e = _repair_overlaps(cols["start_ns"][idx], cols["start_ns"][idx] + cols["dur_ns"][idx], repairs)
+        s, e = _repair_overlaps(s, e, repairs)
         kinds = cols["kind"][idx]
         names = [g.names.intern(r.names[int(n)]) for n in cols["name"][idx]]
         layers = [g.layers.intern(r.layers[int(x)]) if x >= 0 else -1 for x in cols["layer"][idx]]
@@ -130,7 +166,8 @@ def _build_rank(g: DependencyGraph, r, sc: _Scratch, repairs: Counter):
             rank=np.full(len(idx), r.rank), event=idx, dur_ns=e - s,
             bytes=np.where(idx >= 0, cols["bytes"][np.maximum(idx, 0)], 0),
             flops=np.where(idx >= 0, cols["flops"][np.maximum(idx, 0)], 0))
-        task_of_event[idx[idx >= 0]] = ids[idx >= 0]
+        real = np.flatnonzero(idx >= 0)[::-1]           # reversed: an op maps to its first slice
+        task_of_event[idx[real]] = ids[real]
         g.lane_tasks[gl] = ids.tolist()
         sc.start.append(s - g.origin_ns)
         sc.dur.append(e - s)
