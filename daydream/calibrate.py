@@ -37,8 +37,12 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def time_call_ns(fn, device, min_time_s: float = 0.05, repeats: int = 5) -> float:
-    """Median time of one call of ``fn`` in ns (calls batched to last ``min_time_s``)."""
+def time_call_ns(fn, device, min_time_s: float = 0.05, repeats: int = 7) -> float:
+    """Time of one call of ``fn`` in ns: the best of ``repeats`` batches.
+
+    Calls are batched to last about ``min_time_s / repeats``; the best batch is
+    the figure least disturbed by other load on the machine.
+    """
     fn()
     _sync(device)
     n, t0 = 1, time.perf_counter()
@@ -58,7 +62,7 @@ def time_call_ns(fn, device, min_time_s: float = 0.05, repeats: int = 5) -> floa
             fn()
         _sync(device)
         samples.append((time.perf_counter() - t0) / n * 1e9)
-    return statistics.median(samples)
+    return min(samples)
 
 
 def _matmul_curve(torch, device, dtype, shapes, min_time_s):

@@ -45,16 +45,11 @@ def main():
 
 
 def _register() -> None:
-    from . import cli_core
+    from . import cli_collect, cli_core, cli_doctor, cli_whatif
 
-    for cmd in cli_core.COMMANDS:
-        main.add_command(cmd)
-    from . import cli_collect  # noqa: E402  daydream trace
-    for cmd in cli_collect.COMMANDS:
-        main.add_command(cmd)
-    from . import cli_doctor  # daydream doctor
-    for cmd in cli_doctor.COMMANDS:
-        main.add_command(cmd)
+    for module in (cli_core, cli_whatif, cli_collect, cli_doctor):
+        for cmd in module.COMMANDS:
+            main.add_command(cmd)
 
 
 _register()

@@ -1,0 +1,96 @@
+"""What-if commands: ``daydream whatif``, ``daydream optimizations``, ``daydream calibrate``."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from . import __version__
+from .cli import handle_errors
+from .fileio import check_writable, write_json
+
+__all__ = ["COMMANDS"]
+
+
+@click.command()
+@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@click.option("--opt", "opts", multiple=True, required=True, metavar="NAME[:k=v,...]",
+              help="Optimization to apply (repeatable, applied in order). See `daydream optimizations`.")
+@click.option("--device", help="Cost figures of a published device (V100, A100, H100, H200, RTX2080TI).")
+@click.option("--profile", "profile_path", type=click.Path(), help="Device profile from `daydream calibrate -o`.")
+@click.option("--iteration-marker", metavar="REGEX", help="Annotation spanning each iteration.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("-o", "--output", type=click.Path(), help="Write the predicted timeline (Chrome-trace JSON).")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@handle_errors
+def whatif(traces, opts, device, profile_path, iteration_marker, as_json, output, force):
+    """Predict the iteration time of TRACES with optimizations applied.
+
+    \b
+    Examples:
+      daydream whatif run.json.gz --opt fused-adam
+      daydream whatif run.json.gz --opt amp:dtype=bfloat16 --opt fused-adam --json
+      daydream whatif run.json.gz --opt data-parallel:workers=8,backend=nccl --device A100 -o pred.json.gz
+    """
+    from .sim.export import to_chrome_trace
+    from .whatif import predict
+
+    if output:
+        check_writable(output, force)
+    report, result = predict(list(traces), list(opts), device=device, profile_path=profile_path,
+                             iteration_marker=iteration_marker)
+    if output:
+        write_json(output, to_chrome_trace(result, {"command": " ".join(sys.argv), "version": __version__,
+                                                     "kind": "whatif", "optimizations": list(report.optimizations)}))
+    if as_json:
+        click.echo(json.dumps(report.to_dict()))
+        return
+    click.echo(f"optimizations: {' + '.join(report.optimizations)}   (device: {report.device})")
+    click.echo(f"measured  {report.measured_ms:10.3f} ms")
+    click.echo(f"baseline  {report.baseline_ms:10.3f} ms   (simulated, unedited)")
+    click.echo(f"predicted {report.predicted_ms:10.3f} ms   speedup {report.speedup:.3f}x")
+    click.echo(f"\n{'phase':<12}{'baseline ms':>12}{'predicted ms':>14}{'change':>10}   (task time per iteration)")
+    for phase, (b, p) in report.phases.items():
+        if b or p:
+            ch = f"{(p - b) / b * 100:+.1f}%" if b else "new"
+            click.echo(f"{phase:<12}{b:12.3f}{p:14.3f}{ch:>10}")
+    for n in report.notes:
+        click.echo(f"note: {n}")
+    if output:
+        click.echo(f"predicted timeline written to {output}")
+
+
+@click.command()
+def optimizations():
+    """List every optimization with its parameters and defaults."""
+    from .optimizations import registry
+
+    for name, cls in registry().items():
+        click.echo(f"{name}: {cls.summary}")
+        for p in cls.params:
+            choices = f" (one of {', '.join(map(str, p.choices))})" if p.choices else ""
+            click.echo(f"    {p.name}={p.default}  {p.help}{choices}")
+
+
+@click.command()
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
+@click.option("-o", "--output", type=click.Path(), help="Where to save the profile (default: the user cache).")
+@click.option("--quick", is_flag=True, help="Fewer sizes, shorter timings.")
+@click.option("--no-collectives", is_flag=True, help="Skip the two-process all-reduce measurement.")
+@handle_errors
+def calibrate(device, output, quick, no_collectives):
+    """Measure this machine once (matmul/conv/elementwise throughput per dtype, op
+    overhead, all-reduce bandwidth) into the profile that what-ifs use."""
+    from .calibrate import calibrate as run
+    from .device import save_profile
+
+    prof = run(device, quick=quick, collectives=not no_collectives,
+               progress=lambda m: click.echo(f"calibrating: {m} ...", err=True))
+    path = save_profile(prof, output)
+    click.echo(f"{prof.name}: op overhead {prof.op_overhead_ns} ns; "
+               f"fp32 matmul up to {max(p[1] for p in prof.matmul['float32'].points) / 1e9:.1f} GFLOP/s; "
+               f"saved to {path}")
+
+
+COMMANDS = [whatif, optimizations, calibrate]

@@ -1,0 +1,65 @@
+"""Cost models shared by the optimizations: durations of new or changed tasks.
+
+Preferred sources, in order: the trace itself (a task's own measured time,
+scaled), a calibrated :class:`~daydream.device.DeviceProfile` of the user's
+machine, published specs.  Every function states which it uses.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .model import EventKind
+
+__all__ = ["compute_mask", "gpu_mask", "dtype_speedup", "elementwise_ns", "matmul_ns",
+           "DTYPE_BYTES", "GPU_COMPUTE_KERNEL_RE"]
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+#: GPU kernels that run matrix/convolution arithmetic (cuBLAS, cuDNN, CUTLASS names).
+GPU_COMPUTE_KERNEL_RE = re.compile(
+    r"gemm|cutlass|xmma|scudnn|cudnn::.*conv|implicit_convolve|conv2d|wgrad|dgrad|"
+    r"sm\d+_.*(h|s)\d+|flash|fmha|ampere_.*(h|s)|volta_.*(h|s)|turing_.*(h|s)", re.IGNORECASE)
+
+
+def gpu_mask(g) -> np.ndarray:
+    return np.isin(g.tasks["kind"], (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET, EventKind.COLLECTIVE))
+
+
+def compute_mask(g) -> np.ndarray:
+    """Tasks whose time is dominated by arithmetic: CPU ops with FLOPs, GEMM/conv kernels."""
+    T = g.tasks
+    m = T["flops"] > 0
+    kern = np.flatnonzero(T["kind"] == EventKind.KERNEL)
+    ok = np.array([GPU_COMPUTE_KERNEL_RE.search(s) is not None for s in g.names.strings] + [False], bool)
+    m[kern] |= ok[T["name"][kern]]
+    return m
+
+
+def matmul_ns(device, flops: float, dtype: str, conv: bool = False) -> float:
+    """Time of one matmul/convolution of ``flops`` on ``device`` (calibrated curve)."""
+    rate = device.conv_flops_per_s(dtype, flops) if conv else device.matmul_flops_per_s(dtype, flops)
+    return flops / rate * 1e9
+
+
+def elementwise_ns(device, nbytes: float, dtype: str = "float32") -> float:
+    """Time to stream ``nbytes`` through a simple elementwise kernel, plus one op's overhead."""
+    if nbytes <= 0:
+        return float(device.op_overhead_ns)
+    return nbytes / device.mem_bw_bytes_per_s(nbytes, dtype) * 1e9 + device.op_overhead_ns
+
+
+def dtype_speedup(device, flops: np.ndarray, src: str, dst: str, conv: np.ndarray | None = None) -> np.ndarray:
+    """Per-task time ratio ``t(dst) / t(src)`` of compute-bound tasks of the given FLOPs.
+
+    Uses the device's measured (or published) throughput curves at each task's
+    own size, so a CPU without fast bf16 predicts a slowdown, not a speedup.
+    """
+    flops = np.maximum(np.asarray(flops, float), 1.0)
+    conv = np.zeros(len(flops), bool) if conv is None else conv
+    out = np.empty(len(flops))
+    for i, (f, c) in enumerate(zip(flops, conv)):
+        rate = device.conv_flops_per_s if c else device.matmul_flops_per_s
+        out[i] = rate(src, f) / rate(dst, f)
+    return out

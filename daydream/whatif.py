@@ -1,0 +1,124 @@
+"""Predicting an optimization's effect: apply what-ifs to the graph, simulate, compare.
+
+Examples
+--------
+>>> from daydream.whatif import predict                       # doctest: +SKIP
+>>> report, result = predict("run.json.gz", ["fused-adam"])   # doctest: +SKIP
+>>> report.speedup                                            # doctest: +SKIP
+1.12
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .analysis import as_trace
+from .device import DeviceProfile, load_profile, published
+from .errors import DaydreamError
+from .graph import build_graph
+from .model import EventKind, LaneKind, Phase
+from .primitives import check_acyclic
+from .sim import SimResult, simulate
+
+__all__ = ["WhatIfReport", "predict", "device_for", "phase_busy_ms"]
+
+
+@dataclass(frozen=True)
+class WhatIfReport:
+    """Measured, simulated baseline and predicted mean iteration time (ms)."""
+
+    sources: tuple
+    optimizations: tuple
+    measured_ms: float
+    baseline_ms: float
+    predicted_ms: float
+    phases: dict          # phase label -> (baseline busy ms, predicted busy ms)
+    device: str
+    notes: tuple = field(default_factory=tuple)
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_ms / self.predicted_ms if self.predicted_ms else float("inf")
+
+    def to_dict(self) -> dict:
+        return {"sources": list(self.sources), "optimizations": list(self.optimizations),
+                "measured_ms": self.measured_ms, "baseline_ms": self.baseline_ms,
+                "predicted_ms": self.predicted_ms, "speedup": self.speedup, "device": self.device,
+                "phases": {k: {"baseline_ms": b, "predicted_ms": p} for k, (b, p) in self.phases.items()},
+                "notes": list(self.notes)}
+
+
+def device_for(trace, device: str | DeviceProfile | None = None, profile_path: str | None = None) -> DeviceProfile:
+    """The device profile for cost models.
+
+    ``device`` names a published device (``"A100"``) or is a profile; otherwise
+    a GPU trace uses the published specs of the GPU it names, and a CPU trace
+    the calibrated profile of this machine (``daydream calibrate``).
+    """
+    if isinstance(device, DeviceProfile):
+        return device
+    if device:
+        return published(device)
+    prof = load_profile(profile_path)
+    gpus = [d.get("name", "") for r in trace for d in (r.meta.get("deviceProperties") or []) if isinstance(d, dict)]
+    has_gpu = any(ln.kind == LaneKind.GPU_STREAM for r in trace for ln in r.lanes)
+    if has_gpu:
+        if prof is not None and prof.kind == "gpu" and gpus and prof.name in gpus:
+            return prof
+        if gpus:
+            try:
+                return published(gpus[0])
+            except DaydreamError:
+                pass
+        raise DaydreamError("cannot tell which GPU the trace ran on; pass --device NAME "
+                            "(V100, A100, H100, H200, RTX2080TI)")
+    if prof is None or prof.kind != "cpu":
+        raise DaydreamError("no calibrated CPU profile: run `daydream calibrate` once on this machine")
+    return prof
+
+
+def phase_busy_ms(result: SimResult) -> dict:
+    """Per phase: task time per iteration (iterations after the first), mean over ranks."""
+    g = result.graph
+    T = g.tasks
+    busy = (result.end_ns - result.start_ns).astype(float)
+    out = {}
+    n_it = max(1, max(len(m) - 1 for m in g.markers.values()))
+    sel_it = (T["iteration"] >= (1 if n_it > 1 else 0)) & (T["kind"] != EventKind.MARKER)
+    denom = max(1, (n_it - 1) if n_it > 1 else 1) * max(1, len(g.markers))
+    for p in Phase:
+        out[p.label] = float(busy[sel_it & (T["phase"] == p)].sum()) / 1e6 / denom
+    return out
+
+
+def predict(trace_or_paths, optimizations, device=None, profile_path=None, iteration_marker=None):
+    """Apply ``optimizations`` (specs like ``"amp:dtype=bfloat16"`` or instances) in order.
+
+    Returns
+    -------
+    report : WhatIfReport
+    result : SimResult
+        The predicted timeline.
+    """
+    from .optimizations import WhatIfContext, get
+
+    opts = [get(o) if isinstance(o, str) else o for o in optimizations]
+    if not opts:
+        raise DaydreamError("no optimization given (see `daydream optimizations`)")
+    trace = as_trace(trace_or_paths, iteration_marker)
+    base_graph = build_graph(trace)
+    base = simulate(base_graph)
+    ctx = WhatIfContext(graph=base_graph.copy(), trace=trace, device=device_for(trace, device, profile_path))
+    for opt in opts:
+        opt.apply(ctx)
+    check_acyclic(ctx.graph)
+    pred = simulate(ctx.graph)
+    measured, baseline = base.mean_iteration_ns()
+    _, predicted = pred.mean_iteration_ns()
+    pb, pp = phase_busy_ms(base), phase_busy_ms(pred)
+    report = WhatIfReport(sources=tuple(trace.sources), optimizations=tuple(o.describe() for o in opts),
+                          measured_ms=measured / 1e6, baseline_ms=baseline / 1e6, predicted_ms=predicted / 1e6,
+                          phases={k: (pb[k], pp[k]) for k in pb}, device=ctx.device.name,
+                          notes=tuple(ctx.notes))
+    return report, pred
