@@ -151,6 +151,32 @@ def _gloo_allreduce(sizes):
     return (1e9 / slope, intercept / 2.0)
 
 
+def _loader_fetch(torch, sizes=(2 ** 12, 2 ** 18), batches: int = 40):
+    """Main-process cost of one batch from a DataLoader worker: fit fixed + per-byte.
+
+    The main loop sleeps between batches so the worker is always ahead: what
+    is timed is only the hand-over (queue, unpickling, shared-memory mapping).
+    """
+    from torch.utils.data import DataLoader, TensorDataset
+
+    pts = []
+    for numel in sizes:
+        ds = TensorDataset(torch.randn(batches * 4, numel // 4), torch.zeros(batches * 4, dtype=torch.long))
+        it = iter(DataLoader(ds, batch_size=4, num_workers=1, prefetch_factor=4))
+        next(it)
+        samples = []
+        for _ in range(batches - 2):
+            time.sleep(0.002)
+            t0 = time.perf_counter()
+            next(it)
+            samples.append((time.perf_counter() - t0) * 1e9)
+        del it
+        pts.append((numel * 4.0, sorted(samples)[len(samples) // 4]))
+    (x0, y0), (x1, y1) = pts[0], pts[-1]
+    per_byte = max((y1 - y0) / (x1 - x0), 0.0)
+    return (max(y0 - per_byte * x0, 0.0), per_byte)
+
+
 def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True, progress=None) -> DeviceProfile:
     """Measure ``device`` (``"cpu"`` or ``"cuda[:N]"``) into a profile.
 
@@ -184,6 +210,8 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
         ew[dt] = _elementwise_curve(torch, dev, tdt, sizes["elementwise"], min_time_s)
     say("op overhead")
     overhead = _op_overhead_ns(torch, dev, min_time_s)
+    say("DataLoader worker hand-over")
+    fetch = _loader_fetch(torch)
     coll = {}
     if collectives:
         say("all-reduce (gloo, 2 processes)")
@@ -194,6 +222,6 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
         name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
                          elementwise=ew, op_overhead_ns=overhead, collective=coll,
-                         threads=torch.get_num_threads(),
+                         threads=torch.get_num_threads(), loader_fetch=fetch,
                          source=f"measured on {socket.gethostname()} {time.strftime('%Y-%m-%d %H:%M')}"
                                 f" torch {torch.__version__}")

@@ -93,4 +93,53 @@ def calibrate(device, output, quick, no_collectives):
                f"saved to {path}")
 
 
-COMMANDS = [whatif, optimizations, calibrate]
+@click.command()
+@click.option("--workload", "workloads", default="mlp,cnn,transformer", show_default=True,
+              help="Bundled workloads (comma separated).")
+@click.option("--opt", "opts", default=",".join(["fused-adam", "amp", "checkpointing", "fusion", "data-parallel",
+                                                  "dataloader"]), show_default=True,
+              help="Optimizations to validate (comma separated).")
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(), help="Folder for results.csv, plots, traces.")
+@click.option("--iterations", default=5, show_default=True, help="Iterations traced per run.")
+@click.option("--public/--no-public", default=True, help="Also the public ResNet-50 DataLoader pair.")
+@click.option("--shared", type=click.Path(), default=None, help="Folder of the public traces.")
+@click.option("--profile", "profile_path", type=click.Path(), help="Device profile (default: calibrated cache).")
+@handle_errors
+def validate(workloads, opts, out_dir, iterations, public, shared, profile_path):
+    """Predict each optimization, apply it for real, measure, and compare.
+
+    Writes OUTPUT/results.csv (workload, optimization, predicted_ms,
+    measured_ms, error_pct, ...) and OUTPUT/accuracy.png/.svg.
+    """
+    from pathlib import Path
+
+    from .optimizations import OptionError
+    from .validate import CASES, public_dataloader_rows, run_validation, write_results
+
+    bad = [o for o in opts.split(",") if o not in CASES]
+    if bad:
+        raise OptionError(f"cannot validate {', '.join(bad)} here (valid: {', '.join(CASES)})")
+    out = Path(out_dir)
+    rows = run_validation([w for w in workloads.split(",") if w], opts.split(","), out, iterations, profile_path,
+                          progress=lambda m: click.echo(m, err=True))
+    if public:
+        from .demo import _DEFAULT_SHARED
+        rows += public_dataloader_rows(Path(shared) if shared else _DEFAULT_SHARED, profile_path)
+    path = write_results(rows, out)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .plots import AccuracyPoint, plot_accuracy
+
+    fig = plot_accuracy([AccuracyPoint(f"{r.workload} {r.optimization.split(':')[0]}", r.measured_ms, r.predicted_ms)
+                         for r in rows], title="daydream what-if: predicted vs measured")
+    for ext in ("png", "svg"):
+        fig.savefig(out / f"accuracy.{ext}", dpi=120)
+    errs = sorted(r.error_pct for r in rows)
+    for r in rows:
+        click.echo(f"{r.workload:<28}{r.optimization:<40}{r.predicted_ms:10.2f}{r.measured_ms:10.2f}{r.error_pct:8.1f}%")
+    if errs:
+        click.echo(f"{len(rows)} cases: median error {errs[len(errs) // 2]:.1f}%, worst {errs[-1]:.1f}%; {path}")
+
+
+COMMANDS = [whatif, optimizations, calibrate, validate]

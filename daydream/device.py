@@ -88,6 +88,14 @@ class DeviceProfile:
     collective: dict = field(default_factory=dict)
     threads: int = 0
     source: str = "published"
+    #: DataLoader: main-process cost of receiving one batch from a worker
+    #: (fixed ns, ns per byte), measured by calibration.
+    loader_fetch: tuple = (0.0, 0.0)
+
+    def loader_fetch_ns(self, nbytes: float) -> float:
+        """Main-process time to receive one batch of ``nbytes`` from a DataLoader worker."""
+        fixed, per_byte = self.loader_fetch
+        return fixed + per_byte * nbytes
 
     def matmul_flops_per_s(self, dtype: str, flops: float) -> float:
         curve = self.matmul.get(dtype) or self.matmul["float32"]
@@ -117,6 +125,7 @@ class DeviceProfile:
         for k in ("matmul", "conv", "elementwise"):
             d[k] = {dt: [list(p) for p in c.points] for dt, c in getattr(self, k).items()}
         d["collective"] = {k: list(v) for k, v in self.collective.items()}
+        d["loader_fetch"] = list(self.loader_fetch)
         return d
 
     @classmethod
@@ -125,7 +134,8 @@ class DeviceProfile:
                   for k in ("matmul", "conv", "elementwise")}
         return cls(name=d["name"], kind=d["kind"], op_overhead_ns=int(d["op_overhead_ns"]),
                    collective={k: tuple(v) for k, v in d.get("collective", {}).items()},
-                   threads=int(d.get("threads", 0)), source=d.get("source", "file"), **curves)
+                   threads=int(d.get("threads", 0)), source=d.get("source", "file"),
+                   loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))), **curves)
 
 
 def _gpu(name, fp32_tflops, tensor_tflops, bw_gbs, link_gbs, launch_us=4.0):

@@ -1,0 +1,149 @@
+"""``daydream validate``: predictions checked against the optimization really applied.
+
+For each bundled workload and each optimization that can run on this
+machine: trace the baseline, predict with ``whatif``, trace the variant that
+really applies the optimization (workload flags), and compare mean iteration
+times measured the same way (ProfilerStep ranges of both traces).  The
+public ResNet-50 DataLoader pair (``num_workers=0`` -> ``4``) is checked too.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .analysis import replay
+from .errors import DaydreamError
+from .whatif import predict
+
+__all__ = ["CASES", "ValidationRow", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """An optimization, the workload flags of its baseline and of the real variant."""
+
+    opt: str
+    baseline: tuple
+    variant: tuple
+    nproc: int = 1
+
+
+#: Validation matrix on CPU (optimization spec -> how to run baseline and variant).
+CASES = {
+    "fused-adam": Case("fused-adam", ("--optimizer", "adam", "--optimizer-impl", "for-loop"),
+                       ("--optimizer", "adam", "--optimizer-impl", "fused")),
+    "amp": Case("amp:dtype=bfloat16", (), ("--autocast", "bfloat16")),
+    "checkpointing": Case("checkpointing", (), ("--checkpoint",)),
+    "fusion": Case("fusion", (), ("--compile",)),
+    "data-parallel": Case("data-parallel:workers=2,backend=gloo", ("--threads", "1"), ("--threads", "1"), nproc=2),
+    "dataloader": Case("dataloader:workers=2", ("--num-workers", "0"), ("--num-workers", "2")),
+}
+
+#: Small sizes so that each workload traces in seconds on 2 cores.
+WORKLOAD_ARGS = {
+    "mlp": ("--hidden", "512", "--batch-size", "64"),
+    "cnn": ("--batch-size", "16"),
+    "transformer": ("--batch-size", "8"),
+}
+
+
+@dataclass(frozen=True)
+class ValidationRow:
+    workload: str
+    optimization: str
+    baseline_ms: float
+    predicted_ms: float
+    measured_ms: float
+
+    @property
+    def error_pct(self) -> float:
+        return abs(self.predicted_ms - self.measured_ms) / self.measured_ms * 100.0
+
+
+def trace_workload(name: str, path: Path, args=(), warmup: int = 2, iterations: int = 5, nproc: int = 1) -> Path:
+    """Trace a bundled workload with ``daydream trace``; returns the (rank 0) trace path."""
+    cmd = [sys.executable, "-m", "daydream", "trace", "-o", str(path), "--force", "--warmup", str(warmup),
+           "--iterations", str(iterations)]
+    if nproc > 1:
+        cmd += ["--nproc", str(nproc)]
+    cmd += ["--", sys.executable, "-m", f"daydream.workloads.{name}", "--steps", str(warmup + iterations + 2),
+            "--quiet", *WORKLOAD_ARGS.get(name, ()), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    out = path if nproc == 1 else _rank0(path)
+    if proc.returncode != 0 or not out.exists():
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise DaydreamError(f"tracing {name} {' '.join(args)} failed: {tail}")
+    return out
+
+
+def _rank0(path: Path) -> Path:
+    name = path.name
+    for suffix in (".json.gz", ".json"):
+        if name.endswith(suffix):
+            return path.with_name(name[: -len(suffix)] + ".rank0" + suffix)
+    return path
+
+
+def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_path=None, progress=print):
+    """Run the matrix; returns the rows (failed cases are reported and skipped)."""
+    tdir = out_dir / "traces"
+    tdir.mkdir(parents=True, exist_ok=True)
+    rows, baselines = [], {}
+    for w in workloads:
+        for key in opts:
+            case = CASES[key]
+            t0 = time.time()
+            try:
+                if case.baseline not in baselines:
+                    progress(f"{w}: tracing baseline {' '.join(case.baseline) or '(defaults)'}")
+                    baselines[(w, case.baseline)] = trace_workload(
+                        w, tdir / f"{w}.base{len(baselines)}.json.gz", case.baseline, iterations=iterations)
+                base = baselines[(w, case.baseline)]
+                report, _ = predict(base, [case.opt], profile_path=profile_path)
+                progress(f"{w}: tracing {key} for real")
+                var = trace_workload(w, tdir / f"{w}.{key}.json.gz", case.variant, iterations=iterations,
+                                     nproc=case.nproc)
+                measured, _ = replay(var)
+            except DaydreamError as exc:
+                progress(f"{w}: {key}: skipped ({exc})")
+                continue
+            row = ValidationRow(w, case.opt, report.baseline_ms, report.predicted_ms, measured.measured_ms)
+            rows.append(row)
+            progress(f"{w}: {key}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
+                     f"error {row.error_pct:.1f}% ({time.time() - t0:.0f} s)")
+    return rows
+
+
+def public_dataloader_rows(shared: Path, profile_path=None):
+    """ResNet-50 on V100: predict num_workers=4 from each num_workers=0 trace."""
+    k = shared / "kineto"
+    before = [k / "worker0.1623143089861.pt.trace.json.gz", k / "worker0.1623143566756.pt.trace.json.gz"]
+    after = [k / "worker0.1623212756351.pt.trace.json.gz", k / "worker0.1623213129365.pt.trace.json.gz"]
+    if not all(p.exists() for p in before + after):
+        return []
+    measured = statistics.fmean(replay(p)[0].measured_ms for p in after)
+    rows = []
+    for p in before:
+        rep, _ = predict(p, ["dataloader:workers=4"], profile_path=profile_path)
+        rows.append(ValidationRow(f"resnet50-v100 ({p.name.split('.')[1]})", "dataloader:workers=4",
+                                  rep.baseline_ms, rep.predicted_ms, measured))
+    return rows
+
+
+def write_results(rows, out_dir: Path) -> Path:
+    path = out_dir / "results.csv"
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["workload", "optimization", "baseline_ms", "predicted_ms", "measured_ms", "error_pct"])
+        for r in rows:
+            w.writerow([r.workload, r.optimization, f"{r.baseline_ms:.4f}", f"{r.predicted_ms:.4f}",
+                        f"{r.measured_ms:.4f}", f"{r.error_pct:.3f}"])
+    os.replace(tmp, path)
+    return path

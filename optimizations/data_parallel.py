@@ -1,0 +1,146 @@
+"""``data-parallel``: N data-parallel workers with DDP-style bucketed, overlapped all-reduce.
+
+Model
+-----
+Each worker runs the traced iteration (same per-worker batch).  Gradients
+are grouped into buckets of ``bucket_mb`` (the first one 1 MiB) in the order
+their gradients become ready, as DDP does; a bucket is ready when the backward of the last module that
+contributes to it ends.  Its all-reduce is a task on a new ``all-reduce``
+lane per rank, lasting the device's ring all-reduce time for the bucket
+(``2 (N-1)/N * bytes / bandwidth + 2 (N-1) * latency`` with the calibrated or
+published collective figures of ``backend``), and the optimizer step waits
+for the last one.  DDP's copies of gradients into and out of the flat
+bucket buffers are CPU tasks (2 x bucket bytes at measured bandwidth) on the
+thread that runs backward.  ``overlap=false`` starts all all-reduces after
+backward.
+
+Assumptions: parameter sizes per module come from the trace's module table
+(``daydream trace``); all workers are identical (no stragglers); the
+collective does not slow the computation it overlaps with (on a CPU the
+transport threads do compete for cores: see the validation notes).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from daydream.graph import EdgeKind
+from daydream.model import Lane, LaneKind, Phase
+from daydream.primitives import insert, select
+
+from ._common import OPTIMIZER_STEP_RE, by_rank_iteration, module_table
+from .base import NotApplicable, Optimization, Param
+
+__all__ = ["DataParallel", "OPTIMIZATION", "buckets"]
+
+
+#: DDP closes its first bucket at 1 MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
+#: so that communication starts early.
+FIRST_BUCKET_BYTES = 1 << 20
+
+
+def buckets(sizes, bucket_bytes: int, first_bytes: int | None = None) -> list:
+    """Group (name, bytes) in the given order into buckets of about ``bucket_bytes``.
+
+    >>> buckets([("c", 6), ("b", 6), ("a", 6)], 10)
+    [['c', 'b'], ['a']]
+    >>> buckets([("c", 6), ("b", 6), ("a", 6)], 10, first_bytes=5)
+    [['c'], ['b', 'a']]
+    """
+    out, cur, size = [], [], 0
+    for name, b in sizes:
+        cur.append(name)
+        size += b
+        if size >= (first_bytes if first_bytes and not out else bucket_bytes):
+            out.append(cur)
+            cur, size = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+class DataParallel(Optimization):
+    name = "data-parallel"
+    summary = "N data-parallel workers, gradients all-reduced in buckets overlapped with backward (DDP)"
+    params = (Param("workers", 8, "number of workers", int),
+              Param("bucket_mb", 25.0, "DDP bucket size in MB"),
+              Param("backend", "auto", "collective figures to use: auto, gloo, nccl", str, ("auto", "gloo", "nccl")),
+              Param("overlap", True, "overlap all-reduce with backward", bool))
+    assumptions = __doc__
+
+    def apply(self, ctx):
+        if self.workers < 1:
+            raise NotApplicable("workers must be at least 1")
+        g, dev = ctx.graph, ctx.device
+        table = module_table(ctx, "data-parallel")
+        params = [(p, m["param_bytes"]) for p, m in table.items() if m.get("param_bytes")]
+        if not params:
+            raise NotApplicable("the module table lists no parameters")
+        backend = None if self.backend == "auto" else self.backend
+        order = self._grad_order(g, [p for p, _ in params])
+        sizes = dict(params)
+        groups = buckets([(p, sizes[p]) for p in order], int(self.bucket_mb * (1 << 20)),
+                         min(FIRST_BUCKET_BYTES, int(self.bucket_mb * (1 << 20))))
+        steps = select(g, layer=OPTIMIZER_STEP_RE)
+        step_first = {k: v[0] for k, v in by_rank_iteration(g, steps).items()}
+        comm = {}
+        for (rank, it), first in step_first.items():
+            lane = comm.get(rank)
+            if lane is None:
+                lane = comm[rank] = g.add_lane(Lane(rank, LaneKind.COMM, f"rank {rank}", "all-reduce", "all-reduce"))
+            last = None
+            for b in groups:
+                nbytes = sum(sizes[p] for p in b)
+                ready = self._ready_task(g, b, rank, it, first)
+                copy_ns = int(2 * nbytes / dev.mem_bw_bytes_per_s(nbytes) * 1e9)
+                bwd_lane = int(g.tasks["lane"][ready])
+                cp = insert(g, bwd_lane, dur_ns=copy_ns, name="DDP bucket copy", after=ready,
+                            phase=Phase.BACKWARD, iteration=it)
+                dur = int(dev.allreduce_ns(nbytes, self.workers, backend))
+                last = insert(g, lane, dur_ns=dur, name="all-reduce", kind=6, phase=Phase.BACKWARD,
+                              iteration=it, deps=[cp], bytes_=nbytes)
+            if last is not None:
+                g.add_edges(last, first, EdgeKind.DATA)
+        if not comm:
+            raise NotApplicable("the trace has no optimizer step inside its iterations to synchronise on")
+        ctx.note(f"data-parallel: {len(groups)} bucket(s) of <= {self.bucket_mb} MB, {self.workers} workers, "
+                 f"{sum(sizes.values()) / 1e6:.2f} MB of gradients per step")
+
+    @staticmethod
+    def _grad_order(g, paths):
+        """Parameters in the order their gradients become ready: backward end time, latest last."""
+        T = g.tasks
+        bwd = T["phase"] == Phase.BACKWARD
+        end = {}
+        pos = np.zeros(g.n_tasks, np.int64)
+        for seq in g.lane_tasks:
+            pos[np.asarray(seq, np.int64)] = np.arange(len(seq))
+        for p in paths:
+            lid = g.layers.get(p)
+            sel = np.flatnonzero(bwd & (T["layer"] == lid)) if lid >= 0 else []
+            end[p] = -int(pos[sel].max()) if len(sel) else 0
+        return sorted(paths, key=lambda p: end[p])
+
+    def _ready_task(self, g, bucket, rank, it, step_first):
+        """The backward task after which the bucket's gradients are all ready."""
+        T = g.tasks
+        if not self.overlap:
+            return self._last_backward(g, rank, it, step_first)
+        lids = [g.layers.get(p) for p in bucket]
+        sel = np.flatnonzero((T["phase"] == Phase.BACKWARD) & (T["rank"] == rank) & (T["iteration"] == it)
+                             & np.isin(T["layer"], [x for x in lids if x >= 0])
+                             & np.array([g.lanes[l].kind == LaneKind.CPU_THREAD for l in T["lane"]]))
+        if not len(sel):
+            return self._last_backward(g, rank, it, step_first)
+        lane = int(T["lane"][sel[0]])
+        want = set(sel.tolist())
+        return [t for t in g.lane_tasks[lane] if t in want][-1]
+
+    @staticmethod
+    def _last_backward(g, rank, it, step_first):
+        T = g.tasks
+        seq = g.lane_tasks[int(T["lane"][step_first])]
+        i = seq.index(step_first)
+        return seq[i - 1] if i > 0 else step_first
+
+
+OPTIMIZATION = DataParallel

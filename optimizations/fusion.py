@@ -1,0 +1,105 @@
+"""``fusion``: kernel fusion of elementwise chains (MetaFlow / torch.compile style).
+
+Model
+-----
+Within each layer's forward and backward, maximal runs of consecutive
+memory-bound elementwise tasks on one lane (CPU ops by name, or GPU kernels
+without matrix work) become one task that reads the chain's largest input
+once and writes one output: ``2 x max input bytes`` at the device's measured
+streaming bandwidth plus one op's fixed cost.  With ``mode=compile`` (what
+``torch.compile`` does on top), the framework overhead between the model's
+ops (Python and dispatch gaps on the CPU thread during forward and backward)
+shrinks to the device's per-op fixed cost, because the compiled graph calls
+its kernels from generated code.
+
+Assumptions: fused chains are those adjacent in the trace (no reordering);
+matmuls and convolutions are not fused with their epilogues; compile time,
+graph breaks and recompilation are not modelled (steady state).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from daydream.cost import compute_mask, elementwise_ns
+from daydream.model import EventKind, LaneKind, Phase
+from daydream.primitives import insert, remove
+
+from .base import NotApplicable, Optimization, Param
+
+__all__ = ["Fusion", "OPTIMIZATION", "ELEMENTWISE_RE"]
+
+#: CPU ops and GPU kernels treated as fusible pointwise work.
+ELEMENTWISE_RE = re.compile(
+    r"^aten::(add|sub|mul|div|relu|gelu|silu|sigmoid|tanh|clamp|clamp_min|threshold|threshold_backward|neg|"
+    r"exp|log|sqrt|rsqrt|pow|where|masked_fill|dropout|native_dropout|native_dropout_backward|gelu_backward|"
+    r"silu_backward|sigmoid_backward|tanh_backward|fill|zero|copy|lerp|addcmul|addcdiv|hardtanh)_?$"
+    r"|elementwise|vectorized|unrolled_elementwise|pointwise", re.IGNORECASE)
+
+
+class Fusion(Optimization):
+    name = "fusion"
+    summary = "fuse elementwise chains (kernel fusion); mode=compile also drops framework overhead (torch.compile)"
+    params = (Param("mode", "compile", "kernel: fuse elementwise chains only; compile: also compiled-graph overhead",
+                    str, ("kernel", "compile")),)
+    assumptions = __doc__
+
+    def apply(self, ctx):
+        g, dev = ctx.graph, ctx.device
+        T = g.tasks
+        in_model = np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)) & (T["iteration"] >= 0)
+        ok = np.array([ELEMENTWISE_RE.search(s) is not None for s in g.names.strings], bool)
+        fusible = in_model & ok[T["name"]] & ~compute_mask(g) & (T["kind"] != EventKind.MARKER)
+        chains = self._chains(g, fusible)
+        if not chains and self.mode == "kernel":
+            raise NotApplicable("no chains of two or more adjacent elementwise ops in forward/backward")
+        dead = []
+        for chain in chains:
+            first = chain[0]
+            nbytes = 2.0 * float(T["bytes"][chain].max())
+            layer = int(T["layer"][first])
+            insert(g, int(T["lane"][first]), dur_ns=int(elementwise_ns(dev, nbytes)), name="fused elementwise",
+                   before=first, gap_ns=int(T["gap_ns"][first]), phase=int(T["phase"][first]),
+                   layer=g.layers[layer] if layer >= 0 else None, iteration=int(T["iteration"][first]))
+            dead.extend(chain)
+        remove(g, dead)
+        if self.mode == "compile":
+            self._compiled_overhead(g, dev)
+        ctx.note(f"fusion ({self.mode}): {len(chains)} elementwise chains fused ({len(dead)} tasks)")
+
+    @staticmethod
+    def _chains(g, fusible):
+        """Runs of >= 2 fusible tasks, adjacent on their lane, same layer, phase and op sequence."""
+        T = g.tasks
+        out = []
+        for seq in g.lane_tasks:
+            run = []
+            for t in seq:
+                same = run and T["layer"][t] == T["layer"][run[-1]] and T["phase"][t] == T["phase"][run[-1]]
+                if fusible[t] and (not run or same):
+                    if not run or T["event"][t] != T["event"][run[-1]]:
+                        run.append(t)
+                    continue
+                if len(run) >= 2:
+                    out.append(run)
+                run = [t] if fusible[t] else []
+            if len(run) >= 2:
+                out.append(run)
+        return out
+
+    @staticmethod
+    def _compiled_overhead(g, dev):
+        T = g.tasks
+        cpu = np.array([ln.kind == LaneKind.CPU_THREAD for ln in g.lanes], bool)[T["lane"]]
+        in_model = np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)) & (T["iteration"] >= 0) & cpu
+        new_op = np.ones(g.n_tasks, bool)          # first slice of an op pays a dispatch, later slices do not
+        for seq in g.lane_tasks:
+            for a, b in zip(seq, seq[1:]):
+                if T["event"][a] == T["event"][b] and T["event"][b] >= 0:
+                    new_op[b] = False
+        T["gap_ns"][in_model] = np.minimum(T["gap_ns"][in_model],
+                                           np.where(new_op[in_model], dev.op_overhead_ns, 0))
+
+
+OPTIMIZATION = Fusion
