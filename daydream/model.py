@@ -19,6 +19,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+#: Python 3.11's Enum looks up missing class attributes through a slow
+#: ``__getattr__``; numpy asks every operand for ``__array_ufunc__`` on each
+#: scalar comparison (``kind_col[t] == EventKind.KERNEL``), which made such
+#: loops ~3x slower.  ndarray's own ``__array_ufunc__`` means "no override"
+#: to numpy, so declaring it changes nothing but the speed.
+_NUMPY_DEFAULT_UFUNC = np.ndarray.__array_ufunc__
+
 __all__ = [
     "EventKind",
     "Phase",
@@ -33,6 +40,8 @@ __all__ = [
 
 class EventKind(enum.IntEnum):
     """What an event is.  Values are stored in int8 columns."""
+
+    __array_ufunc__ = _NUMPY_DEFAULT_UFUNC  # see _NUMPY_DEFAULT_UFUNC
 
     CPU_OP = 0
     RUNTIME = 1
@@ -56,6 +65,8 @@ class EventKind(enum.IntEnum):
 class Phase(enum.IntEnum):
     """Training phase a task belongs to."""
 
+    __array_ufunc__ = _NUMPY_DEFAULT_UFUNC  # see _NUMPY_DEFAULT_UFUNC
+
     FORWARD = 0
     BACKWARD = 1
     OPTIMIZER = 2
@@ -69,6 +80,8 @@ class Phase(enum.IntEnum):
 
 class LaneKind(enum.IntEnum):
     """Kind of serial resource a lane models."""
+
+    __array_ufunc__ = _NUMPY_DEFAULT_UFUNC  # see _NUMPY_DEFAULT_UFUNC
 
     CPU_THREAD = 0
     GPU_STREAM = 1

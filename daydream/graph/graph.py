@@ -11,13 +11,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model import EventKind, Lane, LaneKind, Phase, StringTable
+from ..model import _NUMPY_DEFAULT_UFUNC, EventKind, Lane, LaneKind, Phase, StringTable
 
 __all__ = ["EdgeKind", "Anchor", "WaitKind", "TASK_COLUMNS", "EDGE_COLUMNS", "DependencyGraph"]
 
 
 class EdgeKind(enum.IntEnum):
     """Why one task depends on another."""
+
+    __array_ufunc__ = _NUMPY_DEFAULT_UFUNC  # see _NUMPY_DEFAULT_UFUNC
 
     LANE = 0        # implicit: consecutive tasks of one lane
     LAUNCH = 1      # runtime call -> the kernel/copy it launched (correlation id)
@@ -36,12 +38,16 @@ class EdgeKind(enum.IntEnum):
 class Anchor(enum.IntEnum):
     """Which time of a task an edge hangs off (source) or constrains (target)."""
 
+    __array_ufunc__ = _NUMPY_DEFAULT_UFUNC  # see _NUMPY_DEFAULT_UFUNC
+
     START = 0
     END = 1
 
 
 class WaitKind(enum.IntEnum):
     """Dynamic waits resolved during simulation."""
+
+    __array_ufunc__ = _NUMPY_DEFAULT_UFUNC  # see _NUMPY_DEFAULT_UFUNC
 
     NONE = 0
     STREAM = 1   # until the last task enqueued on ``wait_lane`` (at the call's start) ends
@@ -85,6 +91,25 @@ def _empty(columns):
     return {k: np.zeros(0, dt) for k, dt in columns.items()}
 
 
+def _append(spare: dict, key: str, cur: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """``cur`` followed by ``new``, amortised: columns grow inside a buffer with spare room.
+
+    Appending lane by lane (or edge by edge) would otherwise copy every column
+    each time (quadratic).  The result is a view of the buffer's first rows; a
+    column replaced from outside (not a view of its buffer) starts a new one.
+    """
+    n0, n1 = len(cur), len(cur) + len(new)
+    buf = spare.get(key)
+    fits = (buf is not None and cur.base is buf and len(buf) >= n1 and buf.dtype == cur.dtype
+            and (n0 == 0 or cur.ctypes.data == buf.ctypes.data))
+    if not fits:
+        buf = np.empty(max(n1, 2 * n0, 256), cur.dtype)
+        buf[:n0] = cur
+        spare[key] = buf
+    buf[n0:n1] = new
+    return buf[:n1]
+
+
 @dataclass
 class DependencyGraph:
     """Tasks, lanes and edges of one (possibly multi-rank) job.
@@ -122,6 +147,7 @@ class DependencyGraph:
     sources: dict = field(default_factory=dict)
     repairs: dict = field(default_factory=dict)
     lane_policy: dict = field(default_factory=dict)   # lane -> LanePolicy (FIFO if absent)
+    _spare: dict = field(default_factory=dict, repr=False, compare=False)   # growth buffers of add_*
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -173,7 +199,7 @@ class DependencyGraph:
         for k, dt in TASK_COLUMNS.items():
             v = cols.get(k)
             v = np.full(n, defaults.get(k, 0), dt) if v is None else np.asarray(v, dt)
-            self.tasks[k] = np.concatenate([self.tasks[k], v])
+            self.tasks[k] = _append(self._spare, "task." + k, self.tasks[k], v)
         return np.arange(first, first + n)
 
     def add_edges(self, src, dst, kind, lag_ns=0, anchor=Anchor.END, target=Anchor.START) -> None:
@@ -183,7 +209,7 @@ class DependencyGraph:
         new = {"src": src, "dst": dst, "kind": kind, "anchor": anchor, "target": target, "lag_ns": lag_ns}
         for k, dt in EDGE_COLUMNS.items():
             v = np.broadcast_to(np.asarray(new[k], dt), (n,))
-            self.edges[k] = np.concatenate([self.edges[k], v])
+            self.edges[k] = _append(self._spare, "edge." + k, self.edges[k], v)
 
     # ----------------------------------------------------------------- views
     def lane_of_rank(self, rank: int, kind: LaneKind | None = None) -> list:
