@@ -12,7 +12,7 @@ import numpy as np
 
 from .model import EventKind
 
-__all__ = ["compute_mask", "gpu_mask", "dtype_speedup", "elementwise_ns", "matmul_ns",
+__all__ = ["compute_mask", "gpu_mask", "dtype_time_ratio", "elementwise_ns", "matmul_ns",
            "DTYPE_BYTES", "GPU_COMPUTE_KERNEL_RE"]
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
@@ -50,7 +50,7 @@ def elementwise_ns(device, nbytes: float, dtype: str = "float32") -> float:
     return nbytes / device.mem_bw_bytes_per_s(nbytes, dtype) * 1e9 + device.op_overhead_ns
 
 
-def dtype_speedup(device, flops: np.ndarray, src: str, dst: str, conv: np.ndarray | None = None) -> np.ndarray:
+def dtype_time_ratio(device, flops: np.ndarray, src: str, dst: str, conv: np.ndarray | None = None) -> np.ndarray:
     """Per-task time ratio ``t(dst) / t(src)`` of compute-bound tasks of the given FLOPs.
 
     Uses the device's measured (or published) throughput curves at each task's

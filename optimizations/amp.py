@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from daydream.cost import compute_mask, dtype_speedup, elementwise_ns
+from daydream.cost import compute_mask, dtype_time_ratio, elementwise_ns
 from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import insert, select
 
@@ -70,7 +70,7 @@ class AMP(Optimization):
         unknown = flops <= 0
         if unknown.any():     # GPU kernels: infer FLOPs from time at the fp32 rate (fixed point of t = f / rate(f))
             flops[unknown] = self._flops_from_time(dev, T["dur_ns"][tasks][unknown])
-        ratio = 1.0 / dtype_speedup(dev, flops, "float32", dt, self._is_conv(g, tasks))
+        ratio = dtype_time_ratio(dev, flops, "float32", dt, self._is_conv(g, tasks))
         T["dur_ns"][tasks] = np.rint(T["dur_ns"][tasks] * ratio).astype(np.int64)
 
     @staticmethod

@@ -110,3 +110,29 @@ def run_daydream(*args: str, cwd=None, timeout=120) -> _subprocess.CompletedProc
     """Run ``daydream ARGS`` to completion, capturing text output."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return _subprocess.run(daydream_cmd(*args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def flat_profile(matmul=1e10, bf16_matmul=None, bw=1e10, overhead_ns=1000, allreduce=(1e9, 10_000.0),
+                 fetch=(100_000.0, 0.0)):
+    """A deterministic device profile for what-if tests (flat curves)."""
+    from daydream.device import Curve, DeviceProfile
+
+    mm = {"float32": Curve.flat(matmul), "bfloat16": Curve.flat(bf16_matmul or matmul),
+          "float16": Curve.flat(bf16_matmul or matmul)}
+    ew = {k: Curve.flat(bw) for k in ("float32", "bfloat16", "float16")}
+    return DeviceProfile(name="test device", kind="cpu", matmul=mm, elementwise=ew, op_overhead_ns=overhead_ns,
+                         collective={"gloo": allreduce}, loader_fetch=fetch)
+
+
+@pytest.fixture
+def profile():
+    return flat_profile()
+
+
+@pytest.fixture(scope="session")
+def own_trace():
+    from daydream import load_trace
+
+    def get(name):
+        return load_trace(REPO / "traces" / f"{name}.trace.json.gz")
+    return get

@@ -1,0 +1,136 @@
+"""What-if predictions on the project's own CPU traces with a fixed device profile."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from daydream.cli import main
+from daydream.device import save_profile
+from daydream.errors import DaydreamError
+from daydream.graph import build_graph
+from daydream.model import Phase
+from daydream.optimizations import NotApplicable, OptionError, get, names
+from daydream.primitives import select
+from daydream.sim import simulate
+from daydream.whatif import predict
+
+from conftest import flat_profile
+
+
+def test_every_registered_optimization_lists_parameters():
+    out = CliRunner().invoke(main, ["optimizations"]).output
+    for n in names():
+        assert out.count(f"{n}:") >= 1
+    assert "workers=8" in out
+
+
+def test_option_errors_list_valid_choices():
+    with pytest.raises(OptionError, match="valid: .*fused-adam"):
+        get("turbo")
+    with pytest.raises(OptionError, match="valid: impl"):
+        get("fused-adam:speed=2")
+    with pytest.raises(OptionError, match="must be one of"):
+        get("amp:dtype=int4")
+    with pytest.raises(OptionError, match="not a int"):
+        get("data-parallel:workers=many")
+
+
+def test_fused_adam_replaces_the_loop_with_one_pass(own_trace, profile):
+    trace = own_trace("mlp")
+    report, res = predict(trace, ["fused-adam"], device=profile)
+    meta = trace.ranks[0].meta["daydream"]["optimizer"]
+    fused = [t for t in range(res.graph.n_tasks) if res.graph.task_name(t) == "fused optimizer step"]
+    assert len(fused) == trace.ranks[0].n_iterations
+    expected = 5 * meta["param_bytes"] / 1e10 * 1e9 + 1000     # SGD momentum: 5 passes, flat 10 GB/s, 1 us
+    assert res.graph.tasks["dur_ns"][fused[0]] == int(expected)
+    assert len(select(res.graph, layer="^Optimizer.step#", name="^aten::")) == 0
+
+
+def test_checkpointing_adds_exactly_the_recomputed_forward(own_trace, profile):
+    trace = own_trace("mlp")
+    g = build_graph(trace)
+    base = simulate(g)
+    report, res = predict(trace, ["checkpointing"], device=profile)
+    T = g.tasks
+    blocks = select(g, layer=r"^MLP\.blocks\.\d", phase="forward", iteration=[1, 2, 3, 4])
+    added = (T["dur_ns"][blocks].sum() + T["gap_ns"][blocks].sum()) / 4 / 1e6
+    # single CPU thread, nothing overlaps: the iteration grows by the recomputed forward (+ its gaps)
+    assert report.predicted_ms - report.baseline_ms == pytest.approx(added, rel=0.02)
+    assert report.phases["backward"][1] > report.phases["backward"][0]
+
+
+def test_amp_halves_compute_on_a_device_twice_as_fast_in_bf16(own_trace):
+    fast = flat_profile(matmul=1e10, bf16_matmul=2e10)
+    report, res = predict(own_trace("mlp"), ["amp:dtype=bfloat16,cast_overhead=false"], device=fast)
+    g0 = build_graph(own_trace("mlp"))
+    comp = np.flatnonzero((g0.tasks["flops"] > 0) & np.isin(g0.tasks["phase"], (Phase.FORWARD, Phase.BACKWARD)))
+    assert len(comp)
+    g1 = res.graph
+    ratio = g1.tasks["dur_ns"][comp].sum() / g0.tasks["dur_ns"][comp].sum()   # no tasks inserted: ids align
+    assert ratio == pytest.approx(0.5, rel=1e-3)
+    slow = flat_profile(matmul=1e10, bf16_matmul=1e8)
+    slow_report, _ = predict(own_trace("mlp"), ["amp:dtype=bfloat16"], device=slow)
+    assert slow_report.speedup < 1 < report.speedup
+
+
+def test_data_parallel_costs_grow_with_workers(own_trace, profile):
+    r1, _ = predict(own_trace("transformer"), ["data-parallel:workers=2"], device=profile)
+    r8, res = predict(own_trace("transformer"), ["data-parallel:workers=8"], device=profile)
+    assert r1.baseline_ms < r1.predicted_ms < r8.predicted_ms
+    assert any(ln.label == "all-reduce" for ln in res.graph.lanes)
+
+
+def test_dataloader_workers_hide_loading(own_trace):
+    slow_fetch = flat_profile(fetch=(5e6, 0.0))
+    fast_fetch = flat_profile(fetch=(1e3, 0.0))
+    worse, _ = predict(own_trace("mlp"), ["dataloader:workers=2"], device=slow_fetch)
+    better, res = predict(own_trace("mlp"), ["dataloader:workers=2"], device=fast_fetch)
+    assert better.predicted_ms < better.baseline_ms < worse.predicted_ms
+    assert sum(ln.label.startswith("DataLoader worker") for ln in res.graph.lanes) == 2
+
+
+def test_fusion_fuses_chains_and_drops_overhead(own_trace, profile):
+    kernel, res = predict(own_trace("transformer"), ["fusion:mode=kernel"], device=profile)
+    compiled, _ = predict(own_trace("transformer"), ["fusion"], device=profile)
+    assert len(select(res.graph, name="^fused elementwise$")) > 0
+    assert compiled.predicted_ms < kernel.predicted_ms
+
+
+def test_not_applicable_says_what_is_missing(shared_dir, profile):
+    p = shared_dir / "HolisticTraceAnalysis" / "nccl_data.json.gz"
+    with pytest.raises(NotApplicable, match="parameter sizes per module.*daydream trace"):
+        predict(p, ["data-parallel"], device="A100")
+    with pytest.raises(NotApplicable, match="no DataLoader work"):
+        predict(shared_dir / "param" / "linear_kineto.json.gz", ["dataloader"], device="A100")
+
+
+def test_whatif_cli_json_and_timeline(tmp_path, own_trace):
+    prof = tmp_path / "dev.json"
+    save_profile(flat_profile(), str(prof))
+    out = tmp_path / "pred.json"
+    trace = str(own_trace("mlp").ranks[0].source)
+    res = CliRunner().invoke(main, ["whatif", trace, "--opt", "fused-adam", "--opt", "checkpointing",
+                                    "--profile", str(prof), "--json", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    assert {"measured_ms", "baseline_ms", "predicted_ms", "speedup", "optimizations"} <= obj.keys()
+    assert obj["optimizations"] == ["fused-adam:impl=fused", "checkpointing:modules=auto"]
+    doc = json.loads(out.read_text())
+    assert any(e.get("name") == "fused optimizer step" for e in doc["traceEvents"])
+
+
+def test_whatif_cli_errors_are_one_line(tmp_path, own_trace):
+    trace = str(own_trace("mlp").ranks[0].source)
+    for args, needle in ((["--opt", "warp-drive"], "valid:"), (["--opt", "dataloader:workers=0"], "at least 1")):
+        res = CliRunner().invoke(main, ["whatif", trace, "--device", "A100", *args])
+        assert res.exit_code == 2 and res.stderr.startswith("error:") and needle in res.stderr
+        assert "Traceback" not in res.output
+
+
+def test_cpu_trace_without_calibration_asks_for_it(tmp_path, own_trace, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with pytest.raises(DaydreamError, match="daydream calibrate"):
+        predict(own_trace("mlp"), ["fused-adam"])
