@@ -21,7 +21,7 @@ from .model import EventKind, LaneKind, Phase
 from .primitives import check_acyclic
 from .sim import SimResult, simulate
 
-__all__ = ["WhatIfReport", "predict", "device_for", "phase_busy_ms"]
+__all__ = ["WhatIfReport", "predict", "device_for", "phase_busy_ms", "layer_busy_ms"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,18 @@ def phase_busy_ms(result: SimResult) -> dict:
     for p in Phase:
         out[p.label] = float(busy[sel_it & (T["phase"] == p)].sum()) / 1e6 / denom
     return out
+
+
+def layer_busy_ms(result: SimResult) -> dict:
+    """Per layer: task time per iteration (iterations after the first), mean over ranks."""
+    g = result.graph
+    T = g.tasks
+    busy = (result.end_ns - result.start_ns).astype(float)
+    n_it = max(1, max(len(m) - 1 for m in g.markers.values()))
+    sel = (T["iteration"] >= (1 if n_it > 1 else 0)) & (T["kind"] != EventKind.MARKER) & (T["layer"] >= 0)
+    denom = max(1, (n_it - 1) if n_it > 1 else 1) * max(1, len(g.markers))
+    sums = np.bincount(T["layer"][sel], weights=busy[sel], minlength=len(g.layers))
+    return {g.layers[i]: float(v) / 1e6 / denom for i, v in enumerate(sums) if v}
 
 
 def predict(trace_or_paths, optimizations, device=None, profile_path=None, iteration_marker=None):
