@@ -12,6 +12,7 @@ import numpy as np
 from .graph import build_graph
 from .loader import load_trace
 from .model import EventKind, LaneKind, Phase, Trace
+from .progress import Stages
 from .sim import SimResult, mean_iteration_ns, simulate
 
 __all__ = ["IterationReport", "ReplayReport", "replay", "TraceSummary", "summarize", "as_trace"]
@@ -67,9 +68,13 @@ def replay(trace_or_paths, iteration_marker: str | None = None) -> tuple[ReplayR
     result : SimResult
         The simulated timeline (for export or further analysis).
     """
+    stages = Stages("replay")
     trace = as_trace(trace_or_paths, iteration_marker)
+    stages.enter(f"building the dependency graph of {len(trace)} rank(s)")
     g = build_graph(trace)
+    stages.enter(f"simulating {g.n_tasks} tasks")
     res = simulate(g)
+    stages.finish()
     its = res.iterations()
     k = min(len(i.measured_ns) for i in its)
     meas = np.mean([i.measured_ns[:k] for i in its], axis=0) / 1e6

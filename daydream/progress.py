@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-__all__ = ["Progress", "progress_enabled"]
+__all__ = ["Progress", "Stages", "progress_enabled"]
 
 
 def progress_enabled(stream=None) -> bool:
@@ -81,4 +81,36 @@ class Progress:
         if self.enabled and self._printed:
             self.stream.write(f"{self.label}: done, {self.done} {self.unit} in "
                               f"{time.monotonic() - self.t0:.1f} s{(' ' + note) if note else ''}\n")
+            self.stream.flush()
+
+
+class Stages:
+    """Announce the stages of a pipeline once it has become slow.
+
+    ``enter(name)`` prints ``label: name...`` only when the work so far took
+    longer than ``delay_s`` (so a replay of a small trace prints nothing),
+    and ``finish()`` prints the total time if anything was printed.
+
+    >>> st = Stages("replay", stream=None); st.enter("simulating"); st.finish()
+    """
+
+    def __init__(self, label: str, *, delay_s: float = 2.0, stream="stderr"):
+        self.label, self.delay_s = label, delay_s
+        self.stream = sys.stderr if stream == "stderr" else stream
+        self.enabled = self.stream is not None and progress_enabled(self.stream)
+        self.t0 = self._t = time.monotonic()
+        self._printed = False
+
+    def enter(self, name: str) -> None:
+        """Start stage ``name`` (announced if the previous ones were slow)."""
+        now = time.monotonic()
+        if self.enabled and now - self.t0 >= self.delay_s:
+            self.stream.write(f"{self.label}: {name}... ({now - self.t0:.0f} s so far)\n")
+            self.stream.flush()
+            self._printed = True
+        self._t = now
+
+    def finish(self) -> None:
+        if self.enabled and self._printed:
+            self.stream.write(f"{self.label}: done in {time.monotonic() - self.t0:.1f} s\n")
             self.stream.flush()
