@@ -19,6 +19,7 @@ descendants get ``MLP.fc1``-style paths from ``named_modules``.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 
 import torch
@@ -99,6 +100,16 @@ def _first_grad_node(value):
     return None
 
 
+class _PerThread(threading.local):
+    """Forward stack and open backward ranges of one thread (DataParallel replicas,
+    autograd device threads)."""
+
+    def __init__(self, owner: "LayerMarkers"):
+        self.fwd_stack: list[tuple] = []
+        self.open_bwd: list[_BwdRange] = []
+        owner._all_open_bwd.append(self.open_bwd)
+
+
 class LayerMarkers:
     """Global module hooks emitting forward/backward ranges per module path.
 
@@ -120,8 +131,8 @@ class LayerMarkers:
         self.output_bytes: dict[str, int] = {}
         self._roots: list[weakref.ref] = []
         self._root_names: set[str] = set()
-        self._fwd_stack: list[tuple] = []
-        self._open_bwd: list[_BwdRange] = []
+        self._all_open_bwd: list[list] = []  # every thread's open backward ranges
+        self._local = _PerThread(self)
         self._callback_queued = False
         self._handles: list = []
 
@@ -145,10 +156,10 @@ class LayerMarkers:
 
     def close_all(self) -> None:
         """Close every open forward and backward range (iteration end, abort)."""
-        while self._open_bwd:
-            self._exit_bwd(self._open_bwd.pop())
-        while self._fwd_stack:
-            handle = self._fwd_stack.pop()[1]
+        self._backward_done()
+        stack = self._local.fwd_stack
+        while stack:
+            handle = stack.pop()[1]
             if handle is not None:
                 exit_range(handle)
 
@@ -163,8 +174,8 @@ class LayerMarkers:
                 m.__dict__[_NAMES_ATTR] = _names(sub)
 
     def _assign(self, module) -> tuple:
-        if self._fwd_stack:
-            parent = self._fwd_stack[-1][0]
+        if self._local.fwd_stack:
+            parent = self._local.fwd_stack[-1][0]
             self._name_tree(parent, parent.__dict__[_NAMES_ATTR][2], overwrite=False)
             names = module.__dict__.get(_NAMES_ATTR)
             if names is not None:
@@ -188,15 +199,15 @@ class LayerMarkers:
         if torch._C._current_autograd_node() is not None:
             # activation-checkpoint recompute inside backward: belongs to the
             # enclosing backward range, so no forward range.
-            self._fwd_stack.append((module, None, None))
+            self._local.fwd_stack.append((module, None, None))
             return None
         first = args[0] if args else None
         in_node = first.grad_fn if isinstance(first, torch.Tensor) else None
-        self._fwd_stack.append((module, enter_range(names[0]), in_node))
+        self._local.fwd_stack.append((module, enter_range(names[0]), in_node))
         return None
 
     def _post_hook(self, module, args, output):
-        stack = self._fwd_stack
+        stack = self._local.fwd_stack
         if not stack or stack[-1][0] is not module:
             return None
         _, handle, in_node = stack.pop()
@@ -225,7 +236,7 @@ class LayerMarkers:
             if not self._callback_queued:
                 self._callback_queued = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
-            open_ = self._open_bwd
+            open_ = self._local.open_bwd
             # children registered before parents: open parents first
             for rng in reversed(enters):
                 # the module's backward begins: ranges of modules that are not
@@ -246,5 +257,6 @@ class LayerMarkers:
 
     def _backward_done(self) -> None:
         self._callback_queued = False
-        while self._open_bwd:
-            self._exit_bwd(self._open_bwd.pop())
+        for open_ in self._all_open_bwd:
+            while open_:
+                self._exit_bwd(open_.pop())
