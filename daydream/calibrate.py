@@ -38,23 +38,18 @@ def _sync(device):
 
 
 def time_call_ns(fn, device, min_time_s: float = 0.05, repeats: int = 7) -> float:
-    """Time of one call of ``fn`` in ns: the best of ``repeats`` batches.
+    """Time of one call of ``fn`` in ns: the best of up to ``repeats`` batches.
 
     Calls are batched to last about ``min_time_s / repeats``; the best batch is
-    the figure least disturbed by other load on the machine.
+    the figure least disturbed by other load on the machine.  Slow calls get
+    fewer repeats (at least 3) so that calibration stays quick.
     """
+    t0 = time.perf_counter()
     fn()
     _sync(device)
-    n, t0 = 1, time.perf_counter()
-    while True:
-        for _ in range(n):
-            fn()
-        _sync(device)
-        el = time.perf_counter() - t0
-        if el >= min_time_s / repeats or n >= 1 << 16:
-            break
-        n *= 2
-        t0 = time.perf_counter()
+    single = time.perf_counter() - t0
+    n = max(1, int(min_time_s / repeats / max(single, 1e-9)))
+    repeats = max(3, min(repeats, int(4 * min_time_s / max(single * n, 1e-9))))
     samples = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -65,9 +60,20 @@ def time_call_ns(fn, device, min_time_s: float = 0.05, repeats: int = 7) -> floa
     return min(samples)
 
 
+#: Sizes whose single call would take longer than this are skipped (the curve
+#: stays flat beyond the last size measured), so slow dtypes calibrate quickly.
+MAX_CALL_S = 0.3
+
+
+def _too_slow(pts, next_work):
+    return bool(pts) and next_work / pts[-1][1] > MAX_CALL_S
+
+
 def _matmul_curve(torch, device, dtype, shapes, min_time_s):
     pts = []
     for m, n, k in shapes:
+        if _too_slow(pts, 2.0 * m * n * k):
+            break
         a = torch.randn(m, k, device=device).to(dtype)
         b = torch.randn(k, n, device=device).to(dtype)
         ns = time_call_ns(lambda: torch.mm(a, b), device, min_time_s)
@@ -79,6 +85,8 @@ def _matmul_curve(torch, device, dtype, shapes, min_time_s):
 def _conv_curve(torch, device, dtype, shapes, min_time_s):
     pts = []
     for n, cin, cout, hw in shapes:
+        if _too_slow(pts, 2.0 * n * cout * hw * hw * cin * 9):
+            break
         x = torch.randn(n, cin, hw, hw, device=device).to(dtype)
         w = torch.randn(cout, cin, 3, 3, device=device).to(dtype)
         ns = time_call_ns(lambda: torch.nn.functional.conv2d(x, w, padding=1), device, min_time_s)

@@ -9,7 +9,7 @@ Examples
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -68,9 +68,14 @@ def device_for(trace, device: str | DeviceProfile | None = None, profile_path: s
             return prof
         if gpus:
             try:
-                return published(gpus[0])
+                gpu = published(gpus[0])
             except DaydreamError:
-                pass
+                gpu = None
+            if gpu is not None:
+                # host-side costs (DataLoader hand-over) from this machine's CPU, if calibrated
+                if prof is not None and prof.kind == "cpu":
+                    gpu = replace(gpu, loader_fetch=prof.loader_fetch, source=gpu.source + " + host: " + prof.source)
+                return gpu
         raise DaydreamError("cannot tell which GPU the trace ran on; pass --device NAME "
                             "(V100, A100, H100, H200, RTX2080TI)")
     if prof is None or prof.kind != "cpu":
