@@ -106,9 +106,10 @@ def daydream_cmd(*args: str) -> list[str]:
     return [_sys.executable, "-c", "import sys; from daydream.cli import main; sys.argv[0] = 'daydream'; main()", *args]
 
 
-def run_daydream(*args: str, cwd=None, timeout=120) -> _subprocess.CompletedProcess:
+def run_daydream(*args: str, cwd=None, timeout=120, pythonpath=()) -> _subprocess.CompletedProcess:
     """Run ``daydream ARGS`` to completion, capturing text output."""
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    parts = [str(REPO), *map(str, pythonpath), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in parts if p))
     return _subprocess.run(daydream_cmd(*args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -26,9 +26,15 @@ def _steps(path):
 
 def test_passes_output_and_status_through(tmp_path, train_script):
     out = tmp_path / "out.json"
-    res = run_daydream("trace", "-o", str(out), "--warmup", "1", "-n", "2", "--", PY, str(train_script), "6", "3")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os\nif 'DAYDREAM_TRACE_CONFIG' in os.environ: print('user sitecustomize ran', flush=True)\n")
+    res = run_daydream("trace", "-o", str(out), "--warmup", "1", "-n", "2", "--", PY, str(train_script), "6", "3",
+                       pythonpath=[site])
     assert res.returncode == 3, res.stderr
     assert "step 6" in res.stdout and "script done" in res.stdout
+    assert "user sitecustomize ran" in res.stdout  # an existing sitecustomize still runs
     assert "wrote" in res.stderr
     doc, names = _steps(out)
     # the setup before the first step is skipped, then 1 warm-up iteration
