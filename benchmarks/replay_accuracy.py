@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from daydream.analysis import replay
-from daydream.demo import _DEFAULT_SHARED, _public_traces, trace_workload
+from daydream.demo import _DEFAULT_SHARED, _public_traces
+from daydream.validate import trace_workload
 
 
 def main() -> int:
@@ -30,7 +31,7 @@ def main() -> int:
     if not args.no_record:
         for w in args.workloads.split(","):
             print(f"recording {w} ...", file=sys.stderr)
-            paths.append(trace_workload(w, tmp))
+            paths.append(trace_workload(w, tmp / f"{w}.trace.json.gz"))
     rows = []
     print(f"{'trace':<48} {'ranks':>5} {'iters':>5} {'measured ms':>12} {'simulated ms':>12} {'error %':>8} {'s':>5}")
     for p in paths:

@@ -123,7 +123,7 @@ def validate(workloads, opts, out_dir, iterations, public, shared, profile_path)
     rows = run_validation([w for w in workloads.split(",") if w], opts.split(","), out, iterations, profile_path,
                           progress=lambda m: click.echo(m, err=True))
     if public:
-        from .demo import _DEFAULT_SHARED
+        from .demo import _DEFAULT_SHARED  # noqa: F811
         rows += public_dataloader_rows(Path(shared) if shared else _DEFAULT_SHARED, profile_path)
     path = write_results(rows, out)
     import matplotlib

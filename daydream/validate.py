@@ -100,7 +100,7 @@ def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_
             case = CASES[key]
             t0 = time.time()
             try:
-                if case.baseline not in baselines:
+                if (w, case.baseline) not in baselines:
                     progress(f"{w}: tracing baseline {' '.join(case.baseline) or '(defaults)'}")
                     baselines[(w, case.baseline)] = trace_workload(
                         w, tdir / f"{w}.base{len(baselines)}.json.gz", case.baseline, iterations=iterations)
