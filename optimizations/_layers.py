@@ -1,0 +1,236 @@
+"""Helpers of the memory/communication what-ifs: op figures of kernels, layer instances.
+
+* :func:`op_figures`: per task, FLOPs and bytes, a GPU task taking them from
+  the CPU ops enclosing the runtime call that launched it (kernels carry none).
+* :func:`layer_instances`: forward runs of a layer family (ReLU, pool, conv,
+  BN, ...) matched with their backward runs.  With module paths as layers
+  (``daydream trace``) a run belongs to a module and matches the backward run
+  of the same module; with op names as layers (plain Kineto traces) the k-th
+  forward run of a family matches the k-th backward run *from the end*
+  (backward runs in reverse order of the forward, true of sequential nets).
+* :func:`world_size`, :func:`work_mask`, :func:`add_edges_checked`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from daydream.graph.graph import Anchor, EdgeKind
+from daydream.model import EventKind, LaneKind, Phase
+from daydream.primitives import check_acyclic
+
+from ._common import launch_of
+
+__all__ = ["meta", "ALLREDUCE_RE", "allreduce_tasks", "FAMILIES", "Instance", "op_figures", "layer_instances", "world_size", "work_mask",
+           "add_edges_checked", "lane_position"]
+
+#: Layer families: regexes matched against layer names (op names of both the
+#: forward op and its autograd node, e.g. ``aten::relu_`` / ``ReluBackward1``)
+#: or module types (``torch.nn.modules.activation.ReLU``).
+FAMILIES = {
+    "relu": r"(?i)relu|threshold",
+    "maxpool": r"(?i)max_?pool",
+    "avgpool": r"(?i)avg_?pool",
+    "conv": r"(?i)conv",
+    "bn": r"(?i)batch_?norm",
+    "linear": r"(?i)linear|addmm|\bmm\b|MmBackward",
+}
+_GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET, EventKind.COLLECTIVE)
+
+
+@dataclass
+class Instance:
+    """One call of a layer: its forward and backward work tasks (lane order)."""
+
+    family: str
+    layer: int
+    rank: int
+    iteration: int
+    fwd: list
+    bwd: list = field(default_factory=list)
+    bytes: int = 0
+
+
+def meta(ctx) -> dict:
+    """``ctx.meta()``, or {} for a context without trace ranks (hand-made graphs)."""
+    return ctx.meta() if getattr(ctx.trace, "ranks", None) else {}
+
+
+def world_size(ctx) -> int:
+    """Workers of the job: ``ctx.workers`` if an earlier what-if set it, else the trace's world size."""
+    w = getattr(ctx, "workers", None)
+    ranks = list(getattr(ctx.trace, "ranks", None) or [])
+    if not w and ranks:
+        w = meta(ctx).get("world_size") or max(r.world_size() for r in ranks)
+    return int(w or 1)
+
+
+#: Gradient all-reduce task names: NCCL kernels, tasks inserted by ``data-parallel``.
+ALLREDUCE_RE = r"(?i)all.?reduce"
+
+
+def allreduce_tasks(g) -> np.ndarray:
+    """All-reduce tasks: collectives (NCCL kernels) or tasks on communication lanes named all-reduce."""
+    from daydream.primitives import select
+
+    cand = select(g, name=ALLREDUCE_RE)
+    comm = np.array([ln.kind == LaneKind.COMM for ln in g.lanes] + [False], bool)
+    T = g.tasks
+    return cand[(T["kind"][cand] == EventKind.COLLECTIVE) | comm[T["lane"][cand]]]
+
+
+def work_mask(g) -> np.ndarray:
+    """Tasks doing the model's work: GPU tasks of ranks with GPU streams, CPU ops elsewhere."""
+    T = g.tasks
+    gpu = np.isin(T["kind"], _GPU_KINDS)
+    gpu_ranks = np.unique(T["rank"][gpu])
+    return np.where(np.isin(T["rank"], gpu_ranks), gpu, T["kind"] == EventKind.CPU_OP)
+
+
+def lane_position(g) -> np.ndarray:
+    pos = np.zeros(g.n_tasks, np.int64)
+    for seq in g.lane_tasks:
+        pos[seq] = np.arange(len(seq))
+    return pos
+
+
+def add_edges_checked(g, src, dst, anchor=Anchor.END, target=Anchor.START) -> None:
+    """Add DATA edges in one batch, then check that no cycle appeared (one pass, not one per edge)."""
+    if len(src):
+        g.add_edges(np.asarray(src), np.asarray(dst, np.int32), EdgeKind.DATA, anchor=anchor, target=target)
+        check_acyclic(g)
+
+
+# ---------------------------------------------------------------- op figures
+def _enclosing(r):
+    """Per event row of a rank trace (the event itself included among the enclosing ops): FLOPs
+    of the innermost enclosing CPU op that has them, bytes of the outermost that has them (the
+    top-level op's inputs: ``aten::relu_``'s activation, not its inner out-of-place call's
+    input and output), and the row of the outermost enclosing CPU op (-1: none)."""
+    c = r.cols
+    n = len(c["kind"])
+    out_f, out_b, out_top = np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64)
+    cpu = np.flatnonzero(np.isin(c["kind"], (EventKind.CPU_OP, EventKind.RUNTIME)))
+    order = cpu[np.lexsort((-c["dur_ns"][cpu], c["start_ns"][cpu], c["lane"][cpu]))]
+    lane_prev, stack = None, []
+    kind, st, du, fl, by, ln = (c[k][order].tolist() for k in ("kind", "start_ns", "dur_ns", "flops", "bytes", "lane"))
+    for j, i in enumerate(order.tolist()):
+        if ln[j] != lane_prev:
+            lane_prev, stack = ln[j], []
+        while stack and stack[-1][0] <= st[j]:
+            stack.pop()
+        f, b, top = (stack[-1][1], stack[-1][2], stack[-1][3]) if stack else (0, 0, -1)
+        if kind[j] == EventKind.CPU_OP:
+            f, b, top = fl[j] or f, b or by[j], i if top < 0 else top
+            stack.append((st[j] + du[j], f, b, top))
+        out_f[i], out_b[i], out_top[i] = f, b, top
+    return out_f, out_b, out_top
+
+
+def op_figures(ctx) -> tuple:
+    """(flops, bytes, op) per task of ``ctx.graph``.
+
+    A task's own FLOPs and bytes where it has them; a kernel without them
+    takes those of the CPU ops around the runtime call that launched it (see
+    :func:`_enclosing`; ``aten::conv2d`` > ``cudnn_convolution`` >
+    ``cudaLaunchKernel``: the convolution's FLOPs and input bytes).  ``op``
+    identifies the top-level CPU op a task belongs to (its own or its launch's;
+    ``rank << 40 | event row``), -1 if unknown.  0 where nothing is known.
+    """
+    g = ctx.graph
+    T = g.tasks
+    flops, nbytes, op = T["flops"].copy(), T["bytes"].copy(), np.full(g.n_tasks, -1, np.int64)
+    ranks = {r.rank: r for r in ctx.trace.ranks} if ctx.trace is not None else {}
+    if not ranks:
+        return flops, nbytes, op
+    per_rank = {rk: _enclosing(r) for rk, r in ranks.items()}
+    src = np.arange(g.n_tasks)
+    for k, call in launch_of(g).items():
+        src[k] = call
+    ev, rk = T["event"][src], T["rank"][src]
+    for r, (f, b, top) in per_rank.items():
+        m = (rk == r) & (ev >= 0)
+        e = ev[m]
+        flops[m] = np.where(flops[m] > 0, flops[m], f[e])
+        nbytes[m] = np.where(nbytes[m] > 0, nbytes[m], b[e])
+        op[m] = np.where(top[e] >= 0, (int(r) << 40) | top[e], -1)
+    return flops, nbytes, op
+
+
+# ----------------------------------------------------------- layer instances
+def _family_of_layers(ctx, families) -> dict:
+    """layer id -> family name, by module type (module table) or layer name."""
+    g = ctx.graph
+    mods = {m["path"]: str(m.get("type", "")) for m in (meta(ctx).get("modules") or [])}
+    rx = {f: re.compile(p) for f, p in families.items()}
+    out = {}
+    for i, name in enumerate(g.layers.strings):
+        text = mods.get(name, name)
+        for f, r in rx.items():
+            if r.search(text):
+                out[i] = f
+                break
+    return out
+
+
+def _runs(tasks, layer_col, op):
+    """Split tasks (in execution order) into runs of one layer and one top-level op."""
+    runs = []
+    for t in tasks:
+        if runs and layer_col[t] == layer_col[runs[-1][-1]] and op[t] == op[runs[-1][-1]]:
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    return runs
+
+
+def layer_instances(ctx, families: dict) -> list:
+    """Forward calls of the given layer families with their backward work, per rank and iteration.
+
+    Returns a list of :class:`Instance` in forward order (grouped by rank and
+    iteration); ``bwd`` is empty when no backward run matched.  ``bytes`` is
+    the module's output bytes (module table), else the op's input bytes.
+    """
+    g = ctx.graph
+    T = g.tasks
+    fam = _family_of_layers(ctx, families)
+    if not fam:
+        return []
+    mods = {m["path"]: m for m in (meta(ctx).get("modules") or [])}
+    by_module = any(g.layers[i] in mods for i in fam)
+    _, nbytes, op = op_figures(ctx)
+    if by_module:
+        op = np.full(g.n_tasks, -1, np.int64)   # a module call is one run, whatever ops it calls
+    pos = lane_position(g)
+    work = np.flatnonzero(work_mask(g) & (T["layer"] >= 0) & np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)))
+    key = np.lexsort((pos[work], T["traced_start_ns"][work], T["iteration"][work], T["rank"][work]))
+    work = work[key]
+    layer_col = T["layer"]
+    out = []
+    groups = {}
+    for t in work.tolist():
+        groups.setdefault((int(T["rank"][t]), int(T["iteration"][t])), []).append(t)
+    for (rank, it), tasks in groups.items():
+        fwd = [r for r in _runs([t for t in tasks if T["phase"][t] == Phase.FORWARD], layer_col, op)
+               if int(layer_col[r[0]]) in fam]
+        bwd = [r for r in _runs([t for t in tasks if T["phase"][t] == Phase.BACKWARD], layer_col, op)
+               if int(layer_col[r[0]]) in fam]
+        match_key = (lambda run: int(layer_col[run[0]])) if by_module else (lambda run: fam[int(layer_col[run[0]])])
+        fw_by, bw_by = {}, {}
+        for run in fwd:
+            fw_by.setdefault(match_key(run), []).append(run)
+        for run in bwd:
+            bw_by.setdefault(match_key(run), []).append(run)
+        pairs = {}
+        for k, fl in fw_by.items():
+            for f_run, b_run in zip(fl[::-1], bw_by.get(k, [])):   # last forward <-> first backward
+                pairs[id(f_run)] = b_run
+        for run in fwd:
+            layer = int(layer_col[run[0]])
+            row = mods.get(g.layers[layer]) or {}
+            b = int(row.get("output_bytes") or 0) or int(nbytes[run].max())
+            out.append(Instance(fam[layer], layer, rank, it, run, pairs.get(id(run), []), b))
+    return out
+

@@ -1,0 +1,127 @@
+"""``batch-size``: the same training step at ``factor`` times the batch size.
+
+Model
+-----
+The per-sample work of the forward, backward and input pipeline scales with
+the batch; weight-only work (optimizer step, gradient accumulation into
+``.grad``, gradient all-reduce) and CPU-side framework overhead do not.
+Each scaled task keeps a fixed part and scales the rest::
+
+    new = fixed + (dur - fixed) * factor * speed(size) / speed(factor * size)
+
+* compute-bound tasks (GEMM/conv kernels, ops with FLOPs; ``daydream.cost``):
+  ``speed`` is the device's matmul (or convolution) throughput curve at the
+  task's FLOPs, so small ops that run below peak grow less than ``factor``;
+* memory-bound tasks: ``speed`` is the device's streaming bandwidth curve at
+  the task's bytes;
+* tasks whose FLOPs/bytes are unknown scale by ``factor``.
+
+FLOPs and bytes of a kernel come from the CPU op that launched it (shapes
+recorded).  ``fixed`` is a GPU kernel's floor, the shortest kernel of its
+rank in the trace (the device's empty-kernel time as observed), or for CPU
+ops the device's per-op overhead.  On GPU traces CPU tasks are unchanged
+except the input pipeline's (DataLoader ops: per-sample decoding scales).
+The multiplier ``factor * speed / speed'`` is kept between 1 and ``factor``.
+
+Assumptions: the larger batch fits in memory and the framework picks the
+same kernels (cuDNN may choose other algorithms); published device profiles
+have flat curves, so there compute and memory tasks scale by ``factor``
+exactly beyond their floor.  Kernels of weight-only work are recognised by
+phase (optimizer) and layer (``AccumulateGrad``); a weight-gradient GEMM
+does scale (its reduction runs over the batch).  Per-iteration time only:
+the number of iterations per epoch changes by ``1 / factor``.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from daydream.cost import compute_mask
+from daydream.model import EventKind, Phase
+
+from ._layers import meta, op_figures, work_mask
+from .base import NotApplicable, Optimization, Param
+from daydream.primitives import set_duration
+
+__all__ = ["BatchSize", "OPTIMIZATION", "WEIGHT_ONLY_RE", "scaled_ns"]
+
+#: Layers/ops whose work depends on the parameters, not the batch.
+WEIGHT_ONLY_RE = re.compile(r"AccumulateGrad|^Optimizer\.|zero_grad|multi_tensor_apply|all.?reduce|nccl", re.I)
+_SCALED_PHASES = (Phase.FORWARD, Phase.BACKWARD, Phase.DATALOADER)
+_GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
+_CONV_RE = re.compile(r"(?i)conv|scudnn|implicit_gemm|wgrad|dgrad|fprop|winograd")
+
+
+def scaled_ns(dur, fixed, factor, speed_now, speed_new):
+    """Duration after scaling the variable part by ``factor * speed_now / speed_new``.
+
+    The multiplier stays between 1 and ``factor``: more work is never faster,
+    and throughput never falls with size (this bounds noisy calibration curves).
+    """
+    fixed = np.minimum(fixed, dur)
+    mult = np.clip(factor * np.asarray(speed_now) / np.asarray(speed_new), min(1.0, factor), max(1.0, factor))
+    return fixed + (dur - fixed) * mult
+
+
+class BatchSize(Optimization):
+    name = "batch-size"
+    summary = "per-op scaling to a new batch size (compute by FLOPs, memory by bytes; weights fixed)"
+    params = (Param("factor", 2.0, "new batch size / traced batch size"),
+              Param("fixed_ns", -1, "fixed cost per GPU kernel, ns (-1: the trace's shortest kernel per rank)", int))
+    assumptions = __doc__
+
+    def apply(self, ctx):
+        if self.factor <= 0:
+            raise NotApplicable("batch-size: factor must be positive")
+        g = ctx.graph
+        T = g.tasks
+        tasks = self._scaled_tasks(g)
+        if not len(tasks):
+            raise NotApplicable("the trace has no forward/backward/input work to scale (no task with phase "
+                                "forward, backward or dataloader); trace whole training iterations")
+        flops, nbytes, _ = op_figures(ctx)
+        dtype = str(meta(ctx).get("parameter_dtype") or "float32")
+        gpu = T["kind"][tasks] != EventKind.CPU_OP
+        fixed = np.where(gpu, self._kernel_floor(g, tasks), ctx.device.op_overhead_ns).astype(float)
+        comp = compute_mask(g)[tasks]
+        names = np.array([bool(_CONV_RE.search(s)) for s in g.names.strings] + [False])
+        conv = names[T["name"][tasks]]
+        now, new = np.ones(len(tasks)), np.ones(len(tasks))
+        dev, f = ctx.device, self.factor
+        for i, t in enumerate(tasks.tolist()):
+            if comp[i] and flops[t] > 0:
+                rate = dev.conv_flops_per_s if conv[i] else dev.matmul_flops_per_s
+                now[i], new[i] = rate(dtype, flops[t]), rate(dtype, flops[t] * f)
+            elif not comp[i] and nbytes[t] > 0:
+                now[i], new[i] = dev.mem_bw_bytes_per_s(nbytes[t], dtype), dev.mem_bw_bytes_per_s(nbytes[t] * f, dtype)
+        dur = T["dur_ns"][tasks].astype(float)
+        set_duration(g, tasks, np.rint(scaled_ns(dur, fixed, f, now, new)).astype(np.int64))
+        ctx.note(f"batch-size x{f}: {len(tasks)} tasks scaled ({int(comp.sum())} compute-bound, "
+                 f"{int((flops[tasks] > 0).sum() + (nbytes[tasks] > 0).sum())} with known FLOPs/bytes); "
+                 "optimizer, gradient accumulation/all-reduce and CPU overhead unchanged")
+
+    @staticmethod
+    def _scaled_tasks(g) -> np.ndarray:
+        T = g.tasks
+        weight_names = np.array([bool(WEIGHT_ONLY_RE.search(s)) for s in g.names.strings] + [False])
+        weight_layers = np.array([bool(WEIGHT_ONLY_RE.search(s)) for s in g.layers.strings] + [False])
+        m = work_mask(g) & np.isin(T["phase"], _SCALED_PHASES) & (T["kind"] != EventKind.COLLECTIVE)
+        m &= ~weight_names[T["name"]] & ~weight_layers[T["layer"]]
+        cpu = T["kind"] == EventKind.CPU_OP
+        gpu_rank = np.isin(T["rank"], np.unique(T["rank"][np.isin(T["kind"], _GPU_KINDS)]))
+        loader = cpu & gpu_rank & (T["phase"] == Phase.DATALOADER) & (T["dur_ns"] > 0)
+        m &= ~cpu | (T["flops"] > 0) | (T["bytes"] > 0)   # a CPU op with neither is pure overhead
+        m |= loader & ~weight_layers[T["layer"]]
+        return np.flatnonzero(m)
+
+    def _kernel_floor(self, g, tasks) -> np.ndarray:
+        T = g.tasks
+        if self.fixed_ns >= 0:
+            return np.full(len(tasks), self.fixed_ns)
+        kern = (T["kind"] == EventKind.KERNEL) & (T["dur_ns"] > 0)
+        floor = {int(r): int(T["dur_ns"][kern & (T["rank"] == r)].min()) for r in np.unique(T["rank"][kern])}
+        return np.array([floor.get(int(r), 0) for r in T["rank"][tasks]])
+
+
+OPTIMIZATION = BatchSize
