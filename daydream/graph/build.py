@@ -155,8 +155,8 @@ def _build_rank(g: DependencyGraph, r, sc: _Scratch, repairs: Counter):
         lane_map[li] = gl
         s, e = _repair_overlaps(s, e, repairs)
         kinds = cols["kind"][idx]
-        names = [g.names.intern(r.names[int(n)]) for n in cols["name"][idx]]
-        layers = [g.layers.intern(r.layers[int(x)]) if x >= 0 else -1 for x in cols["layer"][idx]]
+        names = _intern_ids(g.names, r.names, cols["name"][idx])
+        layers = _intern_ids(g.layers, r.layers, cols["layer"][idx])
         if li == r.main_lane:
             idx, s, e, kinds, names, layers = _with_markers(g, r, idx, s, e, kinds, names, layers, repairs)
         ids = g.add_tasks(
@@ -180,8 +180,29 @@ def _build_rank(g: DependencyGraph, r, sc: _Scratch, repairs: Counter):
     _enqueue_times(g, launched, starts_now, sc)
     _thread_semantics(g, r, lane_map, launched, sc, starts_now)
     _handoffs(g, r, lane_map, starts_now)
-    return [int(t) for li, gl in lane_map.items() for t in g.lane_tasks[gl]
-            if g.tasks["kind"][t] == EventKind.COLLECTIVE]
+    kind, out = g.tasks["kind"], []
+    for gl in lane_map.values():
+        a = np.asarray(g.lane_tasks[gl], np.int64)
+        out.extend(a[kind[a] == EventKind.COLLECTIVE].tolist())
+    return out
+
+
+def _intern_ids(dst, src, ids):
+    """Ids in table ``dst`` of the strings with ids ``ids`` in ``src`` (-1 stays -1).
+
+    Strings are interned in order of first appearance, as one-by-one interning would.
+    """
+    ids = np.asarray(ids, np.int64)
+    out = np.full(len(ids), -1, np.int64)
+    ok = ids >= 0
+    if not ok.any():
+        return out
+    uniq, first, inv = np.unique(ids[ok], return_index=True, return_inverse=True)
+    mapped = np.empty(len(uniq), np.int64)
+    for j in np.argsort(first, kind="stable").tolist():
+        mapped[j] = dst.intern(src[int(uniq[j])])
+    out[ok] = mapped[inv.reshape(-1)]
+    return out
 
 
 def _marker_iterations(iteration, idx):
@@ -290,17 +311,18 @@ def _thread_semantics(g, r, lane_map, launched, sc, starts_now):
     launches_of = defaultdict(list)
     for k, v in launched.items():
         launches_of[v].append(k)
-    lane_col, kind_col = g.tasks["lane"], g.tasks["kind"]
+    lane_col, kind_col, name_col = g.tasks["lane"], g.tasks["kind"], g.tasks["name"]
+    strings = g.names.strings
+    sync = int(EventKind.SYNC)
     gpu_lanes = [gl for gl in lane_map.values() if g.lanes[gl].kind == LaneKind.GPU_STREAM]
     for li, gl in lane_map.items():
         if g.lanes[gl].kind != LaneKind.CPU_THREAD:
             continue
         last_gpu, record, pending = -1, None, []
-        for t in g.lane_tasks[gl]:
-            k = kind_col[t]
-            if k not in (EventKind.RUNTIME, EventKind.SYNC):
-                continue
-            name = g.task_name(t)
+        seq = np.asarray(g.lane_tasks[gl], np.int64)
+        calls = seq[np.isin(kind_col[seq], (EventKind.RUNTIME, EventKind.SYNC))]
+        for t, k, name_id in zip(calls.tolist(), kind_col[calls].tolist(), name_col[calls].tolist()):
+            name = strings[name_id]
             ts = sc.start_of[t]
             for x in launches_of.get(t, ()):
                 last_gpu = int(lane_col[x])
@@ -314,7 +336,7 @@ def _thread_semantics(g, r, lane_map, launched, sc, starts_now):
                 target = _last_enqueued(g, sc, record[0], record[1])
                 if target >= 0:
                     pending.append(target)
-            if k != EventKind.SYNC:
+            if k != sync:
                 continue
             if name in STREAM_SYNC_CALLS and last_gpu >= 0:
                 g.tasks["wait_kind"][t] = WaitKind.STREAM
