@@ -19,6 +19,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .analysis import ReplayReport, replay, summarize
+from .collect import step, trace
 from .errors import (CycleError, DaydreamError, GraphError, NoIterationsError, SimulationError,
                      TraceError)
 from .graph import Anchor, DependencyGraph, EdgeKind, WaitKind, build_graph
@@ -28,7 +29,7 @@ from .sim import SimResult, simulate
 from .sim.export import to_chrome_trace
 
 __all__ = [
-    "__version__", "load_trace", "build_graph", "simulate", "replay", "summarize",
+    "__version__", "trace", "step", "load_trace", "build_graph", "simulate", "replay", "summarize",
     "to_chrome_trace", "Trace", "RankTrace", "DependencyGraph", "SimResult", "ReplayReport",
     "EventKind", "Phase", "LaneKind", "Lane", "EdgeKind", "Anchor", "WaitKind",
     "DaydreamError", "TraceError", "NoIterationsError", "GraphError", "CycleError",

@@ -6,28 +6,11 @@ one line on stderr and exit status 2.
 """
 from __future__ import annotations
 
-import functools
-import sys
-
 import click
 
-from .errors import DaydreamError
+from ._cli_util import handle_errors
 
 __all__ = ["main", "handle_errors"]
-
-
-def handle_errors(fn):
-    """Decorator: turn :class:`DaydreamError` into ``error: ...`` and exit 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except DaydreamError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
-
-    return wrapper
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

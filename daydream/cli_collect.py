@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .cli import handle_errors
+from ._cli_util import handle_errors
 
 __all__ = ["COMMANDS", "trace"]
 

@@ -8,7 +8,7 @@ import click
 
 from . import __version__
 from .analysis import replay as run_replay, summarize
-from .cli import handle_errors
+from ._cli_util import handle_errors
 from .fileio import check_writable, write_json
 from .loader import load_trace
 from .sim.export import to_chrome_trace

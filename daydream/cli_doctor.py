@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 import click
 
-from .cli import handle_errors
+from ._cli_util import handle_errors
 
 __all__ = ["doctor", "COMMANDS", "Check", "CheckState", "TorchInfo", "DoctorReport",
            "torch_info", "collect_report"]

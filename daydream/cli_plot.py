@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from .cli import handle_errors
+from ._cli_util import handle_errors
 from .fileio import check_writable
 
 __all__ = ["COMMANDS"]

@@ -7,7 +7,7 @@ import sys
 import click
 
 from . import __version__
-from .cli import handle_errors
+from ._cli_util import handle_errors
 from .fileio import check_writable, write_json
 
 __all__ = ["COMMANDS"]

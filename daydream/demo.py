@@ -21,7 +21,7 @@ from .errors import DaydreamError
 from .fileio import write_json
 from .plots import AccuracyPoint, plot_accuracy, plot_breakdown, plot_timeline
 from .sim.export import to_chrome_trace
-from .validate import public_dataloader_rows, run_validation, trace_workload, write_results
+from .validate import run_validation, trace_workload, write_results
 from .whatif import layer_busy_ms, predict
 
 __all__ = ["main", "WHATIFS"]

@@ -6,8 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from daydream.model import EventKind, LaneKind, Phase
-from daydream.primitives import select
+from daydream.model import LaneKind
 
 from .base import NotApplicable
 

@@ -29,8 +29,6 @@ def test_accuracy_plot_on_given_axes():
 
 
 def test_plot_commands_write_png_and_svg(tmp_path, own_trace):
-    import json
-
     from click.testing import CliRunner
 
     from daydream.cli import main

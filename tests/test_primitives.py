@@ -57,7 +57,9 @@ def test_remove_bridges_dependencies(pipeline):
 
 def test_remove_keep_gap_moves_cpu_time(maker):
     cpu = maker.lane()
-    a, b, c = maker.task(cpu, 5), maker.task(cpu, 5, gap=7), maker.task(cpu, 5, gap=1)
+    maker.task(cpu, 5)
+    b = maker.task(cpu, 5, gap=7)
+    maker.task(cpu, 5, gap=1)
     remove(maker.g, [b], keep_gap=True)
     res = simulate(maker.g)
     assert res.start_ns.tolist() == [0, 13]

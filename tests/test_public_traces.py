@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from daydream import build_graph, load_trace, replay, to_chrome_trace
+from daydream import build_graph, load_trace, replay
 from daydream.cli import main
 from daydream.graph import EdgeKind
 from daydream.model import LaneKind, Phase
 
-from conftest import SHARED, public_traces
+from conftest import public_traces
 
 TRACES = public_traces()
 pytestmark = pytest.mark.skipif(not TRACES, reason="../shared/traces/public is absent")

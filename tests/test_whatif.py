@@ -14,7 +14,6 @@ from daydream.graph import build_graph
 from daydream.model import Phase
 from daydream.optimizations import NotApplicable, OptionError, get, names
 from daydream.primitives import select
-from daydream.sim import simulate
 from daydream.whatif import predict
 
 from conftest import flat_profile
@@ -52,7 +51,6 @@ def test_fused_adam_replaces_the_loop_with_one_pass(own_trace, profile):
 def test_checkpointing_adds_exactly_the_recomputed_forward(own_trace, profile):
     trace = own_trace("mlp")
     g = build_graph(trace)
-    base = simulate(g)
     report, res = predict(trace, ["checkpointing"], device=profile)
     T = g.tasks
     blocks = select(g, layer=r"^MLP\.blocks\.\d", phase="forward", iteration=[1, 2, 3, 4])
