@@ -185,7 +185,8 @@ def _loader_fetch(torch, sizes=(2 ** 12, 2 ** 18), batches: int = 40):
     return (max(y0 - per_byte * x0, 0.0), per_byte)
 
 
-def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True, progress=None) -> DeviceProfile:
+def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True, progress=None,
+              threads: int | None = None) -> DeviceProfile:
     """Measure ``device`` (``"cpu"`` or ``"cuda[:N]"``) into a profile.
 
     Parameters
@@ -196,12 +197,17 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
         Also measure all-reduce between two local processes (gloo).
     progress : callable, optional
         Called with a short message before each measurement.
+    threads : int, optional
+        Intra-op threads to measure with (``torch.set_num_threads``); CPU
+        throughput depends on it, so calibrate with what the training uses.
     """
     try:
         import torch
     except ImportError:
         raise DaydreamError("calibration needs torch (make install, or pip install torch)") from None
     dev = torch.device(device)
+    if threads:
+        torch.set_num_threads(threads)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise DaydreamError("no CUDA device: calibrate the CPU with --device cpu")
     sizes = QUICK_SIZES if quick else SIZES

@@ -78,14 +78,15 @@ def optimizations():
 @click.option("-o", "--output", type=click.Path(), help="Where to save the profile (default: the user cache).")
 @click.option("--quick", is_flag=True, help="Fewer sizes, shorter timings.")
 @click.option("--no-collectives", is_flag=True, help="Skip the two-process all-reduce measurement.")
+@click.option("--threads", type=int, help="Intra-op threads to measure with (default: torch's default).")
 @handle_errors
-def calibrate(device, output, quick, no_collectives):
+def calibrate(device, output, quick, no_collectives, threads):
     """Measure this machine once (matmul/conv/elementwise throughput per dtype, op
     overhead, all-reduce bandwidth) into the profile that what-ifs use."""
     from .calibrate import calibrate as run
     from .device import save_profile
 
-    prof = run(device, quick=quick, collectives=not no_collectives,
+    prof = run(device, quick=quick, collectives=not no_collectives, threads=threads,
                progress=lambda m: click.echo(f"calibrating: {m} ...", err=True))
     path = save_profile(prof, output)
     click.echo(f"{prof.name}: op overhead {prof.op_overhead_ns} ns; "

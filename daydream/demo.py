@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from .errors import DaydreamError
 from .fileio import write_json
 from .plots import AccuracyPoint, plot_accuracy, plot_breakdown, plot_timeline
 from .sim.export import to_chrome_trace
-from .validate import run_validation, trace_workload, write_results
+from .validate import THREADS, ensure_profile, run_validation, trace_workload, write_results
 from .whatif import layer_busy_ms, predict
 
 __all__ = ["main", "WHATIFS"]
@@ -44,15 +45,12 @@ def _public_traces(shared: Path) -> list[Path]:
                   and p.name.endswith((".json.gz", ".json", ".tar.gz")))
 
 
-def _ensure_profile(out: Path):
-    from .calibrate import calibrate
-    from .device import load_profile, save_profile
+def _ensure_profile() -> str:
+    from .device import default_profile_path
 
-    if load_profile() is not None:
+    if os.path.exists(default_profile_path("cpu", THREADS)):
         _say("1/6 calibrate", "using the cached device profile (rerun `daydream calibrate` to refresh)")
-        return
-    _say("1/6 calibrate", "measuring this machine once (about 30 s) ...")
-    save_profile(calibrate("cpu", progress=lambda m: _say("1/6 calibrate", m)))
+    return ensure_profile(progress=lambda m: _say("1/6 calibrate", m))
 
 
 def _plots(out: Path, replay_pts, val_rows, base, pred, report):
@@ -97,7 +95,7 @@ def main(out_dir, workload, to_validate, shared):
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     try:
-        _ensure_profile(out)
+        profile = _ensure_profile()
         _say("2/6 trace", f"{workload} on CPU with `daydream trace` ...")
         path = trace_workload(workload, out / f"{workload}.trace.json.gz")
         rep, base = replay(path)
@@ -106,7 +104,7 @@ def main(out_dir, workload, to_validate, shared):
         _say("3/6 what-if", f"{'optimization':<42}{'predicted ms':>13}{'speedup':>9}")
         best = None
         for spec in WHATIFS:
-            report, pred = predict(path, [spec])
+            report, pred = predict(path, [spec], profile_path=profile)
             _say("3/6 what-if", f"{' + '.join(report.optimizations):<42}{report.predicted_ms:13.2f}"
                                 f"{report.speedup:8.2f}x")
             if best is None or report.speedup > best[0].speedup:
@@ -116,7 +114,7 @@ def main(out_dir, workload, to_validate, shared):
         val_rows = []
         if opts:
             _say("4/6 validate", f"running {', '.join(opts)} for real on {workload} ...")
-            val_rows = run_validation([workload], opts, out / "validate",
+            val_rows = run_validation([workload], opts, out / "validate", profile_path=profile,
                                       progress=lambda m: _say("4/6 validate", m))
             write_results(val_rows, out)
         public = _public_traces(Path(shared))

@@ -171,22 +171,29 @@ def published(name: str) -> DeviceProfile:
     raise DaydreamError(f"no published specs for {name!r} (known: {', '.join(PUBLISHED)})")
 
 
-def default_profile_path() -> str:
+def default_profile_path(kind: str = "cpu", threads: int | None = None) -> str:
+    """Where calibrated profiles are cached: one per device kind and CPU thread count.
+
+    CPU throughput depends on the number of intra-op threads, so a trace is
+    predicted with the profile measured at the thread count it ran with.
+    """
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "daydream", "device.json")
+    name = f"device-cpu-{threads}t.json" if kind == "cpu" and threads else f"device-{kind}.json"
+    return os.path.join(base, "daydream", name)
 
 
 def save_profile(profile: DeviceProfile, path: str | None = None) -> str:
+    """Save ``profile`` (atomically) to ``path`` or its default cache file; returns the path."""
     from .fileio import atomic_write_bytes
 
-    path = path or default_profile_path()
+    path = path or default_profile_path(profile.kind, profile.threads)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     atomic_write_bytes(path, json.dumps(profile.to_json(), indent=1).encode())
     return path
 
 
 def load_profile(path: str | None = None) -> DeviceProfile | None:
-    """The saved profile at ``path`` (default cache), or None if there is none."""
+    """The saved profile at ``path`` (default: the CPU cache file), or None if there is none."""
     path = path or default_profile_path()
     if not os.path.exists(path):
         return None

@@ -21,7 +21,7 @@ from .analysis import replay
 from .errors import DaydreamError
 from .whatif import predict
 
-__all__ = ["CASES", "ValidationRow", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "ValidationRow", "ensure_profile", "THREADS", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -41,16 +41,32 @@ CASES = {
     "amp": Case("amp:dtype=bfloat16", (), ("--autocast", "bfloat16")),
     "checkpointing": Case("checkpointing", (), ("--checkpoint",)),
     "fusion": Case("fusion", (), ("--compile",)),
-    "data-parallel": Case("data-parallel:workers=2,backend=gloo", ("--threads", "1"), ("--threads", "1"), nproc=2),
+    "data-parallel": Case("data-parallel:workers=2,backend=gloo", (), (), nproc=2),
     "dataloader": Case("dataloader:workers=2", ("--num-workers", "0"), ("--num-workers", "2")),
 }
 
-#: Small sizes so that each workload traces in seconds on 2 cores.
+#: Small sizes so that each workload traces in seconds on 2 cores.  One
+#: intra-op thread: measurements stay stable when other work shares the cores
+#: (multi-threaded ops stall when a core is taken), and two data-parallel
+#: workers get a core each.
+THREADS = 1
 WORKLOAD_ARGS = {
-    "mlp": ("--hidden", "512", "--batch-size", "64"),
-    "cnn": ("--batch-size", "16"),
-    "transformer": ("--batch-size", "8"),
+    "mlp": ("--hidden", "512", "--batch-size", "64", "--threads", str(THREADS)),
+    "cnn": ("--batch-size", "16", "--threads", str(THREADS)),
+    "transformer": ("--batch-size", "8", "--threads", str(THREADS)),
 }
+
+
+def ensure_profile(profile_path=None, progress=print) -> str:
+    """Path of a CPU profile calibrated at :data:`THREADS` threads (measured now if missing)."""
+    from .calibrate import calibrate
+    from .device import default_profile_path, save_profile
+
+    path = profile_path or default_profile_path("cpu", THREADS)
+    if not os.path.exists(path):
+        progress(f"calibrating this machine at {THREADS} thread(s) (once, about 30 s) ...")
+        save_profile(calibrate("cpu", threads=THREADS, progress=lambda m: progress(f"calibrating: {m}")), path)
+    return path
 
 
 @dataclass(frozen=True)
@@ -94,6 +110,7 @@ def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_
     """Run the matrix; returns the rows (failed cases are reported and skipped)."""
     tdir = out_dir / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
+    profile_path = ensure_profile(profile_path, progress)
     rows, baselines = [], {}
     for w in workloads:
         for key in opts:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .analysis import as_trace
-from .device import DeviceProfile, load_profile, published
+from .device import DeviceProfile, default_profile_path, load_profile, published
 from .errors import DaydreamError
 from .graph import build_graph
 from .model import EventKind, LaneKind, Phase
@@ -60,7 +60,8 @@ def device_for(trace, device: str | DeviceProfile | None = None, profile_path: s
         return device
     if device:
         return published(device)
-    prof = load_profile(profile_path)
+    threads = _trace_threads(trace)
+    prof = load_profile(profile_path or default_profile_path("cpu", threads))
     gpus = [d.get("name", "") for r in trace for d in (r.meta.get("deviceProperties") or []) if isinstance(d, dict)]
     has_gpu = any(ln.kind == LaneKind.GPU_STREAM for r in trace for ln in r.lanes)
     if has_gpu:
@@ -79,8 +80,19 @@ def device_for(trace, device: str | DeviceProfile | None = None, profile_path: s
         raise DaydreamError("cannot tell which GPU the trace ran on; pass --device NAME "
                             "(V100, A100, H100, H200, RTX2080TI)")
     if prof is None or prof.kind != "cpu":
-        raise DaydreamError("no calibrated CPU profile: run `daydream calibrate` once on this machine")
+        flag = f" --threads {threads}" if threads else ""
+        raise DaydreamError(f"no calibrated CPU profile{f' for {threads} threads' if threads else ''}: "
+                            f"run `daydream calibrate{flag}` once on this machine")
     return prof
+
+
+def _trace_threads(trace) -> int | None:
+    """Intra-op threads the traced process used (from daydream metadata), if known."""
+    for r in trace:
+        cpu = ((r.meta.get("daydream") or {}).get("device") or {}).get("cpu") or {}
+        if cpu.get("torch_threads"):
+            return int(cpu["torch_threads"])
+    return None
 
 
 def phase_busy_ms(result: SimResult) -> dict:
