@@ -63,34 +63,40 @@ def _walk_lane(idx, cols, names, layers, hints, module_paths, backward_names, to
     Fills layer, phase and ``top_col`` (row of the outermost CPU op, -1 if
     none); returns whether the lane looks like an autograd (backward) thread.
     """
-    start, dur, kind, nm = cols["start_ns"], cols["dur_ns"], cols["kind"], cols["name"]
-    layer_col, phase_col = cols["layer"], cols["phase"]
+    idx = np.asarray(idx, np.int64)
+    strings, annotation = names.strings, int(EventKind.ANNOTATION)
+    rows = zip(idx.tolist(), cols["start_ns"][idx].tolist(), cols["dur_ns"][idx].tolist(),
+               cols["kind"][idx].tolist(), cols["name"][idx].tolist())
+    out_layer, out_phase, out_top, with_path = [], [], [], []   # written to the columns at the end
     stack: list[tuple[int, str | None, int, int, int]] = []  # (end, path, phase, top layer, top row)
     n_backward_top = n_top = 0
-    for i in idx:
-        s = start[i]
+    for i, s, d, k, n_id in rows:
         while stack and stack[-1][0] <= s:
             stack.pop()
-        name = names[nm[i]]
+        name = strings[n_id]
         path, ph, top, top_i = stack[-1][1:] if stack else (None, _NO_PHASE, -1, -1)
-        h = hints[nm[i]]
+        h = hints[n_id]
         if h != _NO_PHASE:
             ph = h
-        mod = _module_of(name, path) if kind[i] == EventKind.ANNOTATION else None
+        mod = _module_of(name, path) if k == annotation else None
         if mod is None and path is None and h in (Phase.OPTIMIZER, Phase.DATALOADER):
             mod = name              # e.g. "Optimizer.step#Adam.step" is the layer of what it encloses
         if mod is not None:
             path = mod
-        if top < 0 and kind[i] != EventKind.ANNOTATION:
+        if top < 0 and k != annotation:
             top, top_i = layers.intern(name), i
             n_top += 1
             n_backward_top += name in backward_names
-        layer_col[i] = layers.intern(path) if path is not None else top
+        out_layer.append(layers.intern(path) if path is not None else top)
         if path is not None:
-            module_paths[i] = True
-        phase_col[i] = ph
-        top_col[i] = top_i
-        stack.append((s + dur[i], path, ph, top, top_i))
+            with_path.append(i)
+        out_phase.append(ph)
+        out_top.append(top_i)
+        stack.append((s + d, path, ph, top, top_i))
+    cols["layer"][idx] = out_layer
+    cols["phase"][idx] = out_phase
+    top_col[idx] = out_top
+    module_paths[with_path] = True
     return n_top > 0 and 2 * n_backward_top >= n_top
 
 
