@@ -44,6 +44,7 @@ SYNC_CALLS = frozenset({
 })
 
 _GPU_CATS = {"gpu_user_annotation"}
+_GPU_KINDS = frozenset(k for k in EventKind if k.is_gpu)
 _COLLECTIVE_RE = re.compile(r"^nccl(Dev)?Kernel|^ncclKernel", re.IGNORECASE)
 _MARKER_RE = re.compile(r"^ProfilerStep#\d+$")
 _DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
@@ -118,6 +119,7 @@ class ParsedEvents:
         self.seq: list[int] = []           # autograd sequence number, -1 if none
         self.fwdbwd: dict[int, list] = {}  # flow id -> [(ph, ts_ns, lane)]
         self.repairs: Counter = Counter()
+        self.cpu_lane_cache: dict = {}     # raw (pid, tid) -> CPU lane id
 
     def lane(self, kind: LaneKind, pid, tid, device=-1, label="") -> int:
         key = (kind, pid, tid)
@@ -172,7 +174,15 @@ def _gpu_lane(p: ParsedEvents, e: dict, args: dict) -> int:
 
 
 def _cpu_lane(p: ParsedEvents, e: dict, thread_names: dict) -> int:
-    pid, tid = _norm_id(e.get("pid")), _norm_id(e.get("tid"))
+    raw = (e.get("pid"), e.get("tid"))
+    lane = p.cpu_lane_cache.get(raw)    # same ids -> same lane: skip normalising per event
+    if lane is None:
+        lane = p.cpu_lane_cache[raw] = _new_cpu_lane(p, raw, thread_names)
+    return lane
+
+
+def _new_cpu_lane(p: ParsedEvents, raw: tuple, thread_names: dict) -> int:
+    pid, tid = _norm_id(raw[0]), _norm_id(raw[1])
     label = thread_names.get((pid, tid)) or f"thread {tid}"
     return p.lane(LaneKind.CPU_THREAD, pid, tid, label=label)
 
@@ -201,7 +211,7 @@ def _add_complete(p: ParsedEvents, e: dict, cat: str, source: str, thread_names:
     flops = 0
     ext = _as_int(args.get("External id", args.get("external id")))
     nbytes = _as_int(args.get("bytes"), 0)
-    if kind.is_gpu or cat in _GPU_CATS:
+    if kind in _GPU_KINDS or cat in _GPU_CATS:
         lane = _gpu_lane(p, e, args)
         if kind == EventKind.KERNEL and _COLLECTIVE_RE.match(name):
             kind = EventKind.COLLECTIVE
