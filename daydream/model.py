@@ -199,6 +199,8 @@ class RankTrace:
     repairs: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
     fwdbwd: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
+    #: Call signatures of compute ops (``cols["sig"]`` indexes it), to re-measure them.
+    signatures: StringTable = field(default_factory=StringTable)
 
     def __len__(self) -> int:
         return len(self.cols["kind"])

@@ -4,7 +4,7 @@
 >>> "fused-adam" in names()
 True
 >>> get("amp:dtype=bfloat16").describe()
-'amp:dtype=bfloat16,cast_overhead=True'
+'amp:dtype=bfloat16,cast_overhead=True,remeasure=True'
 """
 from __future__ import annotations
 

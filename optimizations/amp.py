@@ -5,9 +5,12 @@ Model
 * Compute-bound tasks (matmul/convolution CPU ops with FLOPs from their
   shapes, GEMM/convolution kernels) in the forward and backward phases run
   at the device's throughput for the new dtype: each is scaled by
-  ``t(dtype)/t(fp32)`` of the device's measured (or published) throughput
-  curve *at that op's size*.  A device without fast low-precision math (most
-  CPUs without AMX/avx512-bf16) therefore predicts a slowdown.
+  ``t(dtype)/t(fp32)``.  On a CPU trace with recorded shapes the ratio is
+  measured by re-running each distinct op (same shapes and strides) on this
+  machine in both dtypes (:mod:`daydream.opbench`); otherwise it comes from
+  the device's throughput curves at that op's size.  A device without fast
+  low-precision math (most CPUs without AMX/avx512-bf16) therefore predicts
+  a slowdown.
 * Memory-bound tasks of the layers that contain compute ops move half the
   bytes, at the device's measured elementwise bandwidth for the new dtype.
 * Casts: before each compute op in forward, autocast casts its inputs
@@ -41,7 +44,9 @@ class AMP(Optimization):
     name = "amp"
     summary = "automatic mixed precision (torch.autocast) in bfloat16 or float16"
     params = (Param("dtype", "float16", "autocast dtype", str, ("float16", "bfloat16")),
-              Param("cast_overhead", True, "insert the casts autocast performs", bool))
+              Param("cast_overhead", True, "insert the casts autocast performs", bool),
+              Param("remeasure", True, "on CPU traces, re-run the traced compute ops and casts on this machine "
+                    "(else use the device profile's curves)", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -52,11 +57,12 @@ class AMP(Optimization):
         if not comp.any():
             raise NotApplicable("the trace has no matmul/convolution work with known sizes; record op shapes "
                                 "(daydream trace records them; torch.profiler(record_shapes=True))")
-        self._scale_compute(g, dev, dt, np.flatnonzero(comp))
+        measured = self._measured_ratios(ctx, np.flatnonzero(comp))
+        self._scale_compute(g, dev, dt, np.flatnonzero(comp), measured)
         self._scale_memory(g, dev, dt, comp, in_model)
         if self.cast_overhead:
-            n = self._insert_casts(g, dev, np.flatnonzero(comp & (T["phase"] == Phase.FORWARD)))
-            ctx.note(f"amp: {n} input casts inserted before forward compute ops")
+            n = self._insert_casts(ctx, np.flatnonzero(comp & (T["phase"] == Phase.FORWARD)))
+            ctx.note(f"amp: casts inserted for {n} forward compute ops (inputs in, weight gradients back)")
         if dt == "float16":
             self._loss_scaling(ctx)
 
@@ -64,13 +70,30 @@ class AMP(Optimization):
     def _is_conv(g, tasks):
         return np.array([any(k in g.task_name(t).lower() for k in _CONV_NAMES) for t in tasks], bool)
 
-    def _scale_compute(self, g, dev, dt, tasks):
+    def _measured_ratios(self, ctx, tasks) -> dict:
+        """task -> t(dtype)/t(fp32) of its op re-run on this machine (CPU traces with shapes)."""
+        if ctx.device.kind != "cpu" or not self.remeasure:
+            return {}
+        try:
+            from daydream.opbench import dtype_time_ratios
+        except ImportError:
+            return {}
+        sig_of = self._signatures(ctx, tasks)
+        try:
+            ratios = dtype_time_ratios(sig_of.values(), self.dtype, ctx.device.threads or None)
+        except ImportError:
+            return {}
+        ctx.note(f"amp: {len(ratios)} distinct compute ops re-measured in {self.dtype} on this machine")
+        return {t: ratios[s] for t, s in sig_of.items() if s in ratios}
+
+    def _scale_compute(self, g, dev, dt, tasks, measured):
         T = g.tasks
         flops = T["flops"][tasks].astype(float)
         unknown = flops <= 0
         if unknown.any():     # GPU kernels: infer FLOPs from time at the fp32 rate (fixed point of t = f / rate(f))
             flops[unknown] = self._flops_from_time(dev, T["dur_ns"][tasks][unknown])
         ratio = dtype_time_ratio(dev, flops, "float32", dt, self._is_conv(g, tasks))
+        ratio = np.array([measured.get(t, r) for t, r in zip(tasks.tolist(), ratio)])
         T["dur_ns"][tasks] = np.rint(T["dur_ns"][tasks] * ratio).astype(np.int64)
 
     @staticmethod
@@ -91,22 +114,68 @@ class AMP(Optimization):
             ratio = elementwise_ns(dev, nbytes / 2, dt) / elementwise_ns(dev, nbytes, "float32")
             T["dur_ns"][t] = int(round(T["dur_ns"][t] * ratio))
 
-    @staticmethod
-    def _insert_casts(g, dev, fwd_compute):
+    def _insert_casts(self, ctx, fwd_compute):
+        """Autocast casts each forward compute op's float inputs to the new dtype; the
+        gradients of its weights (inputs after the first) come back in fp32 in backward.
+
+        On CPU traces with shapes the casts are timed on this machine; otherwise
+        they cost their bytes (read fp32, write half) at measured bandwidth."""
+        g, dev = ctx.graph, ctx.device
         T = g.tasks
+        sigs = self._signatures(ctx, fwd_compute)
+        first_bwd = self._first_backward_by_layer(g)
         n, seen = 0, set()
         for t in fwd_compute.tolist():
             ev = (int(T["rank"][t]), int(T["event"][t]))
             if ev in seen or g.lanes[int(T["lane"][t])].kind != LaneKind.CPU_THREAD:
                 continue
             seen.add(ev)
-            nbytes = 1.5 * float(T["bytes"][t])          # read fp32, write half precision
+            fwd_ns, bwd_ns = self._cast_costs(dev, sigs.get(t), float(T["bytes"][t]))
             layer = int(T["layer"][t])
-            insert(g, int(T["lane"][t]), dur_ns=int(elementwise_ns(dev, nbytes)), name="aten::_to_copy (autocast)",
-                   before=t, phase=Phase.FORWARD, layer=g.layers[layer] if layer >= 0 else None,
-                   iteration=int(T["iteration"][t]))
+            name = g.layers[layer] if layer >= 0 else None
+            it = int(T["iteration"][t])
+            insert(g, int(T["lane"][t]), dur_ns=int(fwd_ns), name="aten::_to_copy (autocast)", before=t,
+                   phase=Phase.FORWARD, layer=name, iteration=it)
+            b = first_bwd.get((layer, it))
+            if b is not None and bwd_ns:
+                insert(g, int(T["lane"][b]), dur_ns=int(bwd_ns), name="aten::_to_copy (grad to fp32)", before=b,
+                       phase=Phase.BACKWARD, layer=name, iteration=it)
             n += 1
         return n
+
+    def _cast_costs(self, dev, sig, nbytes):
+        if sig is not None:
+            try:
+                from daydream.opbench import cast_ns, float_inputs
+
+                dims = float_inputs(sig)
+                fwd = sum(cast_ns(d, "float32", self.dtype) for d in dims)
+                bwd = sum(cast_ns(d, self.dtype, "float32") for d in dims[1:])
+                return fwd, bwd
+            except ImportError:
+                pass
+        return elementwise_ns(dev, 1.5 * nbytes), 0.0
+
+    def _signatures(self, ctx, tasks) -> dict:
+        T = ctx.graph.tasks
+        ranks = {r.rank: r for r in ctx.trace}
+        out = {}
+        for t in tasks.tolist():
+            r = ranks[int(T["rank"][t])]
+            ev = int(T["event"][t])
+            if ctx.device.kind == "cpu" and self.remeasure and ev >= 0 and "sig" in r.cols and r.cols["sig"][ev] >= 0:
+                out[t] = r.signatures[int(r.cols["sig"][ev])]
+        return out
+
+    @staticmethod
+    def _first_backward_by_layer(g) -> dict:
+        T = g.tasks
+        out = {}
+        for seq in g.lane_tasks:
+            for t in seq:
+                if T["phase"][t] == Phase.BACKWARD:
+                    out.setdefault((int(T["layer"][t]), int(T["iteration"][t])), t)
+        return out
 
     @staticmethod
     def _loss_scaling(ctx):

@@ -114,6 +114,43 @@ def _cpu_slices(idx, start, end):
     return np.asarray(ev, np.int64), np.asarray(ss, np.int64), np.asarray(ee, np.int64)
 
 
+def _work_columns(cols, idx, dur):
+    """Bytes and FLOPs per task: on the longest slice of each op only (no double counting),
+    and not on ops whose work happens in a nested op that has FLOPs of its own
+    (``aten::linear`` delegating to ``aten::addmm``)."""
+    real = np.maximum(idx, 0)
+    flops = np.where(idx >= 0, cols["flops"][real], 0)
+    nbytes = np.where(idx >= 0, cols["bytes"][real], 0)
+    order = np.lexsort((-dur, idx))
+    first = np.ones(len(idx), bool)
+    first[1:] = idx[order][1:] != idx[order][:-1]
+    longest = np.zeros(len(idx), bool)
+    longest[order[first]] = True
+    delegates = _delegating(cols, idx[(idx >= 0) & (flops > 0)])
+    flops[~longest | np.isin(idx, delegates)] = 0
+    nbytes[~longest] = 0
+    return {"flops": flops, "bytes": nbytes}
+
+
+def _delegating(cols, ops):
+    """Ops with FLOPs that enclose another op with FLOPs on the same thread."""
+    if len(ops) < 2:
+        return np.zeros(0, np.int64)
+    ops = np.unique(ops)
+    lane, start = cols["lane"][ops], cols["start_ns"][ops]
+    end = start + cols["dur_ns"][ops]
+    out = []
+    order = np.lexsort((-end, start, lane))
+    stack = []
+    for j in order.tolist():
+        while stack and (lane[stack[-1]] != lane[j] or end[stack[-1]] <= start[j]):
+            stack.pop()
+        if stack:
+            out.append(ops[stack[-1]])
+        stack.append(j)
+    return np.unique(np.asarray(out, np.int64))
+
+
 def _select(r):
     """Per lane: (event rows, start, end) of the tasks, in time order."""
     cols = r.cols
@@ -164,8 +201,7 @@ def _build_rank(g: DependencyGraph, r, sc: _Scratch, repairs: Counter):
             phase=np.where(idx >= 0, cols["phase"][np.maximum(idx, 0)], Phase.OTHER),
             iteration=_marker_iterations(cols["iteration"], idx),
             rank=np.full(len(idx), r.rank), event=idx, dur_ns=e - s,
-            bytes=np.where(idx >= 0, cols["bytes"][np.maximum(idx, 0)], 0),
-            flops=np.where(idx >= 0, cols["flops"][np.maximum(idx, 0)], 0))
+            **_work_columns(cols, idx, e - s))
         real = np.flatnonzero(idx >= 0)[::-1]           # reversed: an op maps to its first slice
         task_of_event[idx[real]] = ids[real]
         g.lane_tasks[gl] = ids.tolist()

@@ -48,7 +48,7 @@ def load_rank(source: str, doc: dict, index: int = 0, iteration_marker: str | No
     return RankTrace(source=source, rank=rank, cols=cols, names=p.names, layers=layers,
                      lanes=lanes, boundaries_ns=its.boundaries_ns,
                      iteration_names=list(its.names), main_lane=its.lane,
-                     repairs=dict(p.repairs), meta=meta, fwdbwd=_flows(p))
+                     repairs=dict(p.repairs), meta=meta, fwdbwd=_flows(p), signatures=p.sigs)
 
 
 def _flows(p):

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import TraceError
 from ..model import EVENT_COLUMNS, EventKind, Lane, LaneKind, StringTable
-from .shapes import op_flops
+from .shapes import op_flops, op_signature
 
 __all__ = ["CATEGORY_KINDS", "SYNC_CALLS", "parse_events", "ParsedEvents", "us_to_ns", "input_bytes"]
 
@@ -117,6 +117,8 @@ class ParsedEvents:
         self._lane_ids: dict[tuple, int] = {}
         self.rows: dict[str, list] = {k: [] for k in EVENT_COLUMNS if k not in ("layer", "phase", "iteration")}
         self.seq: list[int] = []           # autograd sequence number, -1 if none
+        self.sigs = StringTable()          # call signatures of compute ops (for re-measuring them)
+        self.sig: list[int] = []           # index into sigs, -1 if none
         self.fwdbwd: dict[int, list] = {}  # flow id -> [(ph, ts_ns, lane)]
         self.repairs: Counter = Counter()
         self.cpu_lane_cache: dict = {}     # raw (pid, tid) -> CPU lane id
@@ -129,7 +131,7 @@ class ParsedEvents:
             self.lanes.append(Lane(rank=-1, kind=kind, pid=pid, tid=tid, label=label, device=device))
         return i
 
-    def add(self, kind, name, lane, start_ns, dur_ns, corr=-1, ext=-1, nbytes=0, seq=-1, flops=0):
+    def add(self, kind, name, lane, start_ns, dur_ns, corr=-1, ext=-1, nbytes=0, seq=-1, flops=0, sig=-1):
         r = self.rows
         r["kind"].append(int(kind))
         r["name"].append(self.names.intern(name))
@@ -141,10 +143,12 @@ class ParsedEvents:
         r["bytes"].append(nbytes)
         r["flops"].append(flops)
         self.seq.append(seq)
+        self.sig.append(sig)
 
     def columns(self) -> dict:
         cols = {k: np.asarray(v, dtype=EVENT_COLUMNS[k]) for k, v in self.rows.items()}
         cols["seq"] = np.asarray(self.seq, dtype=np.int64)
+        cols["sig"] = np.asarray(self.sig, dtype=np.int32)
         n = len(cols["kind"])
         order = np.lexsort((-cols["dur_ns"], cols["start_ns"]))
         cols = {k: v[order] for k, v in cols.items()}
@@ -225,7 +229,8 @@ def _add_complete(p: ParsedEvents, e: dict, cat: str, source: str, thread_names:
         elif kind == EventKind.CPU_OP:
             nbytes = input_bytes(args)
             flops = op_flops(name, args)
-    p.add(kind, name, lane, start, dur, corr, ext, nbytes, _as_int(args.get("Sequence number")), flops)
+    sig = p.sigs.intern(op_signature(name, args)) if flops else -1
+    p.add(kind, name, lane, start, dur, corr, ext, nbytes, _as_int(args.get("Sequence number")), flops, sig)
 
 
 def parse_events(source: str, doc: dict) -> ParsedEvents:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import math
 
-__all__ = ["op_flops", "COMPUTE_OPS"]
+__all__ = ["op_flops", "op_signature", "COMPUTE_OPS"]
 
 #: Ops whose cost is dominated by arithmetic (matmul family, convolutions).
 COMPUTE_OPS = frozenset({
@@ -86,3 +86,15 @@ def op_flops(name: str, args: dict) -> int:
     except (TypeError, IndexError):
         return 0
     return 0
+
+
+def op_signature(name: str, args: dict) -> str:
+    """A JSON call signature (op, input dims, types, strides, scalar inputs) to re-run the op.
+
+    >>> op_signature("aten::mm", {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]})
+    '["aten::mm", [[2, 3], [3, 4]], ["float", "float"], null, null]'
+    """
+    import json
+
+    return json.dumps([name, args.get("Input Dims"), args.get("Input type"), args.get("Input Strides"),
+                       args.get("Concrete Inputs")])

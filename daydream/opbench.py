@@ -1,0 +1,134 @@
+"""Re-running traced ops on this machine (habitat-style operation measurement).
+
+A compute op's call signature (``Input Dims``, ``Input type``, ``Input
+Strides``, ``Concrete Inputs`` of a trace recorded with shapes) is enough to
+call it again with random data, in another dtype.  The time ratio measured
+here scales the op's traced duration, so predictions keep the trace's own
+absolute times.  Used by ``amp`` on CPU traces; needs torch.
+"""
+from __future__ import annotations
+
+import ast
+import json
+
+from .errors import DaydreamError
+
+__all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "float_inputs", "cast_ns"]
+
+_TENSOR_TYPES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
+                 "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8",
+                 "signed char": "int8", "short int": "int16"}
+
+
+def _scalar(text):
+    if text in ("", None):
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def call_for(signature: str, dtype: str | None = None):
+    """``(op, args)`` re-creating a traced call; float tensors in ``dtype`` if given.
+
+    Raises
+    ------
+    DaydreamError
+        If the op or its arguments cannot be rebuilt.
+    """
+    import torch
+
+    name, dims, types, strides, concrete = json.loads(signature)
+    op = getattr(torch.ops.aten, name.split("::", 1)[-1], None)
+    if op is None or not isinstance(dims, list) or not isinstance(types, list):
+        raise DaydreamError(f"cannot rebuild {name}")
+    strides = strides if isinstance(strides, list) else [None] * len(dims)
+    concrete = concrete if isinstance(concrete, list) else [""] * len(dims)
+    args = []
+    for i, (d, t) in enumerate(zip(dims, types)):
+        tt = _TENSOR_TYPES.get(str(t).lower())
+        if tt is None:
+            args.append(_scalar(concrete[i] if i < len(concrete) else ""))
+            continue
+        tdt = getattr(torch, tt)
+        if dtype and tdt.is_floating_point:
+            tdt = getattr(torch, dtype)
+        st = strides[i] if i < len(strides) and isinstance(strides[i], list) and len(strides[i]) == len(d) else None
+        x = torch.empty_strided(d, st, dtype=tdt) if st else torch.empty(d, dtype=tdt)
+        if tdt.is_floating_point:
+            x.normal_()
+        else:
+            x.zero_()
+        args.append(x)
+    return op, args
+
+
+def _bind(packet, args):
+    """The overload of ``packet`` accepting ``args``, keyword-only ones passed by name."""
+    for name in packet.overloads():
+        op = getattr(packet, name)
+        params = op._schema.arguments
+        if len(args) > len(params):
+            continue
+        pos = [a for p, a in zip(params, args) if not p.kwarg_only]
+        kw = {p.name: a for p, a in zip(params, args) if p.kwarg_only and a is not None}
+        try:
+            op(*pos, **kw)
+        except (RuntimeError, TypeError, ValueError, IndexError):
+            continue
+        return lambda: op(*pos, **kw)
+    raise DaydreamError(f"no overload of {packet} accepts the traced arguments")
+
+
+def time_signature_ns(signature: str, dtype: str | None = None, min_time_s: float = 0.02) -> float:
+    """Best-of-repeats time of one traced call re-run on this machine."""
+    import torch
+
+    from .calibrate import time_call_ns
+
+    op, args = call_for(signature, dtype)
+    try:
+        return time_call_ns(_bind(op, args), torch.device("cpu"), min_time_s)
+    except (RuntimeError, TypeError, ValueError, IndexError) as exc:
+        raise DaydreamError(f"cannot re-run {json.loads(signature)[0]}: {str(exc).splitlines()[0]}") from None
+
+
+def dtype_time_ratios(signatures, dtype: str, threads: int | None = None) -> dict:
+    """Per signature: ``t(dtype) / t(as traced)`` measured now; signatures that fail are left out."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    out = {}
+    for sig in set(signatures):
+        try:
+            out[sig] = time_signature_ns(sig, dtype) / max(time_signature_ns(sig), 1.0)
+        except DaydreamError:
+            continue
+    return out
+
+
+def float_inputs(signature: str) -> list:
+    """Dims of the floating-point tensor inputs of a traced call, in order."""
+    _, dims, types, _, _ = json.loads(signature)
+    return [d for d, t in zip(dims or [], types or [])
+            if _TENSOR_TYPES.get(str(t).lower(), "").startswith(("float", "bfloat"))]
+
+
+_CAST_CACHE: dict = {}
+
+
+def cast_ns(dims, src: str, dst: str) -> float:
+    """Time to cast a contiguous tensor of ``dims`` from ``src`` to ``dst`` dtype on this machine."""
+    import torch
+
+    from .calibrate import time_call_ns
+
+    key = (tuple(dims), src, dst, torch.get_num_threads())
+    if key not in _CAST_CACHE:
+        x = torch.randn(list(dims)).to(getattr(torch, src))
+        _CAST_CACHE[key] = time_call_ns(lambda: x.to(getattr(torch, dst)), torch.device("cpu"), 0.01)
+    return _CAST_CACHE[key]

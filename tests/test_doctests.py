@@ -1,0 +1,23 @@
+"""The runnable examples in the docstrings stay correct."""
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["daydream", "daydream.model", "daydream.errors", "daydream.primitives", "daydream.device",
+           "daydream.loader.io", "daydream.loader.kineto", "daydream.loader.layers", "daydream.loader.shapes",
+           "daydream.graph.graph", "daydream.sim.result", "daydream.plots", "daydream.optimizations",
+           "daydream.optimizations.data_parallel"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    mod = importlib.import_module(name)
+    res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+    assert res.failed == 0
+    assert res.attempted > 0 or name in ("daydream.errors",)
