@@ -59,12 +59,16 @@ class WhatIfContext:
         Cost-model figures of the device the trace ran on.
     notes : list of str
         Assumptions and approximations the optimization reports to the user.
+    workers : int or None
+        Data-parallel workers assumed by an earlier what-if (``data-parallel``
+        sets it), for later ones that cost communication.
     """
 
     graph: Any
     trace: Any
     device: Any
     notes: list = field(default_factory=list)
+    workers: Any = None
 
     def meta(self, rank: int | None = None) -> dict:
         """The ``"daydream"`` metadata object of a rank (empty if the trace has none)."""

@@ -100,6 +100,7 @@ class DataParallel(Optimization):
                               iteration=it, deps=[cp], bytes_=nbytes)
             if last is not None:
                 g.add_edges(last, first, EdgeKind.DATA)
+        ctx.workers = self.workers
         if not comm:
             raise NotApplicable("the trace has no optimizer step inside its iterations to synchronise on")
         ctx.note(f"data-parallel: {len(groups)} bucket(s) of <= {self.bucket_mb} MB, {self.workers} workers, "
