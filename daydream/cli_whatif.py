@@ -102,11 +102,13 @@ def calibrate(device, output, quick, no_collectives, threads):
               help="Optimizations to validate (comma separated).")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(), help="Folder for results.csv, plots, traces.")
 @click.option("--iterations", default=5, show_default=True, help="Iterations traced per run.")
+@click.option("--repeat", default=1, show_default=True,
+              help="Runs per trace; the least-disturbed (fastest) run is kept, for baseline and variant alike.")
 @click.option("--public/--no-public", default=True, help="Also the public ResNet-50 DataLoader pair.")
 @click.option("--shared", type=click.Path(), default=None, help="Folder of the public traces.")
 @click.option("--profile", "profile_path", type=click.Path(), help="Device profile (default: calibrated cache).")
 @handle_errors
-def validate(workloads, opts, out_dir, iterations, public, shared, profile_path):
+def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profile_path):
     """Predict each optimization, apply it for real, measure, and compare.
 
     Writes OUTPUT/results.csv (workload, optimization, predicted_ms,
@@ -122,7 +124,7 @@ def validate(workloads, opts, out_dir, iterations, public, shared, profile_path)
         raise OptionError(f"cannot validate {', '.join(bad)} here (valid: {', '.join(CASES)})")
     out = Path(out_dir)
     rows = run_validation([w for w in workloads.split(",") if w], opts.split(","), out, iterations, profile_path,
-                          progress=lambda m: click.echo(m, err=True))
+                          progress=lambda m: click.echo(m, err=True), repeat=repeat)
     if public:
         from .demo import _DEFAULT_SHARED  # noqa: F811
         rows += public_dataloader_rows(Path(shared) if shared else _DEFAULT_SHARED, profile_path)
