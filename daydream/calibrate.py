@@ -185,6 +185,24 @@ def _loader_fetch(torch, sizes=(2 ** 12, 2 ** 18), batches: int = 40):
     return (max(y0 - per_byte * x0, 0.0), per_byte)
 
 
+def _compiled_call_ns(torch, device) -> int:
+    """Extra cost of a torch.compile'd forward+backward call over eager, on a tiny model."""
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).to(device)
+    x = torch.randn(4, 8, device=device)
+
+    def step(model):
+        return lambda: model(x).sum().backward()
+
+    try:
+        cm = torch.compile(m)
+        step(cm)()
+    except Exception:  # noqa: BLE001 - no compiler toolchain: report 0 ("unknown")
+        return 0
+    eager = time_call_ns(step(m), device, 0.1)
+    compiled = time_call_ns(step(cm), device, 0.1)
+    return int(max(compiled - eager, 0))
+
+
 def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True, progress=None,
               threads: int | None = None) -> DeviceProfile:
     """Measure ``device`` (``"cpu"`` or ``"cuda[:N]"``) into a profile.
@@ -226,6 +244,10 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
     overhead = _op_overhead_ns(torch, dev, min_time_s)
     say("DataLoader worker hand-over")
     fetch = _loader_fetch(torch)
+    compiled = 0
+    if not quick:
+        say("torch.compile call overhead (compiles a tiny model, ~10 s)")
+        compiled = _compiled_call_ns(torch, dev)
     coll = {}
     if collectives:
         say("all-reduce (gloo, 2 processes)")
@@ -236,6 +258,6 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
         name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
                          elementwise=ew, op_overhead_ns=overhead, collective=coll,
-                         threads=torch.get_num_threads(), loader_fetch=fetch,
+                         threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
                          source=f"measured on {socket.gethostname()} {time.strftime('%Y-%m-%d %H:%M')}"
                                 f" torch {torch.__version__}")

@@ -91,6 +91,9 @@ class DeviceProfile:
     #: DataLoader: main-process cost of receiving one batch from a worker
     #: (fixed ns, ns per byte), measured by calibration.
     loader_fetch: tuple = (0.0, 0.0)
+    #: torch.compile: extra cost of one compiled forward + backward call over eager
+    #: (guards, AOTAutograd wrappers), measured by calibration; 0 if unknown.
+    compiled_call_ns: int = 0
 
     def loader_fetch_ns(self, nbytes: float) -> float:
         """Main-process time to receive one batch of ``nbytes`` from a DataLoader worker."""
@@ -135,7 +138,8 @@ class DeviceProfile:
         return cls(name=d["name"], kind=d["kind"], op_overhead_ns=int(d["op_overhead_ns"]),
                    collective={k: tuple(v) for k, v in d.get("collective", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
-                   loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))), **curves)
+                   loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
+                   compiled_call_ns=int(d.get("compiled_call_ns", 0)), **curves)
 
 
 def _gpu(name, fp32_tflops, tensor_tflops, bw_gbs, link_gbs, launch_us=4.0):

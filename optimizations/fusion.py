@@ -6,11 +6,11 @@ Within each layer's forward and backward, maximal runs of consecutive
 memory-bound elementwise tasks on one lane (CPU ops by name, or GPU kernels
 without matrix work) become one task that reads the chain's largest input
 once and writes one output: ``2 x max input bytes`` at the device's measured
-streaming bandwidth plus one op's fixed cost.  With ``mode=compile`` (what
-``torch.compile`` does on top), the framework overhead between the model's
-ops (Python and dispatch gaps on the CPU thread during forward and backward)
-shrinks to the device's per-op fixed cost, because the compiled graph calls
-its kernels from generated code.
+streaming bandwidth plus one op's fixed cost; the Python gaps between the
+fused ops go with them.  With ``mode=compile`` (``torch.compile``), each
+iteration also pays the compiled call's own overhead (guards, AOTAutograd
+wrappers), measured by ``daydream calibrate`` on a tiny model; matmuls stay
+extern kernels called from Python, so the gaps around them stay.
 
 Assumptions: fused chains are those adjacent in the trace (no reordering);
 matmuls and convolutions are not fused with their epilogues; compile time,
@@ -23,7 +23,7 @@ import re
 import numpy as np
 
 from daydream.cost import compute_mask, elementwise_ns
-from daydream.model import EventKind, LaneKind, Phase
+from daydream.model import EventKind, Phase
 from daydream.primitives import insert, remove
 
 from .base import NotApplicable, Optimization, Param
@@ -64,8 +64,8 @@ class Fusion(Optimization):
                    layer=g.layers[layer] if layer >= 0 else None, iteration=int(T["iteration"][first]))
             dead.extend(chain)
         remove(g, dead)
-        if self.mode == "compile":
-            self._compiled_overhead(g, dev)
+        if self.mode == "compile" and not self._compiled_overhead(g, dev):
+            ctx.note("fusion: no torch.compile call overhead in the device profile (run `daydream calibrate`)")
         ctx.note(f"fusion ({self.mode}): {len(chains)} elementwise chains fused ({len(dead)} tasks)")
 
     @staticmethod
@@ -90,16 +90,20 @@ class Fusion(Optimization):
 
     @staticmethod
     def _compiled_overhead(g, dev):
+        """One compiled call per iteration: its guard/wrapper cost before the forward and backward."""
         T = g.tasks
-        cpu = np.array([ln.kind == LaneKind.CPU_THREAD for ln in g.lanes], bool)[T["lane"]]
-        in_model = np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)) & (T["iteration"] >= 0) & cpu
-        new_op = np.ones(g.n_tasks, bool)          # first slice of an op pays a dispatch, later slices do not
+        if not dev.compiled_call_ns:
+            return 0
+        firsts = {}
         for seq in g.lane_tasks:
-            for a, b in zip(seq, seq[1:]):
-                if T["event"][a] == T["event"][b] and T["event"][b] >= 0:
-                    new_op[b] = False
-        T["gap_ns"][in_model] = np.minimum(T["gap_ns"][in_model],
-                                           np.where(new_op[in_model], dev.op_overhead_ns, 0))
+            for t in seq:
+                ph, it = int(T["phase"][t]), int(T["iteration"][t])
+                if ph in (Phase.FORWARD, Phase.BACKWARD) and it >= 0:
+                    firsts.setdefault((int(T["rank"][t]), it, ph), t)
+        for (rank, it, ph), t in firsts.items():
+            insert(g, int(T["lane"][t]), dur_ns=dev.compiled_call_ns // 2, name="torch.compile call overhead",
+                   before=t, phase=ph, iteration=it)
+        return len(firsts)
 
 
 OPTIMIZATION = Fusion
