@@ -14,10 +14,14 @@ bucket buffers are CPU tasks (2 x bucket bytes at measured bandwidth) on the
 thread that runs backward.  ``overlap=false`` starts all all-reduces after
 backward.
 
+On a CPU device, gloo's reduction needs a core: when the machine has no
+spare core per worker (cores - workers x threads < workers, from the trace
+metadata), the all-reduces run in turn with the training thread instead of
+overlapping it.
+
 Assumptions: parameter sizes per module come from the trace's module table
-(``daydream trace``); all workers are identical (no stragglers); the
-collective does not slow the computation it overlaps with (on a CPU the
-transport threads do compete for cores: see the validation notes).
+(``daydream trace``); all workers are identical (no stragglers); with a spare
+core, the collective does not slow the computation it overlaps with.
 """
 from __future__ import annotations
 
@@ -83,6 +87,7 @@ class DataParallel(Optimization):
         steps = select(g, layer=OPTIMIZER_STEP_RE)
         step_first = {k: v[0] for k, v in by_rank_iteration(g, steps).items()}
         comm = {}
+        shares_core = self._collectives_share_core(ctx)
         for (rank, it), first in step_first.items():
             lane = comm.get(rank)
             if lane is None:
@@ -96,8 +101,12 @@ class DataParallel(Optimization):
                 cp = insert(g, bwd_lane, dur_ns=copy_ns, name="DDP bucket copy", after=ready,
                             phase=Phase.BACKWARD, iteration=it)
                 dur = int(dev.allreduce_ns(nbytes, self.workers, backend))
-                last = insert(g, lane, dur_ns=dur, name="all-reduce", kind=6, phase=Phase.BACKWARD,
-                              iteration=it, deps=[cp], bytes_=nbytes)
+                if shares_core:   # the reduction runs on the core the training thread needs
+                    last = insert(g, bwd_lane, dur_ns=dur, name="all-reduce", kind=6, phase=Phase.BACKWARD,
+                                  iteration=it, after=cp, bytes_=nbytes)
+                else:
+                    last = insert(g, lane, dur_ns=dur, name="all-reduce", kind=6, phase=Phase.BACKWARD,
+                                  iteration=it, deps=[cp], bytes_=nbytes)
             if last is not None:
                 g.add_edges(last, first, EdgeKind.DATA)
         ctx.workers = self.workers
@@ -105,6 +114,21 @@ class DataParallel(Optimization):
             raise NotApplicable("the trace has no optimizer step inside its iterations to synchronise on")
         ctx.note(f"data-parallel: {len(groups)} bucket(s) of <= {self.bucket_mb} MB, {self.workers} workers, "
                  f"{sum(sizes.values()) / 1e6:.2f} MB of gradients per step")
+
+    def _collectives_share_core(self, ctx) -> bool:
+        """On a CPU, gloo reduces with CPU cores: without a spare core per worker, the
+        all-reduce cannot overlap the training thread (it time-shares its core)."""
+        if ctx.device.kind != "cpu":
+            return False
+        cpu = (ctx.meta().get("device") or {}).get("cpu") or {}
+        cores, threads = cpu.get("logical_cores"), cpu.get("torch_threads") or ctx.device.threads or 1
+        if not cores:
+            return False
+        shares = cores - self.workers * threads < self.workers
+        if shares:
+            ctx.note(f"data-parallel: {cores} cores for {self.workers} workers x {threads} threads: "
+                     f"all-reduces time-share the training threads' cores (no overlap)")
+        return shares
 
     @staticmethod
     def _grad_order(g, paths):
