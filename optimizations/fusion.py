@@ -7,10 +7,12 @@ memory-bound elementwise tasks on one lane (CPU ops by name, or GPU kernels
 without matrix work) become one task that reads the chain's largest input
 once and writes one output: ``2 x max input bytes`` at the device's measured
 streaming bandwidth plus one op's fixed cost; the Python gaps between the
-fused ops go with them.  With ``mode=compile`` (``torch.compile``), each
-iteration also pays the compiled call's own overhead (guards, AOTAutograd
-wrappers), measured by ``daydream calibrate`` on a tiny model; matmuls stay
-extern kernels called from Python, so the gaps around them stay.
+fused ops go with them.  With ``mode=compile`` (``torch.compile``), the
+Python time between the model's ops in forward and backward shrinks to one
+op's fixed cost per op (generated code calls them), and each iteration pays
+the compiled call's own overhead (guards, AOTAutograd wrappers), measured by
+``daydream calibrate`` on a tiny model.  Layout choices of the compiler
+(e.g. materialising transposes before a matmul) are not modelled.
 
 Assumptions: fused chains are those adjacent in the trace (no reordering);
 matmuls and convolutions are not fused with their epilogues; compile time,
@@ -23,7 +25,7 @@ import re
 import numpy as np
 
 from daydream.cost import compute_mask, elementwise_ns
-from daydream.model import EventKind, Phase
+from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import insert, remove
 
 from .base import NotApplicable, Optimization, Param
@@ -64,8 +66,10 @@ class Fusion(Optimization):
                    layer=g.layers[layer] if layer >= 0 else None, iteration=int(T["iteration"][first]))
             dead.extend(chain)
         remove(g, dead)
-        if self.mode == "compile" and not self._compiled_overhead(g, dev):
-            ctx.note("fusion: no torch.compile call overhead in the device profile (run `daydream calibrate`)")
+        if self.mode == "compile":
+            self._compiled_gaps(g, dev)
+            if not self._compiled_overhead(g, dev):
+                ctx.note("fusion: no torch.compile call overhead in the device profile (run `daydream calibrate`)")
         ctx.note(f"fusion ({self.mode}): {len(chains)} elementwise chains fused ({len(dead)} tasks)")
 
     @staticmethod
@@ -87,6 +91,21 @@ class Fusion(Optimization):
             if len(run) >= 2:
                 out.append(run)
         return out
+
+    @staticmethod
+    def _compiled_gaps(g, dev):
+        """Inside the compiled model, ops are called from generated code: the Python time
+        between them (gaps on the CPU thread during forward and backward) shrinks to one
+        op's fixed cost per op."""
+        T = g.tasks
+        cpu = np.array([ln.kind == LaneKind.CPU_THREAD for ln in g.lanes], bool)[T["lane"]]
+        model = np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)) & (T["iteration"] >= 0) & cpu
+        new_op = np.ones(g.n_tasks, bool)          # later slices of the same op had no dispatch before them
+        for seq in g.lane_tasks:
+            for a, b in zip(seq, seq[1:]):
+                if T["event"][a] == T["event"][b] and T["event"][b] >= 0:
+                    new_op[b] = False
+        T["gap_ns"][model] = np.minimum(T["gap_ns"][model], np.where(new_op[model], dev.op_overhead_ns, 0))
 
     @staticmethod
     def _compiled_overhead(g, dev):

@@ -96,9 +96,11 @@ def test_fusion_fuses_chains_and_compile_pays_its_call_overhead(own_trace, profi
     kernel, res = predict(own_trace("transformer"), ["fusion:mode=kernel"], device=profile)
     assert len(select(res.graph, name="^fused elementwise$")) > 0
     assert kernel.predicted_ms < kernel.baseline_ms
+    free, _ = predict(own_trace("transformer"), ["fusion"], device=profile)
+    assert free.predicted_ms < kernel.predicted_ms            # framework gaps shrink inside the model
     compiled, _ = predict(own_trace("transformer"), ["fusion"], device=replace(profile, compiled_call_ns=1_000_000))
     # one thread, nothing overlaps: each iteration pays the compiled call once (1 ms)
-    assert compiled.predicted_ms - kernel.predicted_ms == pytest.approx(1.0, abs=1e-6)
+    assert compiled.predicted_ms - free.predicted_ms == pytest.approx(1.0, abs=1e-6)
 
 
 def test_not_applicable_says_what_is_missing(shared_dir, profile):
