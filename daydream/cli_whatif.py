@@ -103,7 +103,7 @@ def calibrate(device, output, quick, no_collectives, threads):
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(), help="Folder for results.csv, plots, traces.")
 @click.option("--iterations", default=5, show_default=True, help="Iterations traced per run.")
 @click.option("--repeat", default=1, show_default=True,
-              help="Runs per trace; the median run is kept, for baseline and variant alike.")
+              help="Runs per trace; the fastest (least disturbed) run is kept, for baseline and variant alike.")
 @click.option("--public/--no-public", default=True, help="Also the public ResNet-50 DataLoader pair.")
 @click.option("--shared", type=click.Path(), default=None, help="Folder of the public traces.")
 @click.option("--profile", "profile_path", type=click.Path(), help="Device profile (default: calibrated cache).")
