@@ -29,19 +29,30 @@ def check_writable(path: str, force: bool = False) -> None:
         raise OutputError(f"{path}: folder {folder} is not writable")
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file and ``os.replace``.
 
-    A crash leaves either the old file or the complete new one.
+    A crash leaves either the old file or the complete new one; the file gets
+    the permissions a plain ``open`` would give it (umask respected).
     """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".daydream-", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror})") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException as exc:
         try:
@@ -57,5 +68,5 @@ def write_json(path: str, obj) -> None:
     """Atomically write ``obj`` as JSON (gzip-compressed if ``path`` ends in ``.gz``)."""
     data = json.dumps(obj, separators=(",", ":")).encode()
     if os.fspath(path).endswith(".gz"):
-        data = gzip.compress(data, compresslevel=5)
+        data = gzip.compress(data, compresslevel=6, mtime=0)
     atomic_write_bytes(path, data)

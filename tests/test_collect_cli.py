@@ -136,6 +136,8 @@ def test_sigint_leaves_valid_trace_or_none(tmp_path, train_script):
     proc = subprocess.Popen(
         daydream_cmd("trace", "-o", str(out), "--warmup", "0", "-n", "1000", "--", PY, str(train_script), "-1"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+        # a shell without job control starts background jobs with SIGINT ignored; a terminal does not
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 60
     for line in proc.stdout:

@@ -30,11 +30,16 @@ def _is_marker(name: str) -> bool:
     return name.startswith((FWD_PREFIX, BWD_PREFIX, _STEP_PREFIX))
 
 
+#: Kineto writes microseconds with 3 decimals: times that coincide can differ by
+#: a rounding step, so containment is tested with this tolerance (us).
+_TOLERANCE_US = 0.002
+
+
 def _containing_start(starts, ends, t):
-    """Start of the latest-starting interval that contains ``t``, or None."""
-    i = bisect.bisect_right(starts, t) - 1
+    """Start of the latest-starting interval that contains ``t`` (within rounding), or None."""
+    i = bisect.bisect_right(starts, t + _TOLERANCE_US) - 1
     while i >= 0:
-        if ends[i] >= t:
+        if ends[i] >= t - _TOLERANCE_US:
             return starts[i]
         if i > 0 and starts[i - 1] == starts[i]:
             i -= 1
@@ -84,6 +89,35 @@ def normalize_marker_events(events: list[dict]) -> list[dict]:
         n = len(group)
         for i, (_, e, new_ts) in enumerate(group):
             end = anchor - (n - 1 - i) * _ONE_NS_US
-            e["ts"] = round(new_ts, 3)
-            e["dur"] = round(max(end - new_ts, 0.0), 3)
+            _set_span(e, new_ts, end)
+    _uncross(bwd)
     return events
+
+
+def _set_span(e: dict, start: float, end: float) -> None:
+    """Set ts/dur with 3 decimals so that ts + dur never passes ``end`` (rounding)."""
+    ts = round(start, 3)
+    dur = round(max(end - ts, 0.0), 3)
+    if ts + dur > end + 1e-7:
+        dur = round(max(dur - _ONE_NS_US, 0.0), 3)
+    e["ts"], e["dur"] = ts, dur
+
+
+def _uncross(ranges: list[dict]) -> None:
+    """Last resort: a backward range that starts inside another and ends after it
+    (autograd ran the two modules' nodes interleaved) starts where the other ends."""
+    by_thread = defaultdict(list)
+    for e in ranges:
+        by_thread[(e.get("pid"), e.get("tid"))].append(e)
+    for evs in by_thread.values():
+        evs.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack = []
+        for e in evs:
+            end = e["ts"] + e["dur"]
+            while stack and stack[-1] <= e["ts"] + 1e-7:
+                stack.pop()
+            if stack and end > stack[-1] + 1e-7:
+                _set_span(e, stack[-1], end)
+                while stack and stack[-1] <= e["ts"] + 1e-7:
+                    stack.pop()
+            stack.append(e["ts"] + e["dur"])

@@ -7,12 +7,11 @@ Windows).  An interrupted write leaves no file under the final name.
 """
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import tempfile
 from pathlib import Path
 
+from ..fileio import OutputError, write_json
 from .errors import CollectionError
 
 __all__ = [
@@ -132,12 +131,6 @@ def _unfinished_step(event: dict, keep_steps: set[int]) -> bool:
         return False
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def write_trace_atomic(doc: dict, path: os.PathLike | str) -> Path:
     """Write ``doc`` as JSON (gzip if the name ends in ``.gz``) atomically to ``path``.
 
@@ -148,26 +141,7 @@ def write_trace_atomic(doc: dict, path: os.PathLike | str) -> Path:
     """
     path = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise CollectionError(f"{path}: cannot write ({exc.strerror})") from None
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            if path.name.endswith(".gz"):
-                with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
-                    gz.write(json.dumps(doc).encode())
-            else:
-                raw.write(json.dumps(doc).encode())
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise CollectionError(f"{path}: cannot write ({exc.strerror})") from None
-        raise
+        write_json(str(path), doc)
+    except OutputError as exc:
+        raise CollectionError(str(exc)) from None
     return path
