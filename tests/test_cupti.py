@@ -8,7 +8,6 @@ go through; every field of every decoded kind is checked.
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 import textwrap
