@@ -123,3 +123,26 @@ def test_unedited_replay_equals_input_schedule(doc):
     assert (res.start_ns == g.tasks["traced_start_ns"]).all()
     it = res.iterations()[0]
     assert (it.simulated_ns == it.measured_ns).all()
+
+
+# ------------------------------------------------------------ edits keep invariants
+
+
+@settings(max_examples=100, deadline=None)
+@given(random_graphs(), st.data())
+def test_removing_tasks_keeps_a_valid_schedule(g, data):
+    from daydream.primitives import check_acyclic, remove
+
+    doomed = data.draw(st.lists(st.integers(0, g.n_tasks - 1), max_size=max(g.n_tasks // 2, 1), unique=True))
+    before = simulate(g)
+    remove(g, doomed)
+    check_acyclic(g)                                 # bridging never closes a cycle
+    res = simulate(g)
+    assert g.n_tasks == len(before.start_ns) - len(doomed)
+    T, E = g.tasks, g.edges
+    for seq in g.lane_tasks:                         # lanes still serial, gaps kept
+        for a, b in zip(seq, seq[1:]):
+            assert res.start_ns[b] >= res.end_ns[a] + T["gap_ns"][b]
+    for src, dst, a, tg, lag in zip(E["src"], E["dst"], E["anchor"], E["target"], E["lag_ns"]):
+        at = (res.start_ns[src] if a == Anchor.START else res.end_ns[src]) + lag
+        assert (res.start_ns[dst] if tg == Anchor.START else res.end_ns[dst]) >= at
