@@ -99,3 +99,22 @@ def test_to_networkx_has_every_edge_kind_present():
     assert kinds == {"lane", "launch"}
     assert G.number_of_edges() == sum(max(len(s) - 1, 0) for s in g.lane_tasks) + g.n_edges
     assert np.all([G.nodes[t]["dur_ns"] >= 0 for t in G.nodes])
+
+
+def test_pageable_async_copy_blocks_its_call():
+    doc = {"traceEvents": [
+        _x("user_annotation", "ProfilerStep#1", 0, 100),
+        _x("cuda_runtime", "cudaLaunchKernel", 1, 2, correlation=1),
+        _x("cuda_runtime", "cudaMemcpyAsync", 4, 60, correlation=2),
+        _x("cpu_op", "aten::add", 70, 5),
+        _x("kernel", "k1", 3, 50, pid=0, tid=7, correlation=1, device=0, stream=7),
+        _x("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 54, 9, pid=0, tid=7, correlation=2, device=0,
+           stream=7),
+    ]}
+    g = build(doc)
+    copy, call = task(g, "Memcpy HtoD (Pageable -> Device)"), task(g, "cudaMemcpyAsync")
+    assert (copy, call) in set(zip(g.edges["src"].tolist(), g.edges["dst"].tolist()))
+    g2 = g.copy()
+    g2.tasks["dur_ns"][task(g, "k1")] //= 2          # the copy queues behind k1: the call returns 25 us earlier
+    res, base = simulate(g2), simulate(g)
+    assert base.end_ns[call] - res.end_ns[call] == 25_000

@@ -32,6 +32,8 @@ STREAM_SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cuStreamSynchronize"})
 DEVICE_SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize"})
 EVENT_SYNC_CALLS = frozenset({"cudaEventSynchronize", "cuEventSynchronize"})
 BLOCKING_COPY_CALLS = frozenset({"cudaMemcpy", "cudaMemcpy2D", "cudaMemset"})
+_ASYNC_COPY_CALLS = frozenset({"cudaMemcpyAsync", "cuMemcpyAsync", "cudaMemcpy2DAsync"})
+_PAGEABLE = "Pageable"
 _RECORD_CALLS = frozenset({"cudaEventRecord", "cuEventRecord", "cudaEventRecordWithFlags"})
 _WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent"})
 _CPU_TASK_KINDS = (EventKind.CPU_OP, EventKind.RUNTIME, EventKind.SYNC)
@@ -372,6 +374,10 @@ def _thread_semantics(g, r, lane_map, launched, sc, starts_now):
                 target = _last_enqueued(g, sc, record[0], record[1])
                 if target >= 0:
                     pending.append(target)
+            if name in _ASYNC_COPY_CALLS:      # pageable host memory: the call returns when the copy is done
+                for x in launches_of.get(t, ()):
+                    if _PAGEABLE in strings[name_col[x]]:
+                        g.add_edges(x, t, EdgeKind.SYNC, target=Anchor.END)
             if k != sync:
                 continue
             if name in STREAM_SYNC_CALLS and last_gpu >= 0:
