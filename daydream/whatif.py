@@ -95,30 +95,31 @@ def _trace_threads(trace) -> int | None:
     return None
 
 
-def phase_busy_ms(result: SimResult) -> dict:
-    """Per phase: task time per iteration (iterations after the first), mean over ranks."""
+def _busy_ms_per_iteration(result: SimResult):
+    """Per task: ms of work per iteration (iterations after the first, mean over ranks),
+    with the mask of the tasks that count."""
     g = result.graph
     T = g.tasks
-    busy = (result.end_ns - result.start_ns).astype(float)
-    out = {}
     n_it = max(1, max(len(m) - 1 for m in g.markers.values()))
-    sel_it = (T["iteration"] >= (1 if n_it > 1 else 0)) & (T["kind"] != EventKind.MARKER)
-    denom = max(1, (n_it - 1) if n_it > 1 else 1) * max(1, len(g.markers))
-    for p in Phase:
-        out[p.label] = float(busy[sel_it & (T["phase"] == p)].sum()) / 1e6 / denom
-    return out
+    counted = (T["iteration"] >= (1 if n_it > 1 else 0)) & (T["kind"] != EventKind.MARKER)
+    per_it = max(1, n_it - 1) * max(1, len(g.markers))
+    return (result.end_ns - result.start_ns).astype(float) / 1e6 / per_it, counted
+
+
+def phase_busy_ms(result: SimResult) -> dict:
+    """Per phase: task time per iteration (iterations after the first), mean over ranks."""
+    busy, counted = _busy_ms_per_iteration(result)
+    phase = result.graph.tasks["phase"]
+    return {p.label: float(busy[counted & (phase == p)].sum()) for p in Phase}
 
 
 def layer_busy_ms(result: SimResult) -> dict:
     """Per layer: task time per iteration (iterations after the first), mean over ranks."""
     g = result.graph
-    T = g.tasks
-    busy = (result.end_ns - result.start_ns).astype(float)
-    n_it = max(1, max(len(m) - 1 for m in g.markers.values()))
-    sel = (T["iteration"] >= (1 if n_it > 1 else 0)) & (T["kind"] != EventKind.MARKER) & (T["layer"] >= 0)
-    denom = max(1, (n_it - 1) if n_it > 1 else 1) * max(1, len(g.markers))
-    sums = np.bincount(T["layer"][sel], weights=busy[sel], minlength=len(g.layers))
-    return {g.layers[i]: float(v) / 1e6 / denom for i, v in enumerate(sums) if v}
+    busy, counted = _busy_ms_per_iteration(result)
+    sel = counted & (g.tasks["layer"] >= 0)
+    sums = np.bincount(g.tasks["layer"][sel], weights=busy[sel], minlength=len(g.layers))
+    return {g.layers[i]: float(v) for i, v in enumerate(sums) if v}
 
 
 def predict(trace_or_paths, optimizations, device=None, profile_path=None, iteration_marker=None):

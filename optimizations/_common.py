@@ -6,12 +6,11 @@ from collections import defaultdict
 
 import numpy as np
 
-from daydream.model import LaneKind
+from daydream.graph import EdgeKind
 
 from .base import NotApplicable
 
-__all__ = ["by_rank_iteration", "launch_of", "launched_by", "module_table", "layer_mask", "main_lane",
-           "HOW_TO_RECORD", "require_meta", "cpu_lane_of", "OPTIMIZER_STEP_RE"]
+__all__ = ["by_rank_iteration", "launch_of", "module_table", "layer_mask", "HOW_TO_RECORD", "OPTIMIZER_STEP_RE"]
 
 HOW_TO_RECORD = "record it with `daydream trace -- python train.py ...`, which stores the module table"
 OPTIMIZER_STEP_RE = r"^Optimizer\.step#"
@@ -26,19 +25,8 @@ def by_rank_iteration(g, tasks) -> dict:
     return dict(out)
 
 
-def launched_by(g) -> dict:
-    """Runtime call -> GPU tasks it launched."""
-    E = g.edges
-    out = defaultdict(list)
-    from daydream.graph import EdgeKind
-    for s, d in zip(E["src"][E["kind"] == EdgeKind.LAUNCH].tolist(), E["dst"][E["kind"] == EdgeKind.LAUNCH].tolist()):
-        out[s].append(d)
-    return out
-
-
 def launch_of(g) -> dict:
     """GPU task -> the runtime call that launched it."""
-    from daydream.graph import EdgeKind
     E = g.edges
     m = E["kind"] == EdgeKind.LAUNCH
     return dict(zip(E["dst"][m].tolist(), E["src"][m].tolist()))
@@ -53,24 +41,8 @@ def module_table(ctx, what: str) -> dict:
     return {m["path"]: m for m in mods}
 
 
-def require_meta(ctx, key: str, what: str):
-    v = ctx.meta().get(key)
-    if not v:
-        raise NotApplicable(f"{what} needs '{key}' from the trace metadata; {HOW_TO_RECORD}")
-    return v
-
-
 def layer_mask(g, pattern: str) -> np.ndarray:
     rx = re.compile(pattern)
     ok = np.array([rx.search(s) is not None for s in g.layers.strings] + [False], bool)
     L = g.tasks["layer"]
     return ok[np.where(L >= 0, L, len(g.layers.strings))]
-
-
-def main_lane(g, rank: int) -> int:
-    """The CPU lane carrying the iteration markers of ``rank``."""
-    return int(g.tasks["lane"][g.markers[rank][0]])
-
-
-def cpu_lane_of(g, t: int) -> bool:
-    return g.lanes[int(g.tasks["lane"][t])].kind == LaneKind.CPU_THREAD

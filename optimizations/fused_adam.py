@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from daydream.cost import elementwise_ns
+from daydream.graph import Anchor, EdgeKind
 from daydream.model import EventKind, LaneKind
 from daydream.primitives import insert, remove, select
 
@@ -122,7 +123,6 @@ class FusedAdam(Optimization):
                 k = insert(g, stream, dur_ns=int(dur), name=name, after=k_after, phase=phase, layer=layer,
                            iteration=it)
                 k_after = k
-                from daydream.graph import Anchor, EdgeKind
                 g.add_edges(call, k, EdgeKind.LAUNCH, anchor=Anchor.START)
                 after = call
 

@@ -47,7 +47,8 @@ class _Scratch:
         self.start: list[np.ndarray] = []
         self.dur: list[np.ndarray] = []
         self.waits: list[tuple[int, int]] = []   # (sync task, target task) dynamic waits
-        self.enqueue: dict[int, int] = {}        # GPU task -> traced enqueue time
+        self.start_of: dict[int, int] = {}       # task -> traced start (relative), set per rank
+        self.lookup: dict = {}                   # GPU lane -> "last task enqueued by t" index
 
 
 def build_graph(trace: Trace) -> DependencyGraph:

@@ -3,16 +3,8 @@
 This is the specification of the simulation semantics; the compiled core
 (``daydream._simcore``, see :mod:`daydream.sim.core`) is a port of it and
 must give identical start/end arrays (``tests/test_sim_fast.py``).  It is
-used when the compiled core is unavailable.
-
-A tiny event core in the style of SimPy: a heap keyed on (time, priority,
-sequence number).  Lanes run one task at a time in their policy order.  A task
-is dispatched when it heads its lane, its lane is free and all its start
-edges are satisfied; it starts at ``max(lane predecessor end + gap, edge
-anchors + lags)``.  At its start it resolves dynamic waits against the
-simulated state (a stream synchronize waits for whatever task was last
-enqueued on that stream by then) and joins its collective; it ends at
-``start + dur`` or when what it waits for releases it, whichever is later.
+used when the compiled core is unavailable.  The semantics are described in
+:mod:`daydream.sim.core`.
 """
 from __future__ import annotations
 
