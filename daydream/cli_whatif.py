@@ -99,7 +99,8 @@ def calibrate(device, output, quick, no_collectives, threads):
               help="Bundled workloads (comma separated).")
 @click.option("--opt", "opts", default=",".join(["fused-adam", "amp", "checkpointing", "fusion", "data-parallel",
                                                   "dataloader"]), show_default=True,
-              help="Optimizations to validate (comma separated).")
+              help="Optimizations to validate (comma separated).  Parallelism what-ifs with their own "
+                   "multi-process runs: pipeline, tensor-parallel, hfta, hydra, tessel.")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(), help="Folder for results.csv, plots, traces.")
 @click.option("--iterations", default=5, show_default=True, help="Iterations traced per run.")
 @click.option("--repeat", default=1, show_default=True,
@@ -117,14 +118,22 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     from pathlib import Path
 
     from .optimizations import OptionError
-    from .validate import CASES, public_dataloader_rows, run_validation, write_results
+    from .validate import CASES, RUNNERS, ensure_profile, public_dataloader_rows, run_validation, runner, write_results
 
-    bad = [o for o in opts.split(",") if o not in CASES]
+    wanted = [o for o in opts.split(",") if o]
+    bad = [o for o in wanted if o not in CASES and o not in RUNNERS]
     if bad:
-        raise OptionError(f"cannot validate {', '.join(bad)} here (valid: {', '.join(CASES)})")
+        raise OptionError(f"cannot validate {', '.join(bad)} here (valid: {', '.join([*CASES, *RUNNERS])})")
     out = Path(out_dir)
-    rows = run_validation([w for w in workloads.split(",") if w], opts.split(","), out, iterations, profile_path,
-                          progress=lambda m: click.echo(m, err=True), repeat=repeat)
+    progress = lambda m: click.echo(m, err=True)  # noqa: E731
+    rows = run_validation([w for w in workloads.split(",") if w], [o for o in wanted if o in CASES], out,
+                          iterations, profile_path, progress=progress, repeat=repeat)
+    for name in (o for o in wanted if o in RUNNERS):
+        fn = runner(name)
+        if fn is None:
+            progress(f"{name}: no validation runner installed; skipped")
+            continue
+        rows += fn(out, ensure_profile(profile_path, progress), progress, repeat)
     if public:
         from .demo import _DEFAULT_SHARED  # noqa: F811
         rows += public_dataloader_rows(Path(shared) if shared else _DEFAULT_SHARED, profile_path)

@@ -21,7 +21,7 @@ from .analysis import replay
 from .errors import DaydreamError
 from .whatif import predict
 
-__all__ = ["CASES", "ValidationRow", "ensure_profile", "THREADS", "fastest_run", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "fastest_run", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,32 @@ CASES = {
     "data-parallel": Case("data-parallel:workers=2,backend=gloo", (), (), nproc=2),
     "dataloader": Case("dataloader:workers=2", ("--num-workers", "0"), ("--num-workers", "2")),
 }
+
+#: Validations that need their own runner (several processes, several models):
+#: name -> "module:function".  The function is called as
+#: ``fn(out_dir: Path, profile_path: str, progress, repeat: int)`` and returns a
+#: list of :class:`ValidationRow`.  Modules that are absent are skipped.
+RUNNERS = {
+    "pipeline": "daydream.validation.pipeline:validate_rows",
+    "tensor-parallel": "daydream.validation.tensor_parallel:validate_rows",
+    "hfta": "daydream.validation.hfta:validate_rows",
+    "hydra": "daydream.validation.hydra:validate_rows",
+    "tessel": "daydream.validation.tessel:validate_rows",
+}
+
+
+def runner(name: str):
+    """The validation function registered for ``name`` in :data:`RUNNERS`, or None if absent."""
+    import importlib
+
+    mod, _, fn = RUNNERS[name].partition(":")
+    try:
+        return getattr(importlib.import_module(mod), fn)
+    except ModuleNotFoundError as exc:
+        if exc.name and mod.startswith(exc.name):
+            return None
+        raise
+
 
 #: Small sizes so that each workload traces in seconds on 2 cores.  One
 #: intra-op thread: measurements stay stable when other work shares the cores

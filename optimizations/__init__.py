@@ -29,6 +29,14 @@ MODULES = {
     "checkpointing": "checkpointing",
     "dataloader": "dataloader",
     "batch-size": "batch_size",
+    # parallelism and multi-job what-ifs
+    "pipeline": "pipeline",
+    "tensor-parallel": "tensor_parallel",
+    "ptd-p": "ptdp",
+    "hfta": "hfta",
+    "hydra": "hydra",
+    "tessel": "tessel",
+    "device": "device",
 }
 
 
