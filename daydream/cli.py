@@ -28,9 +28,9 @@ def main():
 
 
 def _register() -> None:
-    from . import cli_collect, cli_core, cli_doctor, cli_plot, cli_whatif
+    from . import cli_collect, cli_core, cli_doctor, cli_parallel, cli_plot, cli_whatif
 
-    for module in (cli_core, cli_whatif, cli_plot, cli_collect, cli_doctor):
+    for module in (cli_core, cli_whatif, cli_parallel, cli_plot, cli_collect, cli_doctor):
         for cmd in module.COMMANDS:
             main.add_command(cmd)
 
