@@ -55,6 +55,8 @@ def whatif(traces, opts, device, profile_path, iteration_marker, as_json, output
         if b or p:
             ch = f"{(p - b) / b * 100:+.1f}%" if b else "new"
             click.echo(f"{phase:<12}{b:12.3f}{p:14.3f}{ch:>10}")
+    for k, v in report.metrics.items():
+        click.echo(f"{k:<32}{v:>14.6g}" if isinstance(v, (int, float)) else f"{k:<32}{v!s:>14}")
     for n in report.notes:
         click.echo(f"note: {n}")
     if output:

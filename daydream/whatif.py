@@ -36,6 +36,7 @@ class WhatIfReport:
     phases: dict          # phase label -> (baseline busy ms, predicted busy ms)
     device: str
     notes: tuple = field(default_factory=tuple)
+    metrics: dict = field(default_factory=dict)   # other predicted figures, units in names
 
     @property
     def speedup(self) -> float:
@@ -46,7 +47,7 @@ class WhatIfReport:
                 "measured_ms": self.measured_ms, "baseline_ms": self.baseline_ms,
                 "predicted_ms": self.predicted_ms, "speedup": self.speedup, "device": self.device,
                 "phases": {k: {"baseline_ms": b, "predicted_ms": p} for k, (b, p) in self.phases.items()},
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "metrics": dict(self.metrics)}
 
 
 def device_for(trace, device: str | DeviceProfile | None = None, profile_path: str | None = None) -> DeviceProfile:
@@ -150,5 +151,5 @@ def predict(trace_or_paths, optimizations, device=None, profile_path=None, itera
     report = WhatIfReport(sources=tuple(trace.sources), optimizations=tuple(o.describe() for o in opts),
                           measured_ms=measured / 1e6, baseline_ms=baseline / 1e6, predicted_ms=predicted / 1e6,
                           phases={k: (pb[k], pp[k]) for k in pb}, device=ctx.device.name,
-                          notes=tuple(ctx.notes))
+                          notes=tuple(ctx.notes), metrics=dict(ctx.metrics))
     return report, pred

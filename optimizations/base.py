@@ -62,6 +62,10 @@ class WhatIfContext:
     workers : int or None
         Data-parallel workers assumed by an earlier what-if (``data-parallel``
         sets it), for later ones that cost communication.
+    metrics : dict
+        Figures an optimization predicts besides the iteration time, by name
+        with units in the name (``"bubble_fraction"``, ``"stage0_memory_bytes"``,
+        ``"throughput_samples_per_s"``); printed by ``whatif`` and in its JSON.
     """
 
     graph: Any
@@ -69,6 +73,7 @@ class WhatIfContext:
     device: Any
     notes: list = field(default_factory=list)
     workers: Any = None
+    metrics: dict = field(default_factory=dict)
 
     def meta(self, rank: int | None = None) -> dict:
         """The ``"daydream"`` metadata object of a rank (empty if the trace has none)."""
