@@ -1,0 +1,170 @@
+"""``hfta``: horizontally fuse N copies of the traced model into one job (HFTA).
+
+A hyper-parameter sweep trains N copies of one model that differ only in
+hyper-parameters (learning rate, ...).  HFTA (Wang et al., MLSys 2021) fuses
+them: every operator of the model becomes one operator over the N copies
+(a linear layer becomes a batched GEMM, a convolution a grouped convolution,
+an elementwise op one op over N times the elements), and one optimizer step
+updates the stacked parameters.  The fused job pays each operator's fixed
+cost (dispatch on CPU, kernel launch on GPU) and each line of Python once
+instead of N times; only the work grows N-fold.
+
+Model
+-----
+Every task of the traced iteration is one of:
+
+* **compute** (a task with FLOPs: matmul, convolution): N times the work at
+  the device's throughput at the fused size, ``dur x N x rate(f) / rate(N f)``
+  with ``rate`` the calibrated matmul (or convolution) FLOP/s curve, so a
+  small GEMM that runs below peak speeds up when batched;
+* **memory-bound** (an op that reads or writes tensor data: elementwise,
+  reductions, copies, the optimizer's updates): its first
+  ``op_overhead_ns`` (the device's per-op fixed cost) is paid once, the rest
+  is streaming and grows ``N x bw(b) / bw(N b)`` with ``bw`` the calibrated
+  streaming bandwidth curve at the task's bytes ``b``;
+* **fixed** (views and metadata ops such as ``t``, ``view``, ``expand``,
+  allocation, the dispatch slices of composite ops, autograd bookkeeping,
+  Python time between ops) and the **data loading** phase (all N models
+  read the same input batch, as in a sweep over one data set): unchanged.
+
+GPU kernels without FLOP counts are memory-bound with unknown bytes: their
+time grows N-fold (occupancy gains of small kernels are not modelled, so
+the prediction is conservative there); their launches are paid once.
+
+Metrics: ``fused_iteration_ms`` (the predicted iteration time, one step of
+all N models), ``sequential_ms`` (N x the baseline iteration: the N jobs
+one after another), ``throughput_gain`` (their ratio).
+
+Where it stops being valid: models whose operators do not fuse
+horizontally (data-dependent control flow, ops without a batched or grouped
+form); memory (N copies of parameters, gradients, optimizer state and
+activations must fit); a CPU with several threads per op, where
+parallel efficiency changes with size beyond what the 1-thread curves say;
+sweeps whose models read different batches (data loading then grows
+N-fold too).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from daydream.model import EventKind, Phase
+from daydream.sim import simulate
+
+from .base import NotApplicable, Optimization, OptionError, Param
+
+__all__ = ["HFTA", "OPTIMIZATION", "TaskClass", "classify", "fused_durations", "MAX_MODELS"]
+
+#: Fusing more copies than this is refused (a sweep of that size would not fit in memory).
+MAX_MODELS = 1024
+
+#: Ops that touch no tensor data (views, metadata, allocation): their cost does not grow with N.
+FIXED_OP_RE = re.compile(
+    r"^aten::(t|transpose|as_strided|expand|expand_as|view|_reshape_alias|reshape|_unsafe_view|unsqueeze|"
+    r"squeeze|permute|select|slice|narrow|detach|alias|resolve_conj|resolve_neg|lift_fresh|empty|"
+    r"empty_like|empty_strided|new_empty|new_empty_strided|zeros_like_meta|result_type|size|stride|"
+    r"is_nonzero|item|_local_scalar_dense|numel|contiguous|to|_to_copy_meta|split|chunk|unbind)$")
+
+
+class TaskClass:
+    """How a task's time changes when N copies are fused (integer codes)."""
+
+    FIXED = 0
+    COMPUTE = 1
+    MEMORY = 2
+    GPU_SCALED = 3
+
+
+def classify(g) -> np.ndarray:
+    """Per task: its :class:`TaskClass` code."""
+    T = g.tasks
+    names = g.names.strings
+    fixed_name = np.array([FIXED_OP_RE.match(s) is not None for s in names] + [True], bool)
+    nm = fixed_name[np.where(T["name"] >= 0, T["name"], len(names))]
+    kind = T["kind"]
+    out = np.full(g.n_tasks, TaskClass.FIXED, np.int8)
+    work = np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.OTHER))
+    cpu = kind == EventKind.CPU_OP
+    gpu = np.isin(kind, (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET))
+    out[work & (cpu | gpu) & (T["flops"] > 0)] = TaskClass.COMPUTE
+    out[work & cpu & (T["flops"] == 0) & (T["bytes"] > 0) & ~nm] = TaskClass.MEMORY
+    out[work & gpu & (T["flops"] == 0) & (kind == EventKind.KERNEL)] = TaskClass.GPU_SCALED
+    return out
+
+
+def _is_conv(g) -> np.ndarray:
+    conv = np.array(["conv" in s.lower() for s in g.names.strings] + [False], bool)
+    return conv[np.where(g.tasks["name"] >= 0, g.tasks["name"], len(g.names.strings))]
+
+
+def fused_durations(g, device, models: int, dtype: str = "float32") -> np.ndarray:
+    """Per task: its duration (ns) when ``models`` copies are fused into one op.
+
+    >>> from daydream.device import Curve, DeviceProfile
+    >>> from daydream.graph.graph import DependencyGraph
+    >>> from daydream.model import Lane, LaneKind
+    >>> g = DependencyGraph(); cpu = g.add_lane(Lane(0, LaneKind.CPU_THREAD, 1, 1))
+    >>> nm = [g.names.intern(s) for s in ("aten::mm", "aten::relu", "aten::t")]
+    >>> ids = g.add_tasks(lane=[cpu] * 3, dur_ns=[1000, 1500, 300], name=nm, flops=[10**6, 0, 0],
+    ...                   bytes=[0, 4096, 4096], phase=[Phase.FORWARD] * 3)
+    >>> dev = DeviceProfile("d", "cpu", {"float32": Curve(((1e6, 1e9), (4e6, 2e9)))},
+    ...                     {"float32": Curve.flat(1e9)}, op_overhead_ns=500)
+    >>> fused_durations(g, dev, 4).tolist()   # mm: 4x work at 2x the rate; relu: 500 + 4 x 1000
+    [2000, 4500, 300]
+    """
+    if models < 1:
+        raise OptionError(f"hfta: models must be at least 1, got {models}")
+    T = g.tasks
+    dur = T["dur_ns"].astype(float)
+    out = dur.copy()
+    cls = classify(g)
+    conv = _is_conv(g)
+    for t in np.flatnonzero(cls == TaskClass.COMPUTE).tolist():
+        f = float(T["flops"][t])
+        rate = device.conv_flops_per_s if conv[t] else device.matmul_flops_per_s
+        out[t] = dur[t] * models * rate(dtype, f) / rate(dtype, models * f)
+    fixed_ns = float(device.op_overhead_ns)
+    for t in np.flatnonzero(cls == TaskClass.MEMORY).tolist():
+        b = float(T["bytes"][t])
+        once = min(dur[t], fixed_ns)
+        ratio = device.mem_bw_bytes_per_s(b, dtype) / device.mem_bw_bytes_per_s(models * b, dtype)
+        out[t] = once + (dur[t] - once) * models * ratio
+    gs = cls == TaskClass.GPU_SCALED
+    out[gs] = dur[gs] * models
+    return np.rint(out).astype(np.int64)
+
+
+class HFTA(Optimization):
+    name = "hfta"
+    summary = "N copies of the model fused horizontally into one job (HFTA) vs. N jobs one after another"
+    params = (Param("models", 4, "copies of the model fused into one job (a sweep of N configurations)", int),
+              Param("dtype", "float32", "dtype of the fused ops' throughput curves", str,
+                    ("float32", "bfloat16", "float16")))
+    assumptions = __doc__
+
+    def apply(self, ctx):
+        n = self.models
+        if n < 1:
+            raise OptionError(f"hfta: models must be at least 1, got {n}")
+        if n > MAX_MODELS:
+            raise OptionError(f"hfta: models={n} is more than {MAX_MODELS} fused copies; "
+                              f"N copies of parameters, gradients and activations would not fit")
+        g = ctx.graph
+        cls = classify(g)
+        if not (cls != TaskClass.FIXED).any():
+            raise NotApplicable("hfta: the trace has no compute or memory-bound ops to fuse "
+                                "(no FLOPs or tensor sizes recorded; trace with `daydream trace`)")
+        base_ms = simulate(g).mean_iteration_ns()[1] / 1e6
+        g.tasks["dur_ns"][:] = fused_durations(g, ctx.device, n, self.dtype)
+        fused_ms = simulate(g).mean_iteration_ns()[1] / 1e6
+        seq_ms = n * base_ms
+        ctx.metrics.update({"fused_iteration_ms": fused_ms, "sequential_ms": seq_ms,
+                            "throughput_gain": seq_ms / fused_ms if fused_ms else float("inf")})
+        counts = np.bincount(cls, minlength=4)
+        ctx.note(f"hfta: {n} models fused: {counts[TaskClass.COMPUTE]} compute, "
+                 f"{counts[TaskClass.MEMORY]} memory-bound, {counts[TaskClass.GPU_SCALED]} GPU kernel task(s) "
+                 f"grow with N; dispatch, views and Python time are paid once; data loading is shared")
+
+
+OPTIMIZATION = HFTA
