@@ -1,0 +1,128 @@
+"""The bundled transformer trained with Megatron-style tensor parallelism (torch's TP API).
+
+Run on one process it trains the unsplit model (the baseline that
+``tensor-parallel`` predicts from); under ``torchrun --nproc_per_node T`` (gloo
+on CPU, NCCL on GPU) every block's attention and MLP are split with
+``torch.distributed.tensor.parallel``: ``ColwiseParallel`` for the QKV
+projection and the first MLP linear, ``RowwiseParallel`` for the output
+projection and the second MLP linear, on a one-dimensional ``DeviceMesh``.
+Embeddings, norms and the LM head stay replicated; every rank sees the same
+batch (tensor parallelism splits the model, not the data).
+
+The QKV projection's output features are grouped per head (``[q, k, v]`` of
+head 0, then head 1, ...), so a column split hands each rank whole heads and
+the attention runs on ``heads / T`` local heads, as in Megatron-LM.
+
+Examples
+--------
+``python -m daydream.workloads.tensor_parallel --steps 5 --threads 1``
+``torchrun --standalone --nproc_per_node 2 -m daydream.workloads.tensor_parallel --threads 1``
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .common import Workload, add_common_args, make_loader, make_optimizer, resolve_device, train
+from .transformer import TinyGPT, _loss
+
+__all__ = ["HeadAttention", "build", "parallelize", "main"]
+
+
+class HeadAttention(nn.Module):
+    """Causal self-attention whose QKV output is laid out head by head (splittable by heads)."""
+
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        self.head_dim = d_model // heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        qkv = self.qkv(x)
+        h = qkv.shape[-1] // (3 * self.head_dim)   # local heads: all of them, or heads / T under TP
+        q, k, v = qkv.view(b, t, h, 3, self.head_dim).permute(3, 0, 2, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, h * self.head_dim))
+
+
+def add_args(parser) -> None:
+    g = parser.add_argument_group("model")
+    g.add_argument("--vocab", type=int, default=1024)
+    g.add_argument("--d-model", type=int, default=256)
+    g.add_argument("--heads", type=int, default=8)
+    g.add_argument("--layers", type=int, default=2)
+    g.add_argument("--seq-len", type=int, default=128)
+
+
+def build(args, device):
+    """TinyGPT with head-grouped attention over random token sequences."""
+    n = args.batch_size * args.dataset_batches
+    tokens = torch.randint(0, args.vocab, (n, args.seq_len + 1))
+    model = TinyGPT(args.vocab, args.d_model, args.heads, args.layers, args.seq_len, args.checkpoint)
+    for block in model.blocks:
+        block.attn = HeadAttention(args.d_model, args.heads)
+    return model, (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()), _loss
+
+
+def parallelize(model: nn.Module, world: int, device: torch.device) -> nn.Module:
+    """Split every block Megatron-style over a 1-D mesh of ``world`` ranks."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh(device.type, (world,))
+    plan = {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel(),
+            "mlp.0": ColwiseParallel(), "mlp.2": RowwiseParallel()}
+    for block in model.blocks:
+        parallelize_module(block, mesh, plan)
+    return model
+
+
+def prepare(argv=None) -> Workload:
+    parser = argparse.ArgumentParser(prog="python -m daydream.workloads.tensor_parallel", description=__doc__)
+    add_args(parser)
+    add_common_args(parser, batch_size=8)
+    args = parser.parse_args(argv)
+    torch.manual_seed(args.seed)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    if args.heads % world or args.d_model % args.heads:
+        parser.error(f"--heads {args.heads} must divide --d-model {args.d_model} and be divisible by "
+                     f"the {world} tensor-parallel ranks")
+    model, tensors, loss_fn = build(args, device)
+    model = model.to(device)
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        model = parallelize(model, world, device)
+    optimizer = make_optimizer(model.parameters(), args)
+    return Workload(model, make_loader(tensors, args), loss_fn, optimizer, args, device, rank, world)
+
+
+def main(argv=None):
+    """Entry point: parse flags, split the model if launched with several ranks, train."""
+    w = prepare(argv)
+    times = train(w.model, w.loader, w.loss_fn, w.optimizer, w.args, w.device)
+    if times:
+        med = statistics.median(times[1:] or times) * 1e3
+        print(f"tensor_parallel: {len(times)} steps, median step {med:.2f} ms "
+              f"(rank {w.rank}/{w.world_size}, {w.device})", file=sys.stdout, flush=True)
+    if w.world_size > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    return times
+
+
+if __name__ == "__main__":
+    main()

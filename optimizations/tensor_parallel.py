@@ -1,0 +1,277 @@
+"""``tensor-parallel``: Megatron-style tensor (intra-layer) parallelism over T ranks.
+
+Model
+-----
+* **Which layers split.**  Linear modules of the trace's module table are
+  paired Megatron-style: two ``Linear`` children of one parent (attention's
+  QKV and output projection, an MLP's two linears) form a column-parallel /
+  row-parallel pair.  When no module has two linear children (a plain MLP of
+  one-linear blocks) consecutive linears are paired instead, the last one
+  (the classifier head) staying whole.  Everything the forward runs between
+  the column linear's first task and the row linear's last task (activations,
+  the attention core on ``heads / T`` heads, the parent's own reshapes)
+  works on 1/T of the features and is split too; every other layer
+  (embeddings, norms, residual adds, loss, head) is replicated.
+* **Split work.**  A split task with FLOPs (GEMMs) takes the time of the
+  smaller GEMM at the device's throughput curve: ``d * rate(f) / rate(f/T) / T``.
+  One with bytes but no FLOPs (copies, activations, the attention core)
+  streams 1/T of its bytes: ``d * bw_time(b/T) / bw_time(b)`` with the
+  device's per-op overhead kept.  Dispatch slices (no bytes, no FLOPs) and the
+  Python gaps between ops stay.  Forward and backward alike.
+* **Communication.**  One all-reduce of the row linear's output in forward
+  (``g`` in Megatron) and one of the column linear's input gradient in
+  backward (``f``), each ``device.allreduce_ns(bytes, T, backend)`` on the
+  activation bytes of the row linear's output (module table).  They are
+  inserted in line on the lane of the work they follow: the next op needs
+  their result (no asynchronous overlap, as in Megatron-LM without
+  sequence-parallel overlap).
+* **Optimizer.**  Its bytes-moving tasks scale with the parameter bytes a rank
+  still holds: ``(replicated + split / T) / total``.
+
+Metrics: ``param_bytes_per_rank``, ``allreduce_bytes_per_iteration``,
+``allreduce_ms_per_iteration``.
+
+Assumptions and limits: the module table and op shapes come from
+``daydream trace``; each split module runs once per iteration; the all-reduce
+costs the calibrated (gloo) or published (NCCL) ring figures and, on a CPU,
+runs on the training thread's core; DTensor's own dispatch overhead (torch's
+TP API wraps weights in ``DTensor``) is not modelled, so on small CPU models
+the real run is a little slower than predicted; sequence parallelism and
+embedding/vocabulary splitting are not modelled.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+
+from daydream.cost import elementwise_ns
+from daydream.model import Phase
+from daydream.primitives import insert
+
+from ._common import OPTIMIZER_STEP_RE, module_table
+from ._layers import lane_position, op_figures, work_mask
+from .base import NotApplicable, Optimization, Param
+
+__all__ = ["TensorParallel", "OPTIMIZATION", "megatron_pairs", "linear_modules"]
+
+_LINEAR_TYPE = re.compile(r"(^|\.)(\w*Linear)$")
+_ATTENTION_OP = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|attention")
+
+
+def linear_modules(table: dict, pattern: str = "") -> list:
+    """Paths of ``Linear`` modules in module-table (registration) order, optionally filtered."""
+    rx = re.compile(pattern) if pattern else None
+    return [p for p, m in table.items() if _LINEAR_TYPE.search(str(m.get("type", "")))
+            and (rx is None or rx.search(p))]
+
+
+def megatron_pairs(paths: list) -> list:
+    """Column/row-parallel pairs: linear siblings two by two, else consecutive linears but the last.
+
+    >>> megatron_pairs(["m.attn.qkv", "m.attn.proj", "m.mlp.0", "m.mlp.2", "m.head"])
+    [('m.attn.qkv', 'm.attn.proj'), ('m.mlp.0', 'm.mlp.2')]
+    >>> megatron_pairs(["b.0.0", "b.1.0", "b.2.0", "b.3.0", "head"])
+    [('b.0.0', 'b.1.0'), ('b.2.0', 'b.3.0')]
+    """
+    by_parent = {}
+    for p in paths:
+        by_parent.setdefault(p.rpartition(".")[0], []).append(p)
+    pairs = [(kids[i], kids[i + 1]) for kids in by_parent.values() for i in range(0, len(kids) - 1, 2)]
+    if pairs:
+        return pairs
+    body = paths[:-1]
+    return [(body[i], body[i + 1]) for i in range(0, len(body) - 1, 2)]
+
+
+class TensorParallel(Optimization):
+    name = "tensor-parallel"
+    summary = "Megatron-style tensor parallelism: column/row-split linears and attention over T ranks"
+    params = (Param("degree", 2, "tensor-parallel ranks T", int),
+              Param("backend", "auto", "collective figures to use: auto, gloo, nccl", str, ("auto", "gloo", "nccl")),
+              Param("layers", "", "regex of module paths that may be split (default: every Linear)", str),
+              Param("heads", 0, "attention heads per layer, to refuse degrees that do not divide them "
+                    "(0: from the trace's attention shapes when recorded)", int))
+    assumptions = __doc__
+
+    def apply(self, ctx):
+        T_ = self.degree
+        if T_ < 1:
+            raise NotApplicable(f"tensor-parallel: degree must be at least 1, got {T_}")
+        table = module_table(ctx, "tensor-parallel")
+        pairs = megatron_pairs(linear_modules(table, self.layers))
+        if not pairs:
+            raise NotApplicable("tensor-parallel: the module table has no pair of Linear modules to split")
+        if T_ == 1:
+            ctx.note("tensor-parallel: degree 1 changes nothing")
+            return
+        g = ctx.graph
+        check_divisible(ctx, pairs, T_, self.heads)
+        split = self._split_layers(g, pairs)
+        flops, nbytes, _ = op_figures(ctx)
+        self._scale_split(ctx, split, flops, nbytes)
+        pbytes = self._scale_optimizer(ctx, table, split, nbytes)
+        n, ar_bytes, ar_ns, iters = self._insert_allreduces(ctx, pairs, table)
+        ctx.metrics["param_bytes_per_rank"] = int(pbytes)
+        ctx.metrics["allreduce_bytes_per_iteration"] = int(ar_bytes / iters)
+        ctx.metrics["allreduce_ms_per_iteration"] = ar_ns / iters / 1e6
+        ctx.note(f"tensor-parallel: {len(pairs)} column/row pair(s) over {T_} ranks "
+                 f"({', '.join(c + '|' + r for c, r in pairs[:4])}{', ...' if len(pairs) > 4 else ''}); "
+                 f"{n} all-reduce(s) inserted")
+
+    # -------------------------------------------------------------- layers
+    @staticmethod
+    def _split_layers(g, pairs) -> set:
+        """Layer ids of the work between each pair's column and row linear (forward order)."""
+        T = g.tasks
+        work = work_mask(g) & (T["phase"] == Phase.FORWARD) & (T["layer"] >= 0)
+        pos = lane_position(g)
+        out = set()
+        for col, row in pairs:
+            c, r = g.layers.get(col), g.layers.get(row)
+            parent = _common_parent(col, row)
+            ancestors = {g.layers.get(a) for a in _ancestors(parent)}
+            for key in _rank_iterations(T, work):
+                m = work & (T["rank"] == key[0]) & (T["iteration"] == key[1])
+                ct, rt = np.flatnonzero(m & (T["layer"] == c)), np.flatnonzero(m & (T["layer"] == r))
+                if not len(ct) or not len(rt):
+                    continue
+                lane = int(T["lane"][ct[0]])
+                span = m & (T["lane"] == lane) & (pos >= pos[ct].min()) & (pos <= pos[rt].max())
+                out |= {int(x) for x in np.unique(T["layer"][span])} - ancestors
+                break
+            else:
+                raise NotApplicable(f"tensor-parallel: no forward work of {col} and {row} in the trace")
+        return out
+
+    def _scale_split(self, ctx, split, flops, nbytes):
+        g, dev, T_ = ctx.graph, ctx.device, self.degree
+        T = g.tasks
+        sel = np.flatnonzero(work_mask(g) & np.isin(T["layer"], sorted(split))
+                             & np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)))
+        for t in sel.tolist():
+            f, b = float(flops[t]), float(nbytes[t])
+            if f > 0:
+                ratio = dev.matmul_flops_per_s("float32", f) / dev.matmul_flops_per_s("float32", f / T_) / T_
+            elif b > 0:
+                ratio = elementwise_ns(dev, b / T_) / elementwise_ns(dev, b)
+            else:
+                continue
+            T["dur_ns"][t] = int(round(T["dur_ns"][t] * ratio))
+
+    # -------------------------------------------------------- all-reduces
+    def _insert_allreduces(self, ctx, pairs, table):
+        """Megatron's g (forward, after the row linear) and f (backward, after the column linear).
+
+        Returns (count, bytes, ns, rank-iterations) of the inserted all-reduces."""
+        g, dev = ctx.graph, ctx.device
+        T = g.tasks
+        backend = None if self.backend == "auto" else self.backend
+        work = work_mask(g) & (T["layer"] >= 0)
+        pos = lane_position(g)
+        todo = []
+        for col, row in pairs:
+            nb = int(table[row].get("output_bytes") or 0)
+            if not nb:
+                raise NotApplicable(f"tensor-parallel: the module table has no output size for {row}")
+            dur = int(dev.allreduce_ns(nb, self.degree, backend))
+            for phase, layer in ((Phase.FORWARD, row), (Phase.BACKWARD, col)):
+                m = work & (T["phase"] == phase) & (T["layer"] == g.layers.get(layer))
+                for rank, it in _rank_iterations(T, m):
+                    tasks = np.flatnonzero(m & (T["rank"] == rank) & (T["iteration"] == it))
+                    todo.append((int(tasks[np.argmax(pos[tasks])]), dur, phase, layer, it, nb))
+        for last, dur, phase, layer, it, nb in todo:
+            insert(g, int(g.tasks["lane"][last]), dur_ns=dur, name=f"TP all-reduce ({phase.label})",
+                   after=last, phase=phase, layer=layer, iteration=it, bytes_=nb)
+        rank_iterations = len({(int(g.tasks["rank"][x[0]]), x[4]) for x in todo})
+        return len(todo), sum(x[5] for x in todo), sum(x[1] for x in todo), max(1, rank_iterations)
+
+    # ---------------------------------------------------------- optimizer
+    def _scale_optimizer(self, ctx, table, split, nbytes) -> int:
+        """Optimizer memory traffic scales with the parameter bytes left on a rank; returns them."""
+        g = ctx.graph
+        names = {g.layers[i] for i in split}
+        total = sum(int(m.get("param_bytes") or 0) for m in table.values())
+        split_bytes = sum(int(m.get("param_bytes") or 0) for p, m in table.items() if p in names)
+        per_rank = total - split_bytes + split_bytes / self.degree
+        if total:
+            T = g.tasks
+            opt = np.flatnonzero((T["phase"] == Phase.OPTIMIZER) & work_mask(g) & (nbytes > 0))
+            rx = re.compile(OPTIMIZER_STEP_RE)
+            opt = [t for t in opt.tolist() if T["layer"][t] >= 0 and rx.search(g.layers[int(T["layer"][t])])]
+            T["dur_ns"][opt] = np.rint(T["dur_ns"][opt] * (per_rank / total)).astype(np.int64)
+        return int(per_rank)
+
+
+def check_divisible(ctx, pairs, degree: int, heads: int = 0) -> None:
+    """Refuse a degree that does not divide a split linear's features or the attention heads.
+
+    Uses the weight shapes of traced ``aten::linear`` calls and the head count
+    of traced attention calls (``daydream trace`` records shapes); silent when
+    the trace has no shapes.
+    """
+    if heads and heads % degree:
+        raise NotApplicable(f"tensor-parallel: degree {degree} does not divide the {heads} attention heads")
+    g = ctx.graph
+    sig = _signatures(ctx)
+    if not sig:
+        ctx.note("tensor-parallel: no op shapes in the trace; divisibility of features and heads not checked")
+        return
+    T = g.tasks
+    for col, row in pairs:
+        for path, dim, what in ((col, 0, "output features"), (row, 1, "input features")):
+            w = _first_dims(g, T, sig, path, "aten::linear", 1)
+            if w and w[dim] % degree:
+                raise NotApplicable(f"tensor-parallel: degree {degree} does not divide the {w[dim]} {what} "
+                                    f"of {path}")
+        q = _first_dims(g, T, sig, _common_parent(col, row), _ATTENTION_OP, 0)
+        if q and len(q) == 4 and q[1] % degree:
+            raise NotApplicable(f"tensor-parallel: degree {degree} does not divide the {q[1]} attention heads "
+                                f"of {_common_parent(col, row)}")
+
+
+def _signatures(ctx) -> dict:
+    out = {}
+    for r in getattr(ctx.trace, "ranks", None) or []:
+        if "sig" in r.cols and len(r.signatures):
+            out[r.rank] = (r.cols["sig"], r.signatures)
+    return out
+
+
+def _first_dims(g, T, sig, layer, name_rx, arg):
+    """Dims of argument ``arg`` of the first traced call matching ``name_rx`` in ``layer``."""
+    lid = g.layers.get(layer)
+    rx = re.compile(name_rx) if isinstance(name_rx, str) else name_rx
+    for t in np.flatnonzero((T["layer"] == lid) & (T["event"] >= 0)).tolist():
+        cols = sig.get(int(T["rank"][t]))
+        if cols is None or not rx.search(g.task_name(t)):
+            continue
+        s = int(cols[0][int(T["event"][t])])
+        if s >= 0:
+            dims = json.loads(cols[1][s])[1]
+            if len(dims) > arg and isinstance(dims[arg], list) and dims[arg]:
+                return dims[arg]
+    return None
+
+
+def _common_parent(a: str, b: str) -> str:
+    pa, pb = a.split("."), b.split(".")
+    k = 0
+    while k < min(len(pa), len(pb)) - 1 and pa[k] == pb[k]:
+        k += 1
+    return ".".join(pa[:k])
+
+
+def _ancestors(path: str) -> list:
+    """Strict ancestors of ``path`` (``a.b.c`` -> ``a``, ``a.b``)."""
+    parts = path.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _rank_iterations(T, mask) -> list:
+    sel = np.flatnonzero(mask)
+    return sorted({(int(r), int(i)) for r, i in zip(T["rank"][sel], T["iteration"][sel])})
+
+
+OPTIMIZATION = TensorParallel

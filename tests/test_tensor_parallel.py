@@ -1,0 +1,133 @@
+"""``tensor-parallel``: exact times on a hand-made graph, refusals, the project's own traces."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from daydream.model import Phase
+from daydream.optimizations import NotApplicable, WhatIfContext, get
+from daydream.sim import simulate
+
+from conftest import flat_profile
+
+MODULES = [
+    {"path": "M", "type": "x.M", "param_bytes": 0},
+    {"path": "M.attn", "type": "x.Attention", "param_bytes": 0},
+    {"path": "M.attn.qkv", "type": "torch.nn.modules.linear.Linear", "param_bytes": 3000, "output_bytes": 3_000_000},
+    {"path": "M.attn.proj", "type": "torch.nn.modules.linear.Linear", "param_bytes": 1000, "output_bytes": 1_000_000},
+    {"path": "M.ln", "type": "torch.nn.modules.normalization.LayerNorm", "param_bytes": 4000},
+]
+
+
+def _stub_trace(modules=MODULES):
+    cols = {k: np.zeros(0, np.int64) for k in ("kind", "start_ns", "dur_ns", "flops", "bytes", "lane")}
+    rank = SimpleNamespace(rank=0, meta={"daydream": {"modules": modules}}, cols=cols, signatures=[])
+    return SimpleNamespace(ranks=[rank])
+
+
+def _graph(maker):
+    """One CPU thread: forward qkv GEMM, attention core, proj GEMM, a norm; backward; optimizer."""
+    cpu = maker.lane()
+    L = maker.g.layers.intern
+    t = {}
+    t["qkv"] = maker.task(cpu, 1000, name="aten::addmm", layer=L("M.attn.qkv"), flops=10**9, phase=Phase.FORWARD)
+    t["disp"] = maker.task(cpu, 100, name="aten::view", layer=L("M.attn"), phase=Phase.FORWARD)
+    t["core"] = maker.task(cpu, 400, name="aten::scaled_dot_product_attention", layer=L("M.attn"),
+                           bytes=10**6, phase=Phase.FORWARD)
+    t["proj"] = maker.task(cpu, 500, name="aten::addmm", layer=L("M.attn.proj"), flops=10**9, phase=Phase.FORWARD)
+    t["ln"] = maker.task(cpu, 300, name="aten::layer_norm", layer=L("M.ln"), bytes=10**6, phase=Phase.FORWARD)
+    t["bproj"] = maker.task(cpu, 1000, name="aten::mm", layer=L("M.attn.proj"), flops=10**9, phase=Phase.BACKWARD)
+    t["bqkv"] = maker.task(cpu, 2000, name="aten::mm", layer=L("M.attn.qkv"), flops=10**9, phase=Phase.BACKWARD)
+    t["opt"] = maker.task(cpu, 800, name="aten::_foreach_add_", layer=L("Optimizer.step#SGD.step"),
+                          bytes=8000, phase=Phase.OPTIMIZER)
+    for k in t.values():
+        maker.g.tasks["iteration"][k] = 1
+    return t
+
+
+def _apply(maker, spec, **prof):
+    ctx = WhatIfContext(graph=maker.g, trace=_stub_trace(), device=flat_profile(**prof))
+    get(spec).apply(ctx)
+    return ctx
+
+
+def test_split_work_shrinks_and_two_allreduces_are_added_exactly(maker):
+    t = _graph(maker)
+    ctx = _apply(maker, "tensor-parallel:degree=2")
+    d = maker.g.tasks["dur_ns"]
+    # flat matmul curve: GEMMs take exactly half; the attention core streams half its bytes
+    assert [int(d[t[k]]) for k in ("qkv", "proj", "bproj", "bqkv")] == [500, 250, 500, 1000]
+    core = 400 * (0.5e6 / 1e10 * 1e9 + 1000) / (1e6 / 1e10 * 1e9 + 1000)
+    assert int(d[t["core"]]) == round(core)
+    assert int(d[t["disp"]]) == 100 and int(d[t["ln"]]) == 300          # dispatch and the norm stay
+    # optimizer: params per rank = 4000 replicated + 4000 split / 2 = 6000 of 8000
+    assert int(d[t["opt"]]) == 600
+    ar = [i for i in range(maker.g.n_tasks) if maker.g.task_name(i).startswith("TP all-reduce")]
+    ring = int(2 * 1 / 2 * 1e6 / 1e9 * 1e9 + 2 * 10_000)                 # proj output 1 MB over 2 ranks
+    assert [int(d[i]) for i in ar] == [ring, ring]
+    seq = maker.g.lane_tasks[0]
+    assert seq.index(ar[0]) == seq.index(t["proj"]) + 1 and seq.index(ar[1]) == seq.index(t["bqkv"]) + 1
+    total = sum([500, 100, round(core), 250, 300, 500, 1000, 600]) + 2 * ring
+    assert int(simulate(maker.g).end_ns.max()) == total
+    assert ctx.metrics["param_bytes_per_rank"] == 6000
+    assert ctx.metrics["allreduce_bytes_per_iteration"] == 2_000_000
+
+
+def test_gemm_time_follows_the_throughput_curve(maker):
+    from daydream.device import Curve, DeviceProfile
+
+    t = _graph(maker)
+    prof = flat_profile()
+    slow_small = DeviceProfile(name="c", kind="cpu", elementwise=prof.elementwise, op_overhead_ns=1000,
+                               matmul={"float32": Curve(((5e8, 5e9), (1e9, 1e10)))}, collective=prof.collective)
+    get("tensor-parallel:degree=2").apply(WhatIfContext(graph=maker.g, trace=_stub_trace(), device=slow_small))
+    # half the FLOPs at half the rate: no gain
+    assert int(maker.g.tasks["dur_ns"][t["qkv"]]) == 1000
+
+
+def test_degree_one_changes_nothing(maker):
+    _graph(maker)
+    before = maker.g.tasks["dur_ns"].copy()
+    ctx = _apply(maker, "tensor-parallel:degree=1")
+    assert np.array_equal(maker.g.tasks["dur_ns"], before) and "changes nothing" in ctx.notes[0]
+
+
+@pytest.mark.parametrize("spec, msg", [("tensor-parallel:degree=0", "at least 1"),
+                                       ("tensor-parallel:degree=2,layers=nothing", "no pair of Linear")])
+def test_bad_configurations_are_refused(maker, spec, msg):
+    _graph(maker)
+    with pytest.raises(NotApplicable, match=msg):
+        _apply(maker, spec)
+
+
+def test_no_module_table_is_refused(maker):
+    _graph(maker)
+    ctx = WhatIfContext(graph=maker.g, trace=_stub_trace(modules=[]), device=flat_profile())
+    with pytest.raises(NotApplicable, match="daydream trace"):
+        get("tensor-parallel").apply(ctx)
+
+
+def test_own_transformer_trace(own_trace):
+    from daydream.whatif import predict
+
+    trace = own_trace("transformer")
+    rep2, res = predict(trace, ["tensor-parallel:degree=2"], device=flat_profile())
+    assert rep2.predicted_ms < rep2.baseline_ms
+    names = [res.graph.task_name(i) for i in range(res.graph.n_tasks)]
+    per_it = names.count("TP all-reduce (forward)") / trace.ranks[0].n_iterations
+    assert per_it == pytest.approx(4)           # 2 blocks x (attention, MLP)
+    assert rep2.metrics["allreduce_bytes_per_iteration"] == 8 * 262144
+    with pytest.raises(NotApplicable, match="does not divide"):
+        predict(trace, ["tensor-parallel:degree=3"], device=flat_profile())
+    with pytest.raises(NotApplicable, match="4 attention heads"):
+        predict(trace, ["tensor-parallel:degree=8,heads=4"], device=flat_profile())
+
+
+def test_own_mlp_trace_pairs_consecutive_linears(own_trace):
+    from daydream.whatif import predict
+
+    rep, _ = predict(own_trace("mlp"), ["tensor-parallel:degree=2"], device=flat_profile())
+    assert "MLP.blocks.0.0|MLP.blocks.1.0" in rep.notes[0] and "head" not in rep.notes[0]
+    assert rep.predicted_ms < rep.baseline_ms
