@@ -1,0 +1,177 @@
+"""``pipeline``: pipeline parallelism over ``stages`` devices with ``microbatches`` micro-batches.
+
+Model
+-----
+The traced single-device iteration is cut into per-layer costs (see
+:mod:`optimizations._pipegraph`): the wall time of each iteration after the
+first is attributed to the module running (gaps to the op before them), at
+the micro-batch size ``B/M`` as the ``batch-size`` what-if scales ops (fixed
+per-op part plus a part proportional to the batch, compute ops along the
+device's throughput curve).  Durations come from the graph given, so the
+what-if composes with earlier ones (``tensor-parallel`` then ``pipeline``).
+
+Layers are split into contiguous stages: ``partition`` given (layer counts
+``5:6`` or the first layer of each later stage, ``MLP.blocks.2``), or found
+by a PipeDream-style dynamic programme minimising the slowest stage (compute,
+or the transfer on the link after it).  A new graph is built and simulated:
+per rank a compute lane running the schedule's actions (``F``/``B`` of a
+stage on a micro-batch) in order, per directed link a transfer lane
+(activation forward, gradient backward; ``bytes / bw + latency`` with the
+device's collective figures: calibrated gloo on CPU, published link on GPUs),
+per iteration an input task (the traced input pipeline and other untagged
+work, on every rank) and the optimizer step of the rank's parameters (the
+traced step split by parameter bytes).  Schedules:
+
+* ``gpipe``: all forwards, then all backwards, flush, step;
+* ``1f1b``: PipeDream-Flush / torch ``Schedule1F1B`` (needs ``M >= S``);
+* ``interleaved``: Megatron's interleaved 1F1B with ``virtual`` stages per
+  rank (``S * virtual`` model chunks; ``M`` a multiple of ``S``);
+* ``2bw``: PipeDream-2BW, 1F1B with no flush (weights double-buffered): the
+  steady-state iteration of a run of 5 simulated iterations.
+
+Metrics: ``bubble_fraction`` (mean idle time of a rank in an iteration,
+besides its input and optimizer work, over its mean F+B time: ``(S-1)/M`` for
+GPipe and 1F1B with equal stages and free communication, ``(S-1)/(M v)``
+interleaved), per stage the micro-batch forward/backward ms, per rank the
+memory: weights (x2 for 2BW), gradients, optimizer state (momentum SGD 1x,
+Adam 2x parameters) and stashed activations (the most micro-batches in flight
+at the stage under the schedule, times the outputs of its modules per
+micro-batch, from the module table).
+
+Assumptions and limits: stages run on identical devices; a stage's time per
+micro-batch is the sum of its layers' (no extra per-action runtime cost of
+the pipeline framework is added, and splitting the batch changes no kernel
+choice); transfers do not slow computation (a CPU rank needs a spare core for
+gloo); the model is a chain (skip connections across stage boundaries are not
+costed); activation memory counts module outputs only (not temporaries of
+the autograd graph).  Not valid when the traced iteration is dominated by
+work outside forward/backward that does not shard across ranks.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from daydream.model import EventKind, Phase
+from daydream.sim import simulate
+
+from . import _schedules as sch
+from ._pipegraph import build_graph, p2p_ns, parse_partition, partition, stage_costs, unit_costs
+from .base import Optimization, OptionError, Param
+
+__all__ = ["Pipeline", "OPTIMIZATION", "bubble_fraction", "ITERATIONS", "ITERATIONS_2BW", "optimizer_state_factor"]
+
+#: Iterations simulated for a flushing schedule (every one after the first is identical).
+ITERATIONS = 3
+#: Iterations simulated for 2BW; the steady state is measured between the first and the last.
+ITERATIONS_2BW = 5
+
+
+def optimizer_state_factor(meta: dict) -> int:
+    """Optimizer state per parameter byte: SGD with momentum 1, Adam/AdamW 2, plain SGD 0.
+
+    >>> optimizer_state_factor({"optimizer": {"name": "Adam"}}), optimizer_state_factor({})
+    (2, 0)
+    """
+    opt = meta.get("optimizer") or {}
+    name = str(opt.get("name", "")).lower()
+    if name.startswith("adam"):
+        return 2
+    if name == "sgd" and (opt.get("defaults") or {}).get("momentum"):
+        return 1
+    return 0
+
+
+def bubble_fraction(result) -> float:
+    """Mean idle time per rank and iteration (besides input and optimizer tasks) over mean F+B time.
+
+    Counts iterations after the first, between each rank's markers.
+    """
+    g = result.graph
+    T = g.tasks
+    dur = result.end_ns - result.start_ns
+    idle = busy = 0.0
+    for r, marks in g.markers.items():
+        b = result.start_ns[np.asarray(marks, np.int64)]
+        rank = T["rank"] == r
+        for i in range(1 if len(b) > 2 else 0, len(b) - 1):
+            it = rank & (T["iteration"] == i) & (T["kind"] != EventKind.MARKER) & (T["kind"] != EventKind.COLLECTIVE)
+            fb = it & np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD))
+            work = float(dur[fb].sum())
+            busy += work
+            idle += float(b[i + 1] - b[i]) - float(dur[it].sum())
+    return idle / busy if busy else 0.0
+
+
+class Pipeline(Optimization):
+    name = "pipeline"
+    summary = "pipeline parallelism: S stages, M micro-batches, gpipe/1f1b/interleaved/2bw schedules"
+    params = (Param("stages", 2, "pipeline stages (devices)", int),
+              Param("microbatches", 4, "micro-batches per iteration", int),
+              Param("schedule", "1f1b", "gpipe, 1f1b, interleaved or 2bw", str, tuple(sch.SCHEDULES)),
+              Param("virtual", 1, "model chunks per rank (interleaved)", int),
+              Param("partition", "auto", "auto, layers per stage (5:6) or first layer of each later stage", str))
+    assumptions = __doc__
+
+    def _check(self):
+        S, M, V = self.stages, self.microbatches, self.virtual
+        if S < 1 or M < 1 or V < 1:
+            raise OptionError(f"pipeline: stages ({S}), microbatches ({M}) and virtual ({V}) must be at least 1")
+        if V > 1 and self.schedule != "interleaved":
+            raise OptionError(f"pipeline: virtual={V} needs schedule=interleaved")
+
+    def actions(self):
+        """Per-rank actions: one iteration (flushing schedules) or :data:`ITERATIONS_2BW` (2bw)."""
+        S, M = self.stages, self.microbatches
+        if self.schedule == "2bw":
+            return sch.two_bw(S, M, ITERATIONS_2BW)
+        return sch.make_schedule(self.schedule, S, M, self.virtual)
+
+    def apply(self, ctx):
+        self._check()
+        acts = self.actions()          # refuses impossible schedules before any costing
+        n_stages = self.stages * (self.virtual if self.schedule == "interleaved" else 1)
+        units = unit_costs(ctx, self.microbatches)
+        if n_stages > len(units.names):
+            raise sch.ScheduleError(f"pipeline: {n_stages} stages but the model has only {len(units.names)} layers")
+        if self.partition == "auto":
+            comm = [p2p_ns(ctx.device, b) for b in units.out_bytes]
+            bounds = partition(units.fwd_ns + units.bwd_ns, comm, n_stages)
+        else:
+            bounds = parse_partition(self.partition, units.names, n_stages)
+        sc = stage_costs(units, bounds, ctx.device)
+        flush = sch.SCHEDULES[self.schedule]
+        if flush:
+            sch.validate(acts, n_stages, self.microbatches)
+        pg = build_graph(sc, acts, ITERATIONS if flush else ITERATIONS_2BW, ctx.device, flush, self.microbatches)
+        ctx.graph = pg.graph
+        self._report(ctx, units, sc, acts, simulate(pg.graph))
+
+    def _report(self, ctx, units, sc, acts, result):
+        from ._layers import meta
+
+        m = ctx.metrics
+        m["bubble_fraction"] = bubble_fraction(result)
+        names = units.names
+        parts = []
+        for s, (a, b) in enumerate(zip(sc.bounds[:-1], sc.bounds[1:])):
+            parts.append(f"{names[a]}..{names[b - 1]}" if b - a > 1 else names[a])
+            m[f"stage{s}_forward_ms"] = sc.fwd_ns[s] / 1e6
+            m[f"stage{s}_backward_ms"] = sc.bwd_ns[s] / 1e6
+        m["partition"] = " | ".join(parts)
+        versions = 1 if sch.SCHEDULES[self.schedule] else 2
+        state = optimizer_state_factor(meta(ctx))
+        where = sch.stage_rank(acts)
+        for r in range(len(acts)):
+            mine = [s for s, rr in where.items() if rr == r]
+            params = sum(sc.param_bytes[s] for s in mine)
+            act = sum(sch.in_flight(acts, s) * sc.stash_bytes[s] for s in mine)
+            m[f"rank{r}_weights_bytes"] = params * versions
+            m[f"rank{r}_activations_bytes"] = act
+            m[f"rank{r}_memory_bytes"] = params * (versions + 1 + state) + act
+        ctx.note(f"pipeline: {self.schedule}, {self.stages} ranks x {self.microbatches} micro-batches, "
+                 f"stages {m['partition']}; per-micro-batch costs scaled to batch/{self.microbatches}")
+        if not any(units.out_bytes):
+            ctx.note("pipeline: no module output sizes in the trace: transfers and activation memory are 0")
+
+
+OPTIMIZATION = Pipeline
