@@ -36,7 +36,7 @@ from .graph.graph import TASK_COLUMNS, Anchor, DependencyGraph, EdgeKind
 from .model import EventKind, LaneKind, Phase
 
 __all__ = ["select", "scale", "set_duration", "insert", "remove", "add_dependency",
-           "LanePolicy", "set_policy", "set_priority", "check_acyclic"]
+           "LanePolicy", "set_policy", "set_priority", "check_acyclic", "task_ids", "MAX_DURATION_NS"]
 
 
 def _as_enum_values(value, enum_cls):
@@ -101,21 +101,52 @@ def select(g: DependencyGraph, *, layer=None, phase=None, kind=None, name=None, 
     return np.flatnonzero(m)
 
 
+#: Longest task duration an edit may produce (about 104 days): sums of many
+#: such durations still fit the simulator's int64 nanoseconds.
+MAX_DURATION_NS = 2**53
+
+
+def task_ids(g: DependencyGraph, tasks) -> np.ndarray:
+    """``tasks`` as an int64 array of valid task ids.
+
+    Raises
+    ------
+    GraphError
+        Naming the first id that is not a task of ``g`` (negative ids are not
+        counted from the end).
+    """
+    arr = np.atleast_1d(np.asarray(tasks))
+    if arr.size == 0:
+        return np.zeros(0, np.int64)
+    if arr.dtype.kind not in "iu":
+        raise GraphError(f"task ids must be integers, got {arr.dtype} values")
+    ids = arr.astype(np.int64).reshape(-1)
+    bad = (ids < 0) | (ids >= g.n_tasks)
+    if bad.any():
+        raise GraphError(f"no task #{int(ids[bad][0])} (the graph has {g.n_tasks} tasks)")
+    return ids
+
+
+def _checked_durations(d) -> np.ndarray:
+    d = np.asarray(d, float)
+    if not np.isfinite(d).all() or (d < 0).any() or (d > MAX_DURATION_NS).any():
+        raise GraphError(f"durations must be finite, non-negative and at most {MAX_DURATION_NS} ns")
+    return np.rint(d).astype(np.int64)
+
+
 def scale(g: DependencyGraph, tasks, factor) -> None:
     """Multiply the durations of ``tasks`` by ``factor`` (scalar or per task)."""
-    tasks = np.asarray(tasks, np.int64)
+    tasks = task_ids(g, tasks)
     f = np.asarray(factor, float)
-    if (f < 0).any():
-        raise GraphError("scale factors must be non-negative")
-    g.tasks["dur_ns"][tasks] = np.rint(g.tasks["dur_ns"][tasks] * f).astype(np.int64)
+    if not np.isfinite(f).all() or (f < 0).any():
+        raise GraphError("scale factors must be finite and non-negative")
+    g.tasks["dur_ns"][tasks] = _checked_durations(g.tasks["dur_ns"][tasks] * f)
 
 
 def set_duration(g: DependencyGraph, tasks, dur_ns) -> None:
     """Set the durations of ``tasks`` (scalar or per task, ns)."""
-    d = np.asarray(dur_ns, np.int64)
-    if (d < 0).any():
-        raise GraphError("durations must be non-negative")
-    g.tasks["dur_ns"][np.asarray(tasks, np.int64)] = d
+    tasks = task_ids(g, tasks)
+    g.tasks["dur_ns"][tasks] = _checked_durations(dur_ns)
 
 
 # ------------------------------------------------------------------ insert
@@ -154,6 +185,7 @@ def add_dependency(g: DependencyGraph, src: int, dst: int, kind: EdgeKind = Edge
     CycleError
         Naming both tasks, if ``src`` is already reachable from ``dst``.
     """
+    src, dst = (int(t) for t in task_ids(g, [src, dst]))
     if src == dst or _reaches(g, dst, src):
         raise CycleError(f"edge #{src} {g.task_name(src)!r} -> #{dst} {g.task_name(dst)!r} "
                          f"would create a cycle", (src, dst))
@@ -208,7 +240,7 @@ def remove(g: DependencyGraph, tasks, keep_gap: bool = False) -> None:
     successor.  Markers and parts of collectives cannot be removed.
     """
     dead = np.zeros(g.n_tasks, bool)
-    dead[np.asarray(tasks, np.int64)] = True
+    dead[task_ids(g, tasks)] = True
     if not dead.any():
         return
     bad = dead & ((g.tasks["kind"] == EventKind.MARKER) | (g.tasks["group"] >= 0))
@@ -280,7 +312,7 @@ def set_policy(g: DependencyGraph, lane: int, policy: LanePolicy) -> None:
 
 def set_priority(g: DependencyGraph, tasks, priority) -> None:
     """Set the priority key of ``tasks`` (lower runs first on PRIORITY lanes)."""
-    g.tasks["priority"][np.asarray(tasks, np.int64)] = priority
+    g.tasks["priority"][task_ids(g, tasks)] = priority
 
 
 def check_acyclic(g: DependencyGraph) -> None:

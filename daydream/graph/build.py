@@ -73,10 +73,44 @@ def build_graph(trace: Trace) -> DependencyGraph:
     dur = np.concatenate(sc.dur) if sc.dur else np.zeros(0, np.int64)
     g.tasks["traced_start_ns"] = start
     _join_collectives(g, collectives, start, dur, repairs)
+    _repair_cycles(g, start, dur, repairs)
     _calibrate_starts(g, start, dur)
     _calibrate_ends(g, start, dur, sc.waits)
     g.repairs = dict(repairs)
     return g
+
+
+def _repair_cycles(g, start, dur, repairs):
+    """Drop edges that point back in traced time where they close a dependency cycle.
+
+    A consistent trace gives edges whose target happens after their anchor; a
+    trace whose clocks disagree (a kernel stamped before its launch, ranks
+    skewed, edited timestamps) can give edges against time, and those can
+    close a cycle that no simulation could finish.  Only then are they dropped
+    (counted in the repairs); otherwise the graph is left as built.  The check
+    is a vectorised pass; the cycle search runs only when some edge points back.
+    """
+    e = g.edges
+    if not len(e["src"]):
+        return
+    src, dst = e["src"].astype(np.int64), e["dst"].astype(np.int64)
+    at = start[src] + np.where(e["anchor"] == Anchor.END, dur[src], 0)
+    to = start[dst] + np.where(e["target"] == Anchor.END, dur[dst], 0)
+    back = to < at
+    if not back.any():
+        return
+    from ..errors import CycleError
+    from ..primitives import check_acyclic
+
+    try:
+        check_acyclic(g)
+        return
+    except CycleError:
+        pass
+    keep = ~back
+    for k in list(e):
+        e[k] = e[k][keep]
+    repairs["edges against traced time closing a cycle (dropped)"] += int(back.sum())
 
 
 # --------------------------------------------------------------------- tasks
@@ -304,9 +338,44 @@ def _launch_edges(g, r, task_of_event, lane_map, starts_now, repairs):
             dst.append(int(task_of_event[i]))
     if missing:
         repairs["GPU tasks without a launching call (no launch edge)"] += missing
+    src, dst = _fifo_launches(g, src, dst, starts_now, repairs)
     if src:
         g.add_edges(src, dst, EdgeKind.LAUNCH, anchor=Anchor.START)
     return dict(zip(dst, src))
+
+
+def _fifo_launches(g, src, dst, starts_now, repairs):
+    """Keep launch edges consistent with stream order (a stream runs its work in launch order).
+
+    A GPU task placed on its stream before a task launched earlier contradicts
+    FIFO streams (clocks out of step, edited timestamps) and can deadlock a
+    stream synchronization; its launch edge is dropped and counted.
+    """
+    if not src:
+        return src, dst
+    when = np.zeros(g.n_tasks, np.int64)       # launch start of each launched GPU task
+    for gl, st in starts_now.items():
+        if g.lanes[gl].kind == LaneKind.CPU_THREAD:
+            when[np.asarray(g.lane_tasks[gl], np.int64)] = st
+    src_a, dst_a = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    launched = np.zeros(g.n_tasks, bool)
+    launched[dst_a] = True
+    when[dst_a] = when[src_a]
+    bad = []
+    for gl in np.unique(g.tasks["lane"][dst_a]).tolist():
+        seq = np.asarray(g.lane_tasks[gl], np.int64)
+        seq = seq[launched[seq]]
+        enq = when[seq]
+        later_min = np.minimum.accumulate(enq[::-1])[::-1]   # earliest launch from here on
+        out = np.zeros(len(seq), bool)
+        out[:-1] = enq[:-1] > later_min[1:]
+        bad.extend(seq[out].tolist())
+    if not bad:
+        return src, dst
+    bad = set(bad)
+    repairs["GPU tasks out of launch order on their stream (launch edge dropped)"] += len(bad)
+    keep = [k for k, d in enumerate(dst) if d not in bad]
+    return [src[k] for k in keep], [dst[k] for k in keep]
 
 
 def _leaf_within(g, gl, t_rel, starts_now):

@@ -12,13 +12,13 @@ from concurrent.futures import ProcessPoolExecutor
 from ..model import StringTable, Trace, RankTrace
 from ..errors import TraceError
 from ..progress import Progress
-from .io import read_documents, expand_paths, is_archive
+from .io import decode_document, read_documents, expand_paths, is_archive
 from .memory import check_memory, json_bytes, max_workers_for
 from .kineto import parse_events
 from .iterations import find_iterations
 from .layers import assign_layers_and_phases
 
-__all__ = ["load_trace", "load_rank", "read_documents", "expand_paths", "PARALLEL_MIN_BYTES"]
+__all__ = ["load_trace", "load_rank", "assemble_rank", "read_documents", "expand_paths", "PARALLEL_MIN_BYTES"]
 
 #: Below this much JSON in all, files load in this process (workers cost ~0.1 s to start).
 PARALLEL_MIN_BYTES = 32 * 2**20
@@ -26,29 +26,59 @@ PARALLEL_MIN_BYTES = 32 * 2**20
 _RANK_RE = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 
 
-def _rank_of(source: str, doc: dict, index: int) -> int:
+#: Ranks at or above this (or negative) are not believed: the next source of the rank is used.
+MAX_RANK = 2**20
+
+
+def _valid_rank(r) -> bool:
+    return isinstance(r, int) and not isinstance(r, bool) and 0 <= r < MAX_RANK
+
+
+def _rank_of(source: str, doc: dict, index: int, repairs=None) -> int:
     info = doc.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return info["rank"]
+    if isinstance(info, dict) and "rank" in info:
+        if _valid_rank(info["rank"]):
+            return info["rank"]
+        if repairs is not None:
+            repairs["invalid distributedInfo.rank (ignored)"] += 1
     m = _RANK_RE.findall(source.rsplit("/", 1)[-1])
-    return int(m[-1]) if m else index
+    return int(m[-1]) if m and int(m[-1]) < MAX_RANK else index
 
 
 def load_rank(source: str, doc: dict, index: int = 0, iteration_marker: str | None = None) -> RankTrace:
     """Turn one parsed trace document into a :class:`RankTrace`."""
     p = parse_events(source, doc)
-    cols = p.columns()
+    meta = {k: v for k, v in doc.items() if k != "traceEvents"}
+    return assemble_rank(source, meta, p, p.columns(), _flows(p), index, iteration_marker)
+
+
+def assemble_rank(source, meta, p, cols, fwdbwd, index=0, iteration_marker=None) -> RankTrace:
+    """Iterations, layers and phases of parsed event columns; the :class:`RankTrace`.
+
+    ``meta`` is the document without ``traceEvents``; ``p`` the parser's
+    tables (names, lanes, repairs, signatures); shared by :func:`load_rank` and
+    the fast path (:mod:`daydream.loader.fast`).
+    """
     its = find_iterations(source, cols, p.names, p.lanes, iteration_marker)
     layers = StringTable()
     assign_layers_and_phases(cols, p.names, p.lanes, layers, its.boundaries_ns)
-    rank = _rank_of(source, doc, index)
+    rank = _rank_of(source, meta, index, p.repairs)
     lanes = [type(l)(rank, l.kind, l.pid, l.tid, l.label, l.device) for l in p.lanes]
-    meta = {k: v for k, v in doc.items() if k != "traceEvents"}
+    meta = dict(meta)
     meta["iteration_source"] = its.source
     return RankTrace(source=source, rank=rank, cols=cols, names=p.names, layers=layers,
                      lanes=lanes, boundaries_ns=its.boundaries_ns,
                      iteration_names=list(its.names), main_lane=its.lane,
-                     repairs=dict(p.repairs), meta=meta, fwdbwd=_flows(p), signatures=p.sigs)
+                     repairs=dict(p.repairs), meta=meta, fwdbwd=fwdbwd, signatures=p.sigs)
+
+
+def _rank_from(src: str, data: bytes, index: int, marker) -> RankTrace:
+    """One trace's file contents to a rank: the compiled fast path where built, else the reference."""
+    from . import fast
+
+    if fast.enabled():
+        return fast.load_rank_bytes(src, data, index, marker)
+    return load_rank(src, decode_document(src, data), index, marker)
 
 
 def _flows(p):
@@ -65,7 +95,8 @@ def _flows(p):
 def _load_file(job):
     """Worker: load every rank of one file (top level so it pickles)."""
     path, index, marker = job
-    return [load_rank(src, doc, index + k, marker) for k, (src, doc) in enumerate(read_documents([path]))]
+    return [_rank_from(src, data, index + k, marker)
+            for k, (src, data) in enumerate(read_documents([path], raw=True))]
 
 
 def _workers(files, workers):
@@ -82,8 +113,8 @@ def _load_files(files, marker, workers, progress):
     if workers <= 1:
         ranks, index = [], 0
         for path in files:
-            for src, doc in read_documents([path]):
-                ranks.append(load_rank(src, doc, index, marker))
+            for src, data in read_documents([path], raw=True):
+                ranks.append(_rank_from(src, data, index, marker))
                 index += 1
                 progress.step(note=os.path.basename(src))
         return ranks

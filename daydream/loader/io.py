@@ -26,7 +26,7 @@ try:  # optional fast JSON parser
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
-__all__ = ["read_documents", "expand_paths", "is_archive", "TRACE_SUFFIXES"]
+__all__ = ["read_documents", "decode_document", "inflate", "expand_paths", "is_archive", "TRACE_SUFFIXES"]
 
 #: File name endings recognised as traces inside directories and archives.
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -72,16 +72,33 @@ def _parse_json(name: str, raw: bytes):
             pass
     try:
         return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceError(name, f"not JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limit, nesting
+        raise TraceError(name, f"not JSON ({_one_line(exc)})") from None
 
 
-def _decode(name: str, raw: bytes) -> dict:
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line, shortened (CLI errors are one line)."""
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    return msg if len(msg) <= limit else msg[:limit] + "..."
+
+
+def inflate(name: str, raw: bytes) -> bytes:
+    """The JSON bytes of a file's contents: gzip decompressed where it is gzip."""
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
         except (EOFError, OSError, zlib.error) as exc:
-            raise TraceError(name, f"truncated or corrupt gzip ({exc})") from None
+            raise TraceError(name, f"truncated or corrupt gzip ({_one_line(exc)})") from None
+    return raw
+
+
+def decode_document(name: str, raw: bytes) -> dict:
+    """A file's contents (gzip or plain JSON) to its trace document (``traceEvents`` checked)."""
+    return _decode(name, raw)
+
+
+def _decode(name: str, raw: bytes) -> dict:
+    raw = inflate(name, raw)
     if not raw.strip():
         raise TraceError(name, "empty file")
     doc = _parse_json(name, raw)
@@ -92,7 +109,7 @@ def _decode(name: str, raw: bytes) -> dict:
     return doc
 
 
-def _read_archive(path: str) -> Iterator[tuple[str, dict]]:
+def _read_archive(path: str, raw: bool = False) -> Iterator[tuple[str, dict]]:
     try:
         with tarfile.open(path) as tar:
             members = sorted(
@@ -103,26 +120,31 @@ def _read_archive(path: str) -> Iterator[tuple[str, dict]]:
                 raise TraceError(path, "archive holds no .json or .json.gz traces")
             for m in members:
                 name = f"{path}:{m.name}"
-                yield name, _decode(name, tar.extractfile(m).read())
+                data = tar.extractfile(m).read()
+                yield name, (data if raw else _decode(name, data))
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-        raise TraceError(path, f"truncated or corrupt archive ({exc})") from None
+        raise TraceError(path, f"truncated or corrupt archive ({_one_line(exc)})") from None
 
 
-def read_documents(paths) -> Iterator[tuple[str, dict]]:
+def read_documents(paths, raw: bool = False) -> Iterator[tuple[str, dict]]:
     """Yield ``(name, document)`` for every trace in ``paths``.
 
     Parameters
     ----------
     paths : iterable of str or os.PathLike
         Files (``.json``, ``.json.gz``), directories of them, or tar archives.
+    raw : bool
+        Yield each trace's file contents (bytes, possibly gzip) instead of the
+        parsed document (:func:`decode_document` parses them); used by the
+        fast loader (:mod:`daydream.loader.fast`).
     """
     for path in expand_paths(paths):
         if is_archive(path):
-            yield from _read_archive(path)
+            yield from _read_archive(path, raw)
             continue
         try:
             with open(path, "rb") as f:
-                raw = f.read()
+                data = f.read()
         except OSError as exc:
             raise TraceError(path, f"cannot read ({exc.strerror})") from None
-        yield path, _decode(path, raw)
+        yield path, (data if raw else _decode(path, data))

@@ -7,6 +7,7 @@ nanoseconds here and nowhere else.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 
@@ -16,7 +17,15 @@ from ..errors import TraceError
 from ..model import EVENT_COLUMNS, EventKind, Lane, LaneKind, StringTable
 from .shapes import op_flops, op_signature
 
-__all__ = ["CATEGORY_KINDS", "SYNC_CALLS", "parse_events", "ParsedEvents", "us_to_ns", "input_bytes"]
+__all__ = ["CATEGORY_KINDS", "SYNC_CALLS", "parse_events", "ParsedEvents", "us_to_ns", "input_bytes",
+           "MAX_TIME_NS", "MAX_COUNT"]
+
+#: Largest timestamp or duration accepted (about 146 years of nanoseconds): start + duration
+#: still fits int64.  Events beyond it (or non-finite) are dropped and counted.
+MAX_TIME_NS = 2**62
+#: Largest id, byte or FLOP count kept from an event's args; larger (or negative counts)
+#: are treated as absent, so sums over a trace stay within int64.
+MAX_COUNT = 2**53
 
 #: Chrome-trace category to event kind (both Kineto schemas).
 CATEGORY_KINDS: dict[str, EventKind] = {
@@ -57,21 +66,35 @@ def us_to_ns(ts) -> int:
 
     >>> us_to_ns(1.5), us_to_ns(4458676522690.655)
     (1500, 4458676522690655)
+
+    Raises
+    ------
+    ValueError
+        Not a number (booleans included), not finite, or beyond :data:`MAX_TIME_NS`.
     """
+    if isinstance(ts, bool):
+        raise ValueError("boolean time")
     if isinstance(ts, int):
-        return ts * 1000
-    ts = float(ts)
-    whole = int(ts)                 # split so the fraction keeps its digits (exact subtraction)
-    return whole * 1000 + int(round((ts - whole) * 1000.0))
+        ns = ts * 1000
+    else:
+        ts = float(ts)
+        if not math.isfinite(ts) or abs(ts) > MAX_TIME_NS / 1000:
+            raise ValueError(f"time out of range: {ts}")
+        whole = int(ts)                 # split so the fraction keeps its digits (exact subtraction)
+        ns = whole * 1000 + int(round((ts - whole) * 1000.0))
+    if abs(ns) > MAX_TIME_NS:
+        raise ValueError(f"time out of range: {ts}")
+    return ns
 
 
 def _as_int(v, default=-1) -> int:
-    if v is None:
+    if v is None or isinstance(v, bool):
         return default
     try:
-        return int(v)
-    except (TypeError, ValueError):
+        out = int(v)
+    except (TypeError, ValueError, OverflowError):
         return default
+    return out if -MAX_COUNT <= out <= MAX_COUNT else default
 
 
 #: Bytes per element of the dtype names Kineto writes in "Input type".
@@ -98,7 +121,7 @@ def input_bytes(args: dict) -> int:
         for x in d:
             n *= x
         total += n * size
-    return total
+    return total if 0 <= total <= MAX_COUNT else 0
 
 
 def _collective_bytes(args: dict) -> int:
@@ -178,6 +201,7 @@ def _gpu_lane(p: ParsedEvents, e: dict, args: dict) -> int:
 
 
 def _cpu_lane(p: ParsedEvents, e: dict, thread_names: dict) -> int:
+    """CPU lane of an event; TypeError if its pid/tid is not a number or string."""
     raw = (e.get("pid"), e.get("tid"))
     lane = p.cpu_lane_cache.get(raw)    # same ids -> same lane: skip normalising per event
     if lane is None:
@@ -189,6 +213,11 @@ def _new_cpu_lane(p: ParsedEvents, raw: tuple, thread_names: dict) -> int:
     pid, tid = _norm_id(raw[0]), _norm_id(raw[1])
     label = thread_names.get((pid, tid)) or f"thread {tid}"
     return p.lane(LaneKind.CPU_THREAD, pid, tid, label=label)
+
+
+def _scalar_ids(e: dict) -> bool:
+    return all(v is None or (isinstance(v, (int, str)) and not isinstance(v, bool))
+               for v in (e.get("pid"), e.get("tid")))
 
 
 def _add_complete(p: ParsedEvents, e: dict, cat: str, source: str, thread_names: dict) -> None:
@@ -205,11 +234,15 @@ def _add_complete(p: ParsedEvents, e: dict, cat: str, source: str, thread_names:
     except (KeyError, TypeError, ValueError):
         p.repairs["events without a valid ts/dur (dropped)"] += 1
         return
+    if not _scalar_ids(e):
+        p.repairs["events whose pid/tid is not a number or string (dropped)"] += 1
+        return
     if dur < 0:
         p.repairs["negative durations (set to 0)"] += 1
         dur = 0
     args = e.get("args") or {}
     if not isinstance(args, dict):
+        p.repairs["events whose args is not an object (args ignored)"] += 1
         args = {}
     corr = _as_int(args.get("correlation"))
     flops = 0
@@ -229,6 +262,10 @@ def _add_complete(p: ParsedEvents, e: dict, cat: str, source: str, thread_names:
         elif kind == EventKind.CPU_OP:
             nbytes = input_bytes(args)
             flops = op_flops(name, args)
+    if not (0 <= nbytes <= MAX_COUNT and 0 <= flops <= MAX_COUNT):
+        p.repairs["negative or implausible byte/FLOP counts (set to 0)"] += 1
+        nbytes = nbytes if 0 <= nbytes <= MAX_COUNT else 0
+        flops = flops if 0 <= flops <= MAX_COUNT else 0
     sig = p.sigs.intern(op_signature(name, args)) if flops else -1
     p.add(kind, name, lane, start, dur, corr, ext, nbytes, _as_int(args.get("Sequence number")), flops, sig)
 
@@ -241,12 +278,15 @@ def parse_events(source: str, doc: dict) -> ParsedEvents:
     TraceError
         If the document holds no events daydream understands.
     """
-    events = doc["traceEvents"]
+    events = doc.get("traceEvents") if isinstance(doc, dict) else None
+    if not isinstance(events, list):
+        raise TraceError(source, "not a Chrome/Kineto trace (no 'traceEvents' list)")
     p = ParsedEvents()
     thread_names = {}
     for e in events:
-        if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "thread_name":
-            name = (e.get("args") or {}).get("name")
+        if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "thread_name" and _scalar_ids(e):
+            args = e.get("args")
+            name = args.get("name") if isinstance(args, dict) else None
             if isinstance(name, str):
                 thread_names[(_norm_id(e.get("pid")), _norm_id(e.get("tid")))] = name
     for e in events:
@@ -262,7 +302,7 @@ def parse_events(source: str, doc: dict) -> ParsedEvents:
             try:
                 p.fwdbwd.setdefault(int(e["id"]), []).append(
                     (ph, us_to_ns(e["ts"]), _cpu_lane(p, e, thread_names)))
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, OverflowError):
                 p.repairs["malformed fwdbwd flows (dropped)"] += 1
     if not p.rows["kind"]:
         raise TraceError(source, "empty trace: no CPU ops, runtime calls or kernels")
