@@ -1,0 +1,153 @@
+"""The bundled MLP trained with pipeline parallelism on 2+ processes (torch.distributed.pipelining, gloo).
+
+``python -m daydream.workloads.pipeline --schedule gpipe --microbatches 4``
+starts ``--nproc`` processes itself (or joins the group that ``torchrun``
+set up), splits :class:`daydream.workloads.mlp.MLP` into one stage per
+process (``--split``: hidden blocks of stage 0, the rest evenly; the head on
+the last stage), and trains with ``ScheduleGPipe``, ``Schedule1F1B`` or a
+schedule read from a CSV of per-rank actions (``--schedule csv --csv FILE``,
+run by ``_PipelineScheduleRuntime``, as :func:`optimizations._schedules.to_csv`
+writes).  Each rank has the same synthetic data loader (rank 0 feeds the
+inputs, the last rank the targets).  Rank 0 prints one JSON line with the
+per-step times: ``{"schedule": ..., "step_ms": [...], "mean_ms": ...}``
+(mean over the steps after ``--warmup``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["main", "stage_modules", "parse_args"]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m daydream.workloads.pipeline", description=__doc__.split("\n")[0])
+    p.add_argument("--schedule", choices=("gpipe", "1f1b", "csv"), default="gpipe")
+    p.add_argument("--csv", help="per-rank action list (with --schedule csv)")
+    p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--nproc", type=int, default=2, help="processes (= stages) to start when not under torchrun")
+    p.add_argument("--split", type=int, default=0, help="hidden blocks on stage 0 (0: even split)")
+    p.add_argument("--in-features", type=int, default=512)
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--dataset-batches", type=int, default=8)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=3, help="steps left out of the mean")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def stage_modules(args, world: int) -> list:
+    """The MLP of ``daydream.workloads.mlp`` cut into ``world`` sequential stages."""
+    from .mlp import MLP
+
+    torch.manual_seed(args.seed)
+    model = MLP(args.in_features, args.hidden, args.layers, args.classes)
+    blocks = list(model.blocks)
+    first = args.split or max(1, round(len(blocks) / world))
+    rest = blocks[first:]
+    if world > 1 and len(rest) < world - 2:
+        raise SystemExit(f"pipeline: {len(blocks)} blocks cannot fill {world} stages")
+    cuts = [blocks[:first]]
+    per = len(rest) / max(world - 1, 1)
+    for s in range(world - 1):
+        cuts.append(rest[round(s * per): round((s + 1) * per)])
+    cuts[-1] = cuts[-1] + [model.head]
+    return [nn.Sequential(*c) for c in cuts]
+
+
+def _loss(out, y):
+    return F.cross_entropy(out, y)
+
+
+def _make_schedule(args, stage, world):
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+    if args.schedule == "gpipe":
+        return ScheduleGPipe(stage, args.microbatches, loss_fn=_loss)
+    if args.schedule == "1f1b":
+        return Schedule1F1B(stage, args.microbatches, loss_fn=_loss)
+    if not args.csv:
+        raise SystemExit("pipeline: --schedule csv needs --csv FILE")
+    sched = _PipelineScheduleRuntime([stage], args.microbatches, loss_fn=_loss)
+    sched._load_csv(args.csv)
+    return sched
+
+
+def _worker(rank: int, world: int, args) -> None:
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+
+    torch.set_num_threads(args.threads)
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    mods = stage_modules(args, world)
+    sub = mods[rank]
+    stage = PipelineStage(sub, rank, world, torch.device("cpu"))
+    sched = _make_schedule(args, stage, world)
+    opt = torch.optim.SGD(sub.parameters(), lr=args.lr, momentum=args.momentum)
+    g = torch.Generator().manual_seed(args.seed)
+    n = args.batch_size * args.dataset_batches
+    xs, ys = torch.randn(n, args.in_features, generator=g), torch.randint(0, args.classes, (n,), generator=g)
+    times = []
+    t0 = time.perf_counter()
+    for step in range(args.steps):
+        i = (step % args.dataset_batches) * args.batch_size
+        x, y = xs[i:i + args.batch_size], ys[i:i + args.batch_size]
+        opt.zero_grad(set_to_none=True)
+        if rank == 0:
+            sched.step(x)
+        elif rank == world - 1:
+            sched.step(target=y, losses=[])
+        else:
+            sched.step()
+        opt.step()
+        now = time.perf_counter()
+        times.append((now - t0) * 1e3)
+        t0 = now
+    tail = times[args.warmup:] or times
+    if rank == 0:
+        print(json.dumps({"schedule": args.schedule, "microbatches": args.microbatches, "world": world,
+                          "step_ms": [round(t, 4) for t in times], "mean_ms": statistics.fmean(tail)}), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawned(rank, world, args, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    _worker(rank, world, args)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
+        _worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
+        return
+    import torch.multiprocessing as mp
+
+    mp.spawn(_spawned, args=(args.nproc, args, _free_port()), nprocs=args.nproc, join=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,207 @@
+"""``pipeline`` what-if: schedules, partitioner, stage graph (exact times), bad input, a real trace."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daydream.device import Curve, DeviceProfile
+from daydream.graph.graph import DependencyGraph
+from daydream.model import EventKind, Lane, LaneKind, Phase
+from daydream.optimizations import WhatIfContext, get
+from daydream.optimizations import _schedules as sch
+from daydream.optimizations._pipegraph import StageCosts, build_graph, partition
+from daydream.optimizations.base import OptionError
+from daydream.optimizations.pipeline import bubble_fraction
+from daydream.sim import simulate
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def device(bw=None, lat=0.0):
+    """Flat curves, no per-op overhead: scaling to a micro-batch divides every duration by M."""
+    return DeviceProfile("test", "cpu", {"float32": Curve.flat(1e9)}, {"float32": Curve.flat(1e9)}, 0,
+                         collective={"gloo": (bw, lat)} if bw else {})
+
+
+def costs(S, f, b, send=0, pre=0.0, opt=0.0):
+    return StageCosts(fwd_ns=(f,) * S, bwd_ns=(b,) * S, send_bytes=(send,) * S, param_bytes=(0,) * S,
+                      stash_bytes=(0,) * S, optimizer_ns=(opt,) * S, pre_ns=pre)
+
+
+def iteration_ns(pg) -> float:
+    return simulate(pg.graph).mean_iteration_ns()[1]
+
+
+# ------------------------------------------------------------------ schedules
+def test_1f1b_order_matches_torch_schedule1f1b():
+    assert [" ".join(map(str, r)) for r in sch.one_f_one_b(3, 4)] == [
+        "0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3",
+        "1F0 1F1 1B0 1F2 1B1 1F3 1B2 1B3",
+        "2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3"]
+
+
+def test_interleaved_megatron_order():
+    r0, r1 = sch.interleaved(2, 4, 2)
+    assert " ".join(map(str, r0)) == "0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3"
+    assert " ".join(map(str, r1)) == "1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3"
+    sch.validate([r0, r1], 4, 4)
+
+
+@pytest.mark.parametrize("S,M", [(1, 1), (2, 3), (4, 8)])
+def test_every_schedule_is_valid_and_csv_round_trips(S, M):
+    for acts in (sch.gpipe(S, M), sch.one_f_one_b(S, M) if M >= S else sch.gpipe(S, M)):
+        sch.validate(acts, S, M)
+        assert sch.from_csv(sch.to_csv(acts)) == acts
+
+
+def test_in_flight_activations():
+    assert [sch.in_flight(sch.gpipe(3, 5), s) for s in range(3)] == [5, 5, 5]
+    assert [sch.in_flight(sch.one_f_one_b(3, 5), s) for s in range(3)] == [3, 2, 1]
+
+
+@pytest.mark.parametrize("call,msg", [
+    (lambda: sch.one_f_one_b(4, 2), "at least as many micro-batches as stages"),
+    (lambda: sch.interleaved(2, 3, 2), "multiple of"),
+    (lambda: sch.gpipe(0, 2), "at least 1"),
+    (lambda: sch.validate([[sch.Action.parse("0F0")]], 1, 1), "0B0 appears 0 times"),
+    (lambda: sch.validate([[sch.Action.parse("0F0"), sch.Action.parse("0B0")], [sch.Action.parse("0F0")]], 1, 1),
+     "stage 0 appears on ranks 0 and 1"),
+    (lambda: sch.Action.parse("0X1"), "bad action"),
+])
+def test_bad_schedules_refused(call, msg):
+    with pytest.raises(sch.ScheduleError, match=msg):
+        call()
+
+
+# ---------------------------------------------------------------- partitioner
+def test_partition_balances_and_respects_comm():
+    assert partition([4, 1, 1, 1, 1], [0] * 5, 2) == [0, 1]
+    assert partition([1, 1, 1, 1], [0, 0, 0, 0], 4) == [0, 1, 2, 3]
+    # cutting after unit 0 or 1 would send 10 ns over the link: cut after unit 2 instead (3 | 1)
+    assert partition([1, 1, 1, 1], [10, 10, 0, 0], 2) == [0, 3]
+    with pytest.raises(sch.ScheduleError, match="3 stages but the model has only 2 layers"):
+        partition([1, 1], [0, 0], 3)
+
+
+# ------------------------------------------------- stage graph: exact times
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("S,M", [(2, 2), (2, 4), (3, 6), (4, 8), (4, 5)])
+def test_bubble_is_analytic_with_equal_stages_and_free_comm(name, S, M):
+    f, b = 10, 20
+    pg = build_graph(costs(S, f, b), sch.make_schedule(name, S, M), 3, device(), True, M)
+    assert iteration_ns(pg) == (M + S - 1) * (f + b)
+    assert bubble_fraction(simulate(pg.graph)) == pytest.approx((S - 1) / M, abs=1e-12)
+
+
+def test_interleaved_bubble_shrinks_by_virtual_stages():
+    S, M, V, f, b = 2, 4, 2, 10, 20
+    pg = build_graph(costs(S * V, f, b), sch.interleaved(S, M, V), 3, device(), True, M)
+    assert iteration_ns(pg) == M * V * (f + b) + (S - 1) * (f + b)
+    assert bubble_fraction(simulate(pg.graph)) == pytest.approx((S - 1) / (M * V))
+
+
+def test_2bw_has_no_bubble_in_steady_state():
+    S, M = 3, 4
+    pg = build_graph(costs(S, 10, 20), sch.two_bw(S, M, 5), 5, device(), False, M)
+    assert iteration_ns(pg) == M * 30
+    assert bubble_fraction(simulate(pg.graph)) == 0.0
+
+
+def test_transfer_and_per_iteration_work_exact():
+    # 2 stages, 1 micro-batch: F0 | send | F1 B1 | send | B0, then the optimizer step;
+    # send = 1000 bytes / 1e9 B/s + 50 ns = 1050 ns; input 7 ns on each rank before the schedule
+    pg = build_graph(costs(2, 100, 200, send=1000, pre=7, opt=11), sch.gpipe(2, 1), 3, device(1e9, 50), True, 1)
+    assert iteration_ns(pg) == 7 + 100 + 1050 + 100 + 200 + 1050 + 200 + 11
+
+
+# ------------------------------------------------------- the what-if itself
+def layered_graph(n_layers=4, f=40, b=80, iterations=3, opt=0):
+    """One CPU lane; each iteration: marker, F of each layer, B of each layer reversed, optimizer."""
+    g = DependencyGraph()
+    lane = g.add_lane(Lane(0, LaneKind.CPU_THREAD, 1, 1))
+    g.markers[0] = []
+    names = [f"net.{i}" for i in range(n_layers)]
+
+    def task(dur, phase, it, layer=None, kind=EventKind.CPU_OP):
+        # bytes: a CPU op with neither FLOPs nor bytes is overhead that batch scaling keeps
+        (t,) = g.add_tasks(lane=[lane], kind=[kind], name=[g.names.intern(layer or "x")], dur_ns=[dur], bytes=[64],
+                           phase=[int(phase)], iteration=[it], layer=[g.layers.intern(layer) if layer else -1])
+        g.lane_tasks[lane].append(int(t))
+        return int(t)
+
+    for it in range(iterations):
+        g.markers[0].append(task(0, Phase.OTHER, it, kind=EventKind.MARKER))
+        for n in names:
+            task(f, Phase.FORWARD, it, n)
+        for n in reversed(names):
+            task(b, Phase.BACKWARD, it, n)
+        if opt:
+            task(opt, Phase.OPTIMIZER, it, "Optimizer.step#SGD.step")
+    g.markers[0].append(task(0, Phase.OTHER, iterations, kind=EventKind.MARKER))
+    g.measured_boundaries_ns[0] = np.zeros(iterations + 1, np.int64)
+    return g
+
+
+def whatif(spec, g, dev=None):
+    ctx = WhatIfContext(graph=g, trace=None, device=dev or device())
+    get(spec).apply(ctx)
+    return ctx, simulate(ctx.graph).mean_iteration_ns()[1]
+
+
+def test_one_stage_one_microbatch_reproduces_the_baseline():
+    g = layered_graph(opt=30)
+    base = simulate(g).mean_iteration_ns()[1]
+    _, pred = whatif("pipeline:stages=1,microbatches=1,schedule=gpipe", g)
+    assert pred == base == 4 * 120 + 30
+
+
+def test_two_stages_exact_prediction_and_metrics():
+    # per micro-batch (M=2): F 20, B 40 per layer; 2 layers per stage -> f=40, b=80 per stage
+    ctx, pred = whatif("pipeline:stages=2,microbatches=2,schedule=1f1b", layered_graph(opt=30))
+    assert pred == (2 + 1) * 120 + 15          # (M+S-1)(f+b) + the rank's half of the step
+    m = ctx.metrics
+    assert m["partition"] == "net.0..net.1 | net.2..net.3"
+    assert (m["stage0_forward_ms"], m["stage1_backward_ms"]) == (40e-6, 80e-6)
+    assert m["bubble_fraction"] == pytest.approx(0.5)
+
+
+def test_partition_given_by_layer_name_and_counts():
+    ctx, _ = whatif("pipeline:stages=2,microbatches=2,schedule=gpipe,partition=net.3", layered_graph())
+    assert ctx.metrics["partition"] == "net.0..net.2 | net.3"
+    ctx, _ = whatif("pipeline:stages=2,microbatches=2,schedule=gpipe,partition=1:3", layered_graph())
+    assert ctx.metrics["partition"] == "net.0 | net.1..net.3"
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("pipeline:stages=5,microbatches=8", "5 stages but the model has only 4 layers"),
+    ("pipeline:stages=3,microbatches=2,schedule=1f1b", "at least as many micro-batches as stages"),
+    ("pipeline:stages=2,virtual=2,schedule=gpipe", "needs schedule=interleaved"),
+    ("pipeline:stages=2,partition=1:1", "2 positive layer counts summing to 4"),
+    ("pipeline:stages=2,partition=nope", "no layer named 'nope'"),
+    ("pipeline:stages=0", "must be at least 1"),
+])
+def test_impossible_configurations_refused(spec, msg):
+    with pytest.raises(OptionError, match=msg):
+        whatif(spec, layered_graph())
+
+
+def test_bad_schedule_name_refused():
+    with pytest.raises(OptionError, match="schedule must be one of"):
+        get("pipeline:schedule=zigzag")
+
+
+def test_real_trace_predicts_and_reports_memory(profile):
+    from daydream.whatif import predict
+
+    trace = REPO / "traces" / "mlp.trace.json.gz"
+    one, _ = predict(trace, ["pipeline:stages=1,microbatches=1,schedule=gpipe"], device=profile)
+    assert one.predicted_ms == pytest.approx(one.baseline_ms, abs=1e-5)   # stage times round to whole ns
+    rep, res = predict(trace, ["pipeline:stages=2,microbatches=4,schedule=gpipe"], device=profile)
+    m = rep.metrics
+    assert 0 < m["bubble_fraction"] < 1
+    assert m["rank0_memory_bytes"] > m["rank0_weights_bytes"] > 0
+    assert m["rank0_activations_bytes"] > 0
+    r1f1b, _ = predict(trace, ["pipeline:stages=2,microbatches=4,schedule=1f1b"], device=profile)
+    assert r1f1b.metrics["rank0_activations_bytes"] < m["rank0_activations_bytes"]   # 2 vs 4 in flight
