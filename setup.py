@@ -84,6 +84,33 @@ def simcore_extensions():
 # ---- END daydream._simcore -------------------------------------------------------------
 
 
+# ---- BEGIN daydream._kineto (owner: performance/issue 6, loader fast path) ---------------
+# The compiled Kineto JSON scanner: pure C++17 + pybind11, always optional.  Without it the
+# loader parses with orjson/json (daydream/loader/kineto.py), same results, slower.
+# DAYDREAM_NO_KINETO_EXT=1 skips it.
+def kineto_extensions():
+    """The ``daydream._kineto`` extension, or nothing when pybind11 is missing or opted out."""
+    if os.environ.get("DAYDREAM_NO_KINETO_EXT", "") not in ("", "0"):
+        _log("not building the Kineto scanner: DAYDREAM_NO_KINETO_EXT is set")
+        return []
+    try:
+        import pybind11
+    except ImportError:
+        _log("not building the Kineto scanner: pybind11 is not installed (Python loader used)")
+        return []
+    return [
+        Extension(
+            "daydream._kineto",
+            sources=["daydream/loader/_kineto.cpp"],
+            include_dirs=[pybind11.get_include()],
+            language="c++",
+            extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden", "-Wall"],
+            optional=True,
+        )
+    ]
+# ---- END daydream._kineto --------------------------------------------------------------
+
+
 def daydream_packages():
     """``daydream`` and its subpackages, plus ``optimizations/`` as ``daydream.optimizations``.
 
@@ -99,4 +126,4 @@ def daydream_packages():
     return packages
 
 
-setup(packages=daydream_packages(), ext_modules=cupti_extensions() + simcore_extensions())
+setup(packages=daydream_packages(), ext_modules=cupti_extensions() + simcore_extensions() + kineto_extensions())
