@@ -349,7 +349,9 @@ def _fifo_launches(g, src, dst, starts_now, repairs):
 
     A GPU task placed on its stream before a task launched earlier contradicts
     FIFO streams (clocks out of step, edited timestamps) and can deadlock a
-    stream synchronization; its launch edge is dropped and counted.
+    stream synchronization.  The launch edges of the fewest tasks that make
+    launch order agree with stream order (outside the longest non-decreasing
+    run of launch times) are dropped and counted.
     """
     if not src:
         return src, dst
@@ -366,9 +368,11 @@ def _fifo_launches(g, src, dst, starts_now, repairs):
         seq = np.asarray(g.lane_tasks[gl], np.int64)
         seq = seq[launched[seq]]
         enq = when[seq]
-        later_min = np.minimum.accumulate(enq[::-1])[::-1]   # earliest launch from here on
-        out = np.zeros(len(seq), bool)
-        out[:-1] = enq[:-1] > later_min[1:]
+        if len(enq) < 2 or (np.diff(enq) >= 0).all():
+            continue
+        keep = _longest_nondecreasing(enq.tolist())
+        out = np.ones(len(seq), bool)
+        out[keep] = False
         bad.extend(seq[out].tolist())
     if not bad:
         return src, dst
@@ -376,6 +380,31 @@ def _fifo_launches(g, src, dst, starts_now, repairs):
     repairs["GPU tasks out of launch order on their stream (launch edge dropped)"] += len(bad)
     keep = [k for k, d in enumerate(dst) if d not in bad]
     return [src[k] for k in keep], [dst[k] for k in keep]
+
+
+def _longest_nondecreasing(xs: list) -> list:
+    """Indices of a longest non-decreasing subsequence of ``xs`` (patience sorting, n log n).
+
+    >>> _longest_nondecreasing([1, 5, 2, 3, 0, 4])
+    [0, 2, 3, 5]
+    """
+    import bisect
+
+    tails, tail_idx, prev = [], [], [-1] * len(xs)
+    for i, x in enumerate(xs):
+        k = bisect.bisect_right(tails, x)
+        if k == len(tails):
+            tails.append(x)
+            tail_idx.append(i)
+        else:
+            tails[k] = x
+            tail_idx[k] = i
+        prev[i] = tail_idx[k - 1] if k else -1
+    out, i = [], tail_idx[-1] if tail_idx else -1
+    while i >= 0:
+        out.append(i)
+        i = prev[i]
+    return out[::-1]
 
 
 def _leaf_within(g, gl, t_rel, starts_now):

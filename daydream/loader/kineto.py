@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import TraceError
 from ..model import EVENT_COLUMNS, EventKind, Lane, LaneKind, StringTable
-from .shapes import op_flops, op_signature
+from .shapes import clip_count, op_flops, op_signature
 
 __all__ = ["CATEGORY_KINDS", "SYNC_CALLS", "parse_events", "ParsedEvents", "us_to_ns", "input_bytes",
            "MAX_TIME_NS", "MAX_COUNT"]
@@ -121,7 +121,7 @@ def input_bytes(args: dict) -> int:
         for x in d:
             n *= x
         total += n * size
-    return total if 0 <= total <= MAX_COUNT else 0
+    return clip_count(total)
 
 
 def _collective_bytes(args: dict) -> int:

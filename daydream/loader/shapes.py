@@ -9,7 +9,24 @@ from __future__ import annotations
 import ast
 import math
 
-__all__ = ["op_flops", "op_signature", "COMPUTE_OPS"]
+__all__ = ["op_flops", "op_signature", "COMPUTE_OPS", "clip_count"]
+
+#: Counts are clipped into ``[-1, COUNT_CLIP]`` so that int64 columns hold them; the
+#: loader then treats negative or implausibly large ones as absent (and counts that).
+COUNT_CLIP = 2**62
+
+
+def clip_count(n: int) -> int:
+    """``n`` clipped into ``[-1, COUNT_CLIP]`` (out-of-range shapes from a damaged trace).
+
+    >>> clip_count(2**70), clip_count(-5), clip_count(7)
+    (4611686018427387904, -1, 7)
+    """
+    try:
+        n = int(n)
+    except (TypeError, ValueError, OverflowError):   # NaN, infinity, not a number
+        return -1
+    return -1 if n < 0 else min(n, COUNT_CLIP)
 
 #: Ops whose cost is dominated by arithmetic (matmul family, convolutions).
 COMPUTE_OPS = frozenset({
@@ -49,7 +66,7 @@ def _conv_flops(dims, concrete):
 
 
 def op_flops(name: str, args: dict) -> int:
-    """FLOPs of one op (0 when unknown or not compute bound).
+    """FLOPs of one op (0 when unknown or not compute bound; clipped by :func:`clip_count`).
 
     >>> op_flops("aten::addmm", {"Input Dims": [[512], [64, 256], [256, 512]]})
     16777216
@@ -57,9 +74,13 @@ def op_flops(name: str, args: dict) -> int:
     ...          "Concrete Inputs": ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]"]})
     7077888
     """
+    return clip_count(_op_flops(name, args))
+
+
+def _op_flops(name: str, args: dict) -> int:
     f = args.get("flops")
-    if isinstance(f, (int, float)) and f > 0:
-        return int(f)
+    if isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0:
+        return f        # clipped by op_flops (infinity included)
     if name not in COMPUTE_OPS:
         return 0
     dims = args.get("Input Dims")
