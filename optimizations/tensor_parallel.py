@@ -47,7 +47,7 @@ import re
 import numpy as np
 
 from daydream.cost import elementwise_ns
-from daydream.model import Phase
+from daydream.model import EventKind, Phase
 from daydream.primitives import insert
 
 from ._common import OPTIMIZER_STEP_RE, module_table
@@ -91,6 +91,8 @@ class TensorParallel(Optimization):
     params = (Param("degree", 2, "tensor-parallel ranks T", int),
               Param("backend", "auto", "collective figures to use: auto, gloo, nccl", str, ("auto", "gloo", "nccl")),
               Param("layers", "", "regex of module paths that may be split (default: every Linear)", str),
+              Param("api", "torch", "host overhead of the TP implementation: torch (DTensor, measured on this "
+                    "machine) or megatron (plain tensors, none)", str, ("torch", "megatron")),
               Param("heads", 0, "attention heads per layer, to refuse degrees that do not divide them "
                     "(0: from the trace's attention shapes when recorded)", int))
     assumptions = __doc__
@@ -113,6 +115,8 @@ class TensorParallel(Optimization):
         self._scale_split(ctx, split, flops, nbytes)
         pbytes = self._scale_optimizer(ctx, table, split, nbytes)
         n, ar_bytes, ar_ns, iters = self._insert_allreduces(ctx, pairs, table)
+        if self.api == "torch":
+            self._insert_api_overhead(ctx, pairs)
         ctx.metrics["param_bytes_per_rank"] = int(pbytes)
         ctx.metrics["allreduce_bytes_per_iteration"] = int(ar_bytes / iters)
         ctx.metrics["allreduce_ms_per_iteration"] = ar_ns / iters / 1e6
@@ -187,6 +191,32 @@ class TensorParallel(Optimization):
         rank_iterations = len({(int(g.tasks["rank"][x[0]]), x[4]) for x in todo})
         return len(todo), sum(x[5] for x in todo), sum(x[1] for x in todo), max(1, rank_iterations)
 
+    # ------------------------------------------------------- API overhead
+    def _insert_api_overhead(self, ctx, pairs) -> None:
+        """Host time of torch's TP API (DTensor) per pair: before the column linear's forward,
+        after its backward, on the CPU thread that runs them."""
+        cost = api_overhead_ns(ctx.device.threads or 1)
+        if cost is None:
+            ctx.note("tensor-parallel: torch's TP API overhead could not be measured here; not modelled")
+            return
+        g = ctx.graph
+        T = g.tasks
+        cpu = T["kind"] == EventKind.CPU_OP
+        pos = lane_position(g)
+        todo = []
+        for col, _ in pairs:
+            for phase, key, where in ((Phase.FORWARD, "forward_ns", "before"), (Phase.BACKWARD, "backward_ns", "after")):
+                m = cpu & (T["phase"] == phase) & (T["layer"] == g.layers.get(col))
+                for rank, it in _rank_iterations(T, m):
+                    tasks = np.flatnonzero(m & (T["rank"] == rank) & (T["iteration"] == it))
+                    anchor = tasks[np.argmin(pos[tasks])] if where == "before" else tasks[np.argmax(pos[tasks])]
+                    todo.append((int(anchor), where, int(cost[key]), phase, col, it))
+        for anchor, where, dur, phase, col, it in todo:
+            insert(g, int(g.tasks["lane"][anchor]), dur_ns=dur, name=f"DTensor dispatch ({phase.label})",
+                   phase=phase, layer=col, iteration=it, **{where: anchor})
+        ctx.note(f"tensor-parallel: torch TP API (DTensor) host overhead per pair, measured here: "
+                 f"{cost['forward_ns'] / 1e3:.0f} us forward, {cost['backward_ns'] / 1e3:.0f} us backward")
+
     # ---------------------------------------------------------- optimizer
     def _scale_optimizer(self, ctx, table, split, nbytes) -> int:
         """Optimizer memory traffic scales with the parameter bytes left on a rank; returns them."""
@@ -202,6 +232,50 @@ class TensorParallel(Optimization):
             opt = [t for t in opt.tolist() if T["layer"][t] >= 0 and rx.search(g.layers[int(T["layer"][t])])]
             T["dur_ns"][opt] = np.rint(T["dur_ns"][opt] * (per_rank / total)).astype(np.int64)
         return int(per_rank)
+
+
+def api_overhead_ns(threads: int = 1):
+    """``{"forward_ns", "backward_ns"}`` torch's TP API adds per column/row pair on this machine.
+
+    Measured once per thread count and torch version by
+    :func:`daydream.workloads.tensor_parallel.measure_api_overhead` in a
+    subprocess (it initialises a process group) and cached next to the
+    calibrated profiles; None if it cannot run here.
+    """
+    import os
+    import subprocess
+    import sys
+
+    from daydream.device import default_profile_path
+
+    path = os.path.join(os.path.dirname(default_profile_path("cpu", threads)), f"tp-api-overhead-{threads}t.json")
+    code = ("import json; from daydream.workloads.tensor_parallel import measure_api_overhead as m; "
+            f"print(json.dumps(m({int(threads)})))")
+    try:
+        with open(path) as f:
+            cached = json.load(f)
+        if cached.get("torch") == _torch_version():
+            return cached
+    except (OSError, ValueError):
+        pass
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return None
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    from daydream.fileio import atomic_write_bytes
+
+    atomic_write_bytes(path, json.dumps(out).encode())
+    return out
+
+
+def _torch_version():
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return None
 
 
 def check_divisible(ctx, pairs, degree: int, heads: int = 0) -> None:

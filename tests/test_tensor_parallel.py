@@ -47,6 +47,14 @@ def _graph(maker):
     return t
 
 
+@pytest.fixture(autouse=True)
+def fixed_api_overhead(monkeypatch):
+    """torch's TP API overhead as if measured: 7 us forward, 11 us backward per pair."""
+    import daydream.optimizations.tensor_parallel as tp
+
+    monkeypatch.setattr(tp, "api_overhead_ns", lambda threads=1: {"forward_ns": 7000, "backward_ns": 11000})
+
+
 def _apply(maker, spec, **prof):
     ctx = WhatIfContext(graph=maker.g, trace=_stub_trace(), device=flat_profile(**prof))
     get(spec).apply(ctx)
@@ -55,7 +63,7 @@ def _apply(maker, spec, **prof):
 
 def test_split_work_shrinks_and_two_allreduces_are_added_exactly(maker):
     t = _graph(maker)
-    ctx = _apply(maker, "tensor-parallel:degree=2")
+    ctx = _apply(maker, "tensor-parallel:degree=2,api=megatron")
     d = maker.g.tasks["dur_ns"]
     # flat matmul curve: GEMMs take exactly half; the attention core streams half its bytes
     assert [int(d[t[k]]) for k in ("qkv", "proj", "bproj", "bqkv")] == [500, 250, 500, 1000]
@@ -129,5 +137,21 @@ def test_own_mlp_trace_pairs_consecutive_linears(own_trace):
     from daydream.whatif import predict
 
     rep, _ = predict(own_trace("mlp"), ["tensor-parallel:degree=2"], device=flat_profile())
-    assert "MLP.blocks.0.0|MLP.blocks.1.0" in rep.notes[0] and "head" not in rep.notes[0]
+    note = next(n for n in rep.notes if "pair(s)" in n)
+    assert "MLP.blocks.0.0|MLP.blocks.1.0" in note and "head" not in note
     assert rep.predicted_ms < rep.baseline_ms
+
+
+def test_torch_api_overhead_is_added_around_the_column_linear(maker):
+    _graph(maker)
+    _apply(maker, "tensor-parallel:degree=2,api=megatron")
+    megatron = int(simulate(maker.g).end_ns.max())
+    maker2 = type(maker)()
+    t = _graph(maker2)
+    ctx = _apply(maker2, "tensor-parallel:degree=2,api=torch")
+    assert int(simulate(maker2.g).end_ns.max()) == megatron + 7000 + 11000
+    seq, g = maker2.g.lane_tasks[0], maker2.g
+    names = [g.task_name(i) for i in seq]
+    assert names[names.index("DTensor dispatch (forward)") + 1] == "aten::addmm"
+    assert seq[names.index("DTensor dispatch (backward)") - 1] == t["bqkv"]
+    assert any("measured here" in n for n in ctx.notes)

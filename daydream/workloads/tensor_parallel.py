@@ -32,7 +32,7 @@ from torch import nn
 from .common import Workload, add_common_args, make_loader, make_optimizer, resolve_device, train
 from .transformer import TinyGPT, _loss
 
-__all__ = ["HeadAttention", "build", "parallelize", "main"]
+__all__ = ["HeadAttention", "build", "parallelize", "measure_api_overhead", "main"]
 
 
 class HeadAttention(nn.Module):
@@ -83,6 +83,47 @@ def parallelize(model: nn.Module, world: int, device: torch.device) -> nn.Module
     for block in model.blocks:
         parallelize_module(block, mesh, plan)
     return model
+
+
+def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 5) -> dict:
+    """Host time torch's TP API adds to one column/row pair: forward and backward ns.
+
+    A tiny two-linear MLP (arithmetic negligible) is run plain and split with
+    ``ColwiseParallel``/``RowwiseParallel`` on a one-rank gloo mesh; the
+    difference of the fastest of ``repeats`` timings is DTensor's wrapping,
+    sharding propagation and redistribution bookkeeping.  Initialises a
+    process group: call it in a process of its own.
+    """
+    import time
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    mesh = init_device_mesh("cpu", (1,))
+    plain, split = (nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)) for _ in range(2))
+    parallelize_module(split, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x = torch.randn(4, 8, requires_grad=True)
+
+    def best(fn):
+        out = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out.append((time.perf_counter() - t0) / calls * 1e9)
+        return min(out)
+
+    res = {}
+    for name, m in (("plain", plain), ("split", split)):
+        best(lambda: m(x).sum().backward())          # warm-up (sharding propagation caches)
+        res[name] = (best(lambda: m(x).sum()), best(lambda: m(x).sum().backward()))
+    dist.destroy_process_group()
+    fwd = max(0.0, res["split"][0] - res["plain"][0])
+    both = max(0.0, res["split"][1] - res["plain"][1])
+    return {"forward_ns": fwd, "backward_ns": max(0.0, both - fwd), "torch": torch.__version__, "threads": threads}
 
 
 def prepare(argv=None) -> Workload:
