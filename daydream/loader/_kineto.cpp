@@ -192,11 +192,14 @@ struct Parser {
       i64 v = 0;
       for (size_t k = 0; k < len; ++k) {
         int d = p[k] - '0';
-        if (__builtin_mul_overflow(v, 10, &v) || __builtin_sub_overflow(v, d, &v)) { t.big = true; break; }
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_sub_overflow(v, d, &v)) t.big = true;
       }
       if (!t.big && !neg) {
         if (v == INT64_MIN) t.big = true; else v = -v;
       }
+      // orjson refuses integers beyond 64 bits, and the stdlib those beyond Python's digit limit:
+      // the reference decides what such a document is.
+      if (t.big) fallback("integer beyond 64 bits");
       t.iv = v;
     }
     return t;
