@@ -1,0 +1,246 @@
+"""K copies of the bundled MLP, each split into shards over D processes (Hydra).
+
+Each process is one "device" (gloo, one intra-op thread) holding one shard
+(a contiguous run of the MLP's layers) of every model.  Activations go
+forward and gradients backward with ``torch.distributed`` ``isend``/``irecv``.
+One *round* is a training step of every model: forward through the shards,
+loss on the last, backward in reverse, each shard's SGD step after its
+backward.  Two schedules are measured in alternating rounds:
+
+* ``model-parallel``: one model at a time; each process runs its tasks in
+  model order and waits for a transfer when it needs one;
+* ``shard-parallel``: each process runs, whenever it is free, the ready task
+  of the least advanced model (Hydra's longest-remaining-first for identical
+  models; ties to the lower model index), so that the shards of different
+  models overlap.
+
+The makespan of a round is measured from the earliest process's start
+(after a barrier) to the last process's end; the median over rounds is
+printed as one JSON line.
+
+Examples
+--------
+``python -m daydream.workloads.hydra --models 4 --devices 2 --shard0-layers 4 --threads 1``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
+
+from .mlp import MLP
+
+__all__ = ["SCHEDULES", "units_of", "task_priority", "main"]
+
+SCHEDULES = ("model-parallel", "shard-parallel")
+FORWARD, BACKWARD, STEP, DONE = range(4)
+
+
+def units_of(model: MLP) -> list:
+    """The MLP's layers (leaf modules) in forward order."""
+    return [m for blk in model.blocks for m in blk] + [model.head]
+
+
+def task_priority(state: int, shard: int, devices: int) -> int:
+    """Position of a shard task in its model's chain (earlier = more work remaining).
+
+    >>> [task_priority(s, 0, 2) for s in (FORWARD, BACKWARD, STEP)]
+    [0, 6, 8]
+    """
+    if state == FORWARD:
+        return 2 * shard
+    if state == BACKWARD:
+        return 2 * devices + 2 * (devices - 1 - shard)
+    return 4 * devices
+
+
+class _Shard:
+    """One process's shard of every model, with its transfers."""
+
+    def __init__(self, args, rank: int, world: int):
+        import torch.distributed as dist
+
+        self.dist, self.rank, self.world, self.args = dist, rank, world, args
+        cuts = [0, *_cuts(args, world)]
+        self.mods, self.opts, self.loaders, self.iters = [], [], [], []
+        for k in range(args.models):
+            torch.manual_seed(args.seed + k)
+            model = MLP(args.in_features, args.hidden, args.layers, args.classes)
+            units = units_of(model)
+            with torch.no_grad():
+                shapes = _shapes(units, args)
+            mod = nn.Sequential(*units[cuts[rank]:cuts[rank + 1]])
+            self.mods.append(mod)
+            self.opts.append(torch.optim.SGD(mod.parameters(), lr=args.lr, momentum=0.9))
+            if rank == 0:
+                data = torch.randn(args.batch_size * args.dataset_batches, args.in_features)
+                sampler = BatchSampler(RandomSampler(TensorDataset(data)), args.batch_size, drop_last=True)
+                self.loaders.append(DataLoader(TensorDataset(data), batch_size=None, sampler=sampler))
+                self.iters.append(iter(self.loaders[-1]))
+        self.in_shape = shapes[cuts[rank] - 1] if rank > 0 else None
+        self.out_shape = shapes[cuts[rank + 1] - 1]
+        self.labels = torch.Generator().manual_seed(args.seed)
+
+    # --------------------------------------------------------------- tasks
+    def _next_batch(self, k):
+        try:
+            return next(self.iters[k])[0]
+        except StopIteration:
+            self.iters[k] = iter(self.loaders[k])
+            return next(self.iters[k])[0]
+
+    def forward(self, k):
+        x = self._next_batch(k) if self.rank == 0 else self.act[k].requires_grad_()
+        self.opts[k].zero_grad(set_to_none=True)
+        out = self.mods[k](x)
+        if self.rank == self.world - 1:
+            y = torch.randint(0, self.args.classes, (self.args.batch_size,), generator=self.labels)
+            out = F.cross_entropy(out, y)
+        else:
+            self.sends.append(self.dist.isend(out.detach(), self.rank + 1, tag=k))
+        self.saved[k] = (x, out)
+
+    def backward(self, k):
+        x, out = self.saved.pop(k)
+        if self.rank == self.world - 1:
+            out.backward()
+        else:
+            out.backward(self.grad[k])
+        if self.rank > 0:
+            self.sends.append(self.dist.isend(x.grad, self.rank - 1, tag=self.args.models + k))
+
+    def step(self, k):
+        self.opts[k].step()
+
+    # ------------------------------------------------------------ schedule
+    def _waiting_on(self, k, state):
+        """The receive a task needs (None if it needs none)."""
+        if state == FORWARD and self.rank > 0:
+            return self.act_req[k]
+        if state == BACKWARD and self.rank < self.world - 1:
+            return self.grad_req[k]
+        return None
+
+    def run_round(self, schedule: str) -> tuple:
+        K, dist = self.args.models, self.dist
+        self.sends, self.saved = [], {}
+        self.act = [torch.empty(self.in_shape) for _ in range(K)] if self.rank > 0 else []
+        self.grad = [torch.empty(self.out_shape) for _ in range(K)] if self.rank < self.world - 1 else []
+        dist.barrier()
+        t0 = time.perf_counter_ns()
+        self.act_req = [dist.irecv(b, self.rank - 1, tag=k) for k, b in enumerate(self.act)]
+        self.grad_req = [dist.irecv(b, self.rank + 1, tag=K + k) for k, b in enumerate(self.grad)]
+        state = [FORWARD] * K
+        run = {FORWARD: self.forward, BACKWARD: self.backward, STEP: self.step}
+
+        def key(k):
+            p = task_priority(state[k], self.rank, self.world)
+            return (k, p) if schedule == "model-parallel" else (p, k)
+
+        left = set(range(K))
+        while left:
+            order = sorted(left, key=key)
+            pick = order[0]
+            if schedule == "shard-parallel":
+                pick = next((k for k in order if (w := self._waiting_on(k, state[k])) is None or w.is_completed()),
+                            order[0])
+            w = self._waiting_on(pick, state[pick])
+            if w is not None:
+                w.wait()
+            run[state[pick]](pick)
+            state[pick] += 1
+            if state[pick] == DONE:
+                left.discard(pick)
+        for s in self.sends:
+            s.wait()
+        return t0, time.perf_counter_ns()
+
+
+def _cuts(args, world):
+    """Layer index where each shard after the first starts (equal split unless given)."""
+    n = 2 * args.layers + 1
+    if world == 1:
+        return [n]
+    if world == 2 and args.shard0_layers:
+        if not 0 < args.shard0_layers < n:
+            raise SystemExit(f"hydra: --shard0-layers must be between 1 and {n - 1}")
+        return [args.shard0_layers, n]
+    if world > n:
+        raise SystemExit(f"hydra: {world} shards but the model has only {n} layers")
+    return [round(n * (s + 1) / world) for s in range(world)]
+
+
+def _shapes(units, args):
+    x = torch.zeros(args.batch_size, args.in_features)
+    out = []
+    for u in units:
+        x = u(x)
+        out.append(tuple(x.shape))
+    return out
+
+
+def _worker(rank, args, port, world):
+    import torch.distributed as dist
+
+    torch.set_num_threads(args.threads)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    shard = _Shard(args, rank, world)
+    times = {s: [] for s in SCHEDULES}
+    for r in range(args.warmup + args.rounds):
+        for sched in (SCHEDULES if r % 2 == 0 else SCHEDULES[::-1]):
+            t0, t1 = shard.run_round(sched)
+            span = torch.tensor([t0, t1], dtype=torch.int64)
+            spans = [torch.zeros_like(span) for _ in range(world)]
+            dist.all_gather(spans, span)
+            if r >= args.warmup:
+                times[sched].append((max(int(s[1]) for s in spans) - min(int(s[0]) for s in spans)) / 1e6)
+    if rank == 0:
+        print(json.dumps({"models": args.models, "devices": world,
+                          **{f"{s}_ms": statistics.median(v) for s, v in times.items()},
+                          **{f"{s}_rounds_ms": v for s, v in times.items()}}), flush=True)
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv=None):
+    """Entry point: spawn one process per device, run the rounds, print the makespans."""
+    p = argparse.ArgumentParser(prog="python -m daydream.workloads.hydra", description=__doc__.split("\n")[0])
+    p.add_argument("--models", type=int, default=4, help="models trained together (K)")
+    p.add_argument("--devices", type=int, default=2, help="processes, one shard of each model each (D)")
+    p.add_argument("--shard0-layers", type=int, default=0, help="layers on the first of 2 shards (0: half)")
+    p.add_argument("--in-features", type=int, default=512)
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--dataset-batches", type=int, default=8)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--rounds", type=int, default=6, help="measured rounds per schedule")
+    p.add_argument("--warmup", type=int, default=2, help="unmeasured rounds per schedule")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.models < 1 or args.devices < 1:
+        raise SystemExit("hydra: --models and --devices must be at least 1")
+    _cuts(args, args.devices)
+    import torch.multiprocessing as mp
+
+    mp.spawn(_worker, args=(args, _free_port(), args.devices), nprocs=args.devices, join=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+"""``hydra``: K models, each split into D shards over D devices; shard-parallel scheduling.
+
+Hydra (Nagrecha & Kumar, 2022) trains many large models that are each split
+into shards over the devices (model parallelism).  Trained one at a time,
+only one device works at any moment; Hydra interleaves the shards of
+different models so that while device 1 runs model A's second shard, device
+0 runs model B's first one.
+
+Model
+-----
+From the traced model (all K models are copies of it), per leaf module (the
+*layers*, in forward order): the forward and backward time per iteration
+(task durations plus the Python gaps before them, on the thread that runs
+training; kernel time on a GPU trace).  Tasks of no module go to the module
+that runs around them (input copies to the first, the loss to the last);
+data loading to the first shard's forward; the optimizer step to the shards
+in proportion to their parameter bytes (module table).  The layers are split
+into D contiguous shards of balanced forward + backward time (the split that
+minimises the largest shard).
+
+The schedule is a graph of shard tasks on D device lanes simulated by the
+project's simulator: per model, forward shards in order, backward shards in
+reverse, each shard's optimizer step after its backward; between devices an
+activation (forward) or gradient (backward) transfer of the cut layer's
+output bytes on a link lane per direction, lasting ``bytes / bw + latency``
+with the device profile's collective bandwidth and latency (a
+point-to-point send assumed to move the bytes once at the all-reduce's bus
+bandwidth, with one step's latency).
+
+* ``model-parallel``: the models one after another (each device runs its
+  shards in model order).
+* ``shard-parallel``: devices and links are priority lanes; whenever a
+  device is free it runs the ready shard with the longest remaining work
+  of its model (Hydra's longest-remaining-first).  All models being copies,
+  that is the least advanced model, ties to the lower model index.
+
+The predicted iteration time is the makespan of one training step of all K
+models under ``schedule``.  Metrics: both makespans (``*_makespan_ms``), the
+speedup of shard-parallel over model-parallel, mean device utilisation of
+each, and the number of layers per shard (``shardS_layers``).
+
+Where it stops being valid: one model's shards must fit on one device each
+(memory is not modelled); every device is as fast as the traced one and
+runs one shard at a time (on a CPU: one process per core, no contention for
+cores or memory bandwidth); transfers do not slow the computation they
+overlap; Python time of a layer moves with the layer; Hydra's spilling of
+shards to host memory is not modelled.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from daydream.graph.graph import DependencyGraph, EdgeKind
+from daydream.model import EventKind, Lane, LaneKind, Phase
+from daydream.primitives import LanePolicy, set_policy
+from daydream.sim import simulate
+
+from ._common import module_table
+from .base import NotApplicable, Optimization, OptionError, Param
+
+__all__ = ["Hydra", "OPTIMIZATION", "Unit", "ShardCosts", "layer_units", "balanced_split", "shard_costs",
+           "schedule_graph", "Schedule", "MAX_MODELS"]
+
+#: More models than this would only make a long, uninformative schedule.
+MAX_MODELS = 4096
+
+
+class Schedule:
+    """How the models' shards share the devices."""
+
+    MODEL_PARALLEL = "model-parallel"
+    SHARD_PARALLEL = "shard-parallel"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One layer (leaf module) of the traced model: time per iteration and sizes."""
+
+    name: str
+    fwd_ns: float
+    bwd_ns: float
+    param_bytes: int
+    output_bytes: int
+
+
+@dataclass(frozen=True)
+class ShardCosts:
+    """Per shard: forward, backward, optimizer time (ns) and bytes sent to the next shard."""
+
+    fwd_ns: tuple
+    bwd_ns: tuple
+    opt_ns: tuple
+    send_bytes: tuple
+    layers: tuple
+
+
+def _work_tasks(g):
+    """Tasks whose time makes up a layer's cost: GPU kernels on a GPU trace, else the
+    thread that carries the iteration markers (with its gaps), in execution order."""
+    T = g.tasks
+    gpu = [li for li, ln in enumerate(g.lanes) if ln.kind == LaneKind.GPU_STREAM]
+    if gpu:
+        sel = np.flatnonzero(np.isin(T["lane"], gpu) & (T["kind"] == EventKind.KERNEL))
+        order = np.argsort(T["traced_start_ns"][sel], kind="stable")
+        return sel[order], False
+    rank = min(g.markers)
+    lane = int(T["lane"][g.markers[rank][0]]) if g.markers[rank] else 0
+    return np.asarray(g.lane_tasks[lane], np.int64), True
+
+
+def layer_units(g, table: dict):
+    """Per leaf module in forward order: its :class:`Unit`; and the per-iteration time of
+    data loading + other work (first shard) and of the optimizer step (ns)."""
+    leaves = [p for p in table if not any(q.startswith(p + ".") for q in table)]
+    lid = {g.layers.get(p): p for p in leaves if g.layers.get(p) >= 0}
+    T = g.tasks
+    tasks, with_gaps = _work_tasks(g)
+    its = T["iteration"][tasks]
+    n_it = max(1, max(len(m) - 1 for m in g.markers.values()))   # complete iterations
+    first = 1 if n_it > 1 else 0
+    fwd, bwd, order = {}, {}, []
+    head = tail = opt = 0.0
+    cur_f, cur_b = None, None
+    for t in tasks[(its >= first) & (its < n_it)].tolist():
+        cost = float(T["dur_ns"][t]) + (float(T["gap_ns"][t]) if with_gaps else 0.0)
+        ph, unit = int(T["phase"][t]), lid.get(int(T["layer"][t]))
+        if T["kind"][t] == EventKind.MARKER:
+            head += cost
+        elif ph == Phase.FORWARD:
+            if unit is not None and unit not in fwd:
+                order.append(unit)
+            cur_f = unit or cur_f
+            if cur_f is None:
+                head += cost
+            else:
+                fwd[cur_f] = fwd.get(cur_f, 0.0) + cost
+        elif ph == Phase.BACKWARD:
+            cur_b = unit or cur_b
+            if cur_b is None:
+                tail += cost
+            else:
+                bwd[cur_b] = bwd.get(cur_b, 0.0) + cost
+        elif ph == Phase.OPTIMIZER:
+            opt += cost
+        else:
+            head += cost
+    if not order:
+        raise NotApplicable("hydra: no forward work of any module was traced; cannot split the model into shards")
+    n = n_it - first
+    units = [Unit(p, fwd.get(p, 0.0) / n, bwd.get(p, 0.0) / n, int(table[p].get("param_bytes") or 0),
+                  int(table[p].get("output_bytes") or 0)) for p in order]
+    last = units[-1]
+    units[-1] = Unit(last.name, last.fwd_ns, last.bwd_ns + tail / n, last.param_bytes, last.output_bytes)
+    return units, head / n, opt / n
+
+
+def balanced_split(costs, parts: int) -> list:
+    """Cut ``costs`` into ``parts`` contiguous non-empty groups minimising the largest sum.
+
+    Returns the number of items per group.
+
+    >>> balanced_split([1, 1, 1, 1, 4], 2)
+    [4, 1]
+    >>> balanced_split([3, 1, 1, 1], 3)
+    [1, 1, 2]
+    """
+    n = len(costs)
+    if parts < 1 or parts > n:
+        raise OptionError(f"cannot split {n} layer(s) into {parts} shard(s)")
+    pre = np.concatenate([[0.0], np.cumsum(costs)])
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0.0
+    for p in range(1, parts + 1):
+        for i in range(p, n - (parts - p) + 1):
+            for j in range(p - 1, i):
+                v = max(best[p - 1][j], pre[i] - pre[j])
+                if v < best[p][i] - 1e-9:
+                    best[p][i], cut[p][i] = v, j
+    sizes, i = [], n
+    for p in range(parts, 0, -1):
+        j = cut[p][i]
+        sizes.append(i - j)
+        i = j
+    return sizes[::-1]
+
+
+def shard_costs(units, head_ns: float, opt_ns: float, devices: int) -> ShardCosts:
+    """Split the layers into ``devices`` balanced shards and total each shard's costs."""
+    sizes = balanced_split([u.fwd_ns + u.bwd_ns for u in units], devices)
+    groups, i = [], 0
+    for s in sizes:
+        groups.append(units[i:i + s])
+        i += s
+    pbytes = [sum(u.param_bytes for u in grp) for grp in groups]
+    total = sum(pbytes)
+    share = [b / total if total else 1.0 / devices for b in pbytes]
+    fwd = [sum(u.fwd_ns for u in grp) for grp in groups]
+    fwd[0] += head_ns
+    return ShardCosts(tuple(fwd), tuple(sum(u.bwd_ns for u in grp) for grp in groups),
+                      tuple(opt_ns * s for s in share), tuple(grp[-1].output_bytes for grp in groups[:-1]),
+                      tuple(sizes))
+
+
+def _add(g, lane, dur, name, phase, prio):
+    (t,) = g.add_tasks(lane=[lane], kind=[EventKind.KERNEL if g.lanes[lane].kind != LaneKind.COMM
+                                          else EventKind.MEMCPY],
+                       name=[g.names.intern(name)], dur_ns=[int(round(dur))], rank=[g.lanes[lane].rank],
+                       phase=[int(phase)], iteration=[0], priority=[prio])
+    g.lane_tasks[lane].append(int(t))
+    return int(t)
+
+
+def schedule_graph(costs: ShardCosts, models: int, transfer_ns, schedule: str) -> DependencyGraph:
+    """The graph of ``models`` training steps over the shards, on one lane per device.
+
+    ``transfer_ns(nbytes)`` gives a point-to-point transfer time.  Tasks are
+    added model by model, so FIFO lanes run the models one after another;
+    ``shard-parallel`` makes device and link lanes priority lanes keyed on
+    each task's position in its model's chain (earliest = longest remaining).
+    """
+    D = len(costs.fwd_ns)
+    g = DependencyGraph()
+    dev = [g.add_lane(Lane(0, LaneKind.CPU_THREAD, "hydra", s, f"device {s}", s)) for s in range(D)]
+    fwd_link = [g.add_lane(Lane(0, LaneKind.COMM, "hydra", f"{s}>{s + 1}", f"link {s}->{s + 1}")) for s in range(D - 1)]
+    bwd_link = [g.add_lane(Lane(0, LaneKind.COMM, "hydra", f"{s + 1}>{s}", f"link {s + 1}->{s}")) for s in range(D - 1)]
+    start = _add(g, dev[0], 0, "start", Phase.OTHER, -1)
+    g.tasks["kind"][start] = EventKind.MARKER
+    chain_len = 4 * D
+    last = []
+    for k in range(models):
+        def prio(pos):
+            return pos * models + k
+        prev = start
+        for s in range(D):
+            f = _add(g, dev[s], costs.fwd_ns[s], f"model {k} forward shard {s}", Phase.FORWARD, prio(2 * s))
+            g.add_edges(prev, f, EdgeKind.DATA)
+            prev = f
+            if s < D - 1:
+                x = _add(g, fwd_link[s], transfer_ns(costs.send_bytes[s]), f"model {k} activation {s}->{s + 1}",
+                         Phase.FORWARD, prio(2 * s + 1))
+                g.add_edges(prev, x, EdgeKind.DATA)
+                prev = x
+        for s in reversed(range(D)):
+            b = _add(g, dev[s], costs.bwd_ns[s], f"model {k} backward shard {s}", Phase.BACKWARD,
+                     prio(2 * D + 2 * (D - 1 - s)))
+            g.add_edges(prev, b, EdgeKind.DATA)
+            o = _add(g, dev[s], costs.opt_ns[s], f"model {k} optimizer shard {s}", Phase.OPTIMIZER, prio(chain_len))
+            g.add_edges(b, o, EdgeKind.DATA)
+            last.append(o)
+            prev = b
+            if s > 0:
+                x = _add(g, bwd_link[s - 1], transfer_ns(costs.send_bytes[s - 1]),
+                         f"model {k} gradient {s}->{s - 1}", Phase.BACKWARD, prio(2 * D + 2 * (D - 1 - s) + 1))
+                g.add_edges(prev, x, EdgeKind.DATA)
+                prev = x
+    end = _add(g, dev[0], 0, "end", Phase.OTHER, 2 ** 30)
+    g.tasks["kind"][end] = EventKind.MARKER
+    g.add_edges(np.asarray(last), np.full(len(last), end), EdgeKind.DATA)
+    g.markers = {0: [start, end]}
+    g.measured_boundaries_ns = {0: np.zeros(2, np.int64)}
+    if schedule == Schedule.SHARD_PARALLEL:
+        for lane in range(len(g.lanes)):
+            set_policy(g, lane, LanePolicy.PRIORITY)
+    return g
+
+
+def _utilisation(res, devices: int) -> float:
+    g = res.graph
+    busy = np.zeros(devices)
+    for s in range(devices):
+        seq = np.asarray(g.lane_tasks[s], np.int64)
+        busy[s] = (res.end_ns[seq] - res.start_ns[seq]).sum()
+    span = res.makespan_ns
+    return float(busy.mean() / span) if span else 0.0
+
+
+class Hydra(Optimization):
+    name = "hydra"
+    summary = "K models split into shards over D devices: shard-parallel (Hydra) vs. one model at a time"
+    params = (Param("models", 4, "number of models trained together (copies of the traced one)", int),
+              Param("devices", 2, "devices each model is split over (one shard per device)", int),
+              Param("schedule", Schedule.SHARD_PARALLEL, "schedule whose makespan is the predicted time", str,
+                    (Schedule.SHARD_PARALLEL, Schedule.MODEL_PARALLEL)))
+    assumptions = __doc__
+
+    def apply(self, ctx):
+        K, D = self.models, self.devices
+        if K < 1 or D < 1:
+            raise OptionError(f"hydra: models and devices must be at least 1 (got models={K}, devices={D})")
+        if K > MAX_MODELS:
+            raise OptionError(f"hydra: models={K} is more than {MAX_MODELS}")
+        table = module_table(ctx, "hydra")
+        units, head_ns, opt_ns = layer_units(ctx.graph, table)
+        if D > len(units):
+            raise OptionError(f"hydra: devices={D} means more shards than the model's {len(units)} layer(s)")
+        costs = shard_costs(units, head_ns, opt_ns, D)
+        dev = ctx.device
+        if D > 1 and not dev.collective:
+            raise NotApplicable(f"hydra: device profile {dev.name!r} has no transfer figures; run daydream calibrate")
+        bw, lat = next(iter(dev.collective.values())) if dev.collective else (1.0, 0.0)
+
+        def transfer_ns(nbytes):
+            return nbytes / bw * 1e9 + lat
+
+        results = {}
+        for sched in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL):
+            results[sched] = simulate(schedule_graph(costs, K, transfer_ns, sched))
+        mp, sp = (results[s].makespan_ns / 1e6 for s in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL))
+        ctx.metrics.update({"model_parallel_makespan_ms": mp, "shard_parallel_makespan_ms": sp,
+                            "shard_parallel_speedup": mp / sp if sp else float("inf"),
+                            "model_parallel_utilisation": _utilisation(results[Schedule.MODEL_PARALLEL], D),
+                            "shard_parallel_utilisation": _utilisation(results[Schedule.SHARD_PARALLEL], D)})
+        ctx.metrics.update({f"shard{s}_layers": n for s, n in enumerate(costs.layers)})
+        ctx.graph = schedule_graph(costs, K, transfer_ns, self.schedule)
+        ctx.note(f"hydra: {K} model(s) x {D} shard(s) of {', '.join(map(str, costs.layers))} layer(s); "
+                 f"shard forward/backward ms: "
+                 + ", ".join(f"{f / 1e6:.2f}/{b / 1e6:.2f}" for f, b in zip(costs.fwd_ns, costs.bwd_ns))
+                 + f"; transfers {', '.join(f'{b / 1e3:.0f} kB' for b in costs.send_bytes) or 'none'}")
+
+
+OPTIMIZATION = Hydra
