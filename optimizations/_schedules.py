@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from .base import OptionError
 
 __all__ = ["Kind", "Action", "ScheduleError", "gpipe", "one_f_one_b", "interleaved", "two_bw", "make_schedule",
-           "SCHEDULES", "validate", "in_flight", "to_csv", "from_csv", "stage_rank"]
+           "SCHEDULES", "validate", "in_flight", "to_csv", "from_csv", "stage_rank", "blocked", "unroll"]
 
 
 class ScheduleError(OptionError):
@@ -252,3 +252,59 @@ def to_csv(actions) -> str:
 def from_csv(text: str) -> list:
     """Inverse of :func:`to_csv`."""
     return [[Action.parse(x) for x in line.split(",") if x.strip()] for line in text.splitlines() if line.strip()]
+
+
+def blocked(actions, stages: int) -> list:
+    """Actions left waiting forever when the ranks run ``actions`` in order; [] if the schedule completes.
+
+    ``F`` of stage ``s`` needs ``F`` of stage ``s-1`` (same micro-batch); ``B``
+    of ``s`` needs ``B`` of ``s+1`` (and, on the last stage, its own ``F``).
+    A non-empty answer is a cyclic wait: each rank's next action waits on an
+    action queued behind another rank's.
+
+    >>> blocked([[Action.parse("0B0"), Action.parse("0F0")], [Action.parse("1F0"), Action.parse("1B0")]], 2)
+    ['0B0', '1F0']
+    """
+    done = set()
+    pos = [0] * len(actions)
+
+    def ready(a):
+        if a.kind is Kind.F:
+            return a.stage == 0 or Action(a.stage - 1, Kind.F, a.microbatch) in done
+        if a.stage == stages - 1:
+            return Action(a.stage, Kind.F, a.microbatch) in done
+        return Action(a.stage + 1, Kind.B, a.microbatch) in done
+
+    moved = True
+    while moved:
+        moved = False
+        for r, seq in enumerate(actions):
+            while pos[r] < len(seq) and ready(seq[pos[r]]):
+                done.add(seq[pos[r]])
+                pos[r] += 1
+                moved = True
+    return [str(seq[pos[r]]) for r, seq in enumerate(actions) if pos[r] < len(seq)]
+
+
+def unroll(orders, lags, microbatches: int) -> list:
+    """Per-rank actions from a repetend: in round ``i`` each rank runs its blocks in ``orders[r]``
+    (``(stage, Kind)`` pairs), block ``x`` on micro-batch ``i - lags[x]``; rounds where that
+    micro-batch does not exist are skipped, which leaves the warm-up and cool-down.
+
+    >>> o = [[(0, Kind.B), (0, Kind.F)], [(1, Kind.F), (1, Kind.B)]]
+    >>> lags = {(0, Kind.F): 0, (0, Kind.B): 2, (1, Kind.F): 1, (1, Kind.B): 1}
+    >>> unroll(o, lags, 4) == one_f_one_b(2, 4)
+    True
+    """
+    lo = min(lags.values())
+    hi = max(lags.values())
+    out = []
+    for seq in orders:
+        acts = []
+        for i in range(lo, microbatches + hi):
+            for st, k in seq:
+                m = i - lags[(st, k)]
+                if 0 <= m < microbatches:
+                    acts.append(Action(st, k, m))
+        out.append(acts)
+    return out

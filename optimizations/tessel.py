@@ -1,0 +1,193 @@
+"""``tessel``: search a pipeline schedule for a placement of layers over devices (Tessel-style).
+
+Model
+-----
+Costs, stages and the simulated stage graph are those of ``pipeline`` (see
+:mod:`optimizations._pipegraph`): per-layer micro-batch times from the graph
+given, a contiguous split into stages (``partition``), stage ``k`` on device
+``placement[k]`` (default: stage ``k`` on device ``k``; ``0:1:1:0`` puts
+four stages in a V over two devices).
+
+Search: a *repetend* is, per device, an order of its blocks (the forward
+``F`` and backward ``B`` of each of its stages) and per block a micro-batch
+lag; unrolled over rounds ``i`` (block ``x`` works on micro-batch ``i -
+lag[x]``, rounds without that micro-batch skipped) it gives the steady state
+plus the warm-up and cool-down.  1F1B (device 0: ``B`` lag 2, ``F`` lag 0)
+and GPipe-like orders are points of this space.  Every order and every lag
+vector with ``0 <= lag <= max_lag`` that keeps data dependencies monotone
+(``F`` lags non-decreasing along the stages, ``B`` lags non-increasing, the
+last stage's ``B`` no earlier than its ``F``) is unrolled, refused if the
+ranks would wait on each other forever, and costed by replaying it in the
+simulator; the fastest wins (ties: fewer stashed activations), optionally
+under ``memory_mb`` of stashed activations per device.  Progress goes to
+stderr; Ctrl-C stops the search and keeps the best schedule so far.
+
+The winner is reported against GPipe and 1F1B on the same stages (when each
+device holds one stage) and, with ``csv=PATH``, written as the per-rank
+action list that torch's ``_PipelineScheduleRuntime._load_csv`` executes.
+
+Assumptions and limits: those of ``pipeline`` (identical devices, chain
+models, no pipeline-framework overhead per action), full backward only (no
+split into input/weight gradients, so zero-bubble schedules are outside the
+space); the search is exhaustive within its bounds, which grow as
+``(max_lag+1)^(2 stages)``: past ``budget`` candidates it stops and says so.
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+
+from daydream.sim import simulate
+
+from . import _schedules as sch
+from ._pipegraph import build_graph, p2p_ns, parse_partition, partition, stage_costs, unit_costs
+from .base import Optimization, OptionError, Param
+from .pipeline import ITERATIONS, bubble_fraction
+
+__all__ = ["Tessel", "OPTIMIZATION", "parse_placement", "repetends", "search"]
+
+
+def parse_placement(text: str, stages: int) -> list:
+    """Device of each stage from ``"0:1:1:0"`` ('' : stage k on device k).
+
+    >>> parse_placement("0:1:1:0", 2), parse_placement("", 3)
+    ([0, 1, 1, 0], [0, 1, 2])
+    """
+    if not text:
+        return list(range(stages))
+    try:
+        dev = [int(x) for x in text.split(":")]
+    except ValueError:
+        raise sch.ScheduleError(f"tessel: placement {text!r} is not a ':'-separated list of device numbers") from None
+    if sorted(set(dev)) != list(range(stages)):
+        raise sch.ScheduleError(f"tessel: placement {text!r} must use each of the {stages} devices 0..{stages - 1}")
+    return dev
+
+
+def _monotone(lag, n_stages) -> bool:
+    F, B = sch.Kind.F, sch.Kind.B
+    return (all(lag[(s, F)] >= lag[(s - 1, F)] for s in range(1, n_stages))
+            and all(lag[(s, B)] >= lag[(s + 1, B)] for s in range(n_stages - 1))
+            and lag[(n_stages - 1, B)] >= lag[(n_stages - 1, F)])
+
+
+def repetends(placement, max_lag: int):
+    """Yield ``(orders, lags)`` of the search space (see the module docstring)."""
+    devices = max(placement) + 1
+    blocks = [[(s, k) for s in range(len(placement)) if placement[s] == d for k in sch.Kind] for d in range(devices)]
+    keys = [b for bl in blocks for b in bl if b != (0, sch.Kind.F)]
+    for orders in itertools.product(*(itertools.permutations(b) for b in blocks)):
+        for vals in itertools.product(range(max_lag + 1), repeat=len(keys)):
+            lag = dict(zip(keys, vals))
+            lag[(0, sch.Kind.F)] = 0
+            if _monotone(lag, len(placement)):
+                yield [list(o) for o in orders], lag
+
+
+def _space_size(placement, max_lag):
+    from math import factorial
+
+    devices = max(placement) + 1
+    n = 1
+    for d in range(devices):
+        n *= factorial(2 * placement.count(d))
+    return n * (max_lag + 1) ** (2 * len(placement) - 1)
+
+
+def search(sc, placement, microbatches, device, max_lag, budget=20000, memory_bytes=0, progress=None):
+    """Best ``(time_ns, act_bytes, actions, (orders, lags))`` over the space, plus the number costed
+    and whether the search was cut short (budget or Ctrl-C)."""
+    n_stages = len(placement)
+    seen, best, costed, cut = set(), None, 0, ""
+    total = _space_size(placement, max_lag)
+    t0 = time.time()
+    try:
+        for k, (orders, lags) in enumerate(repetends(placement, max_lag)):
+            if k >= budget:
+                cut = f"budget of {budget} candidates reached"
+                break
+            acts = sch.unroll(orders, lags, microbatches)
+            key = tuple(tuple(a) for a in acts)
+            if key in seen or sch.blocked(acts, n_stages):
+                continue
+            seen.add(key)
+            act = max(sum(sch.in_flight(acts, s) * sc.stash_bytes[s] for s in range(n_stages) if placement[s] == d)
+                      for d in range(max(placement) + 1))
+            if memory_bytes and act > memory_bytes:
+                continue
+            t = simulate(build_graph(sc, acts, ITERATIONS, device, True, microbatches).graph).mean_iteration_ns()[1]
+            costed += 1
+            if best is None or (t, act) < best[:2]:
+                best = (t, act, acts, (orders, lags))
+            if progress and costed % 100 == 0:
+                progress(f"tessel: {k + 1}/{total} candidates, {costed} distinct schedules costed, "
+                         f"best {best[0] / 1e6:.3f} ms ({time.time() - t0:.0f} s)")
+    except KeyboardInterrupt:
+        cut = "interrupted (Ctrl-C)"
+    return best, costed, cut
+
+
+def _describe(orders, lags) -> str:
+    return " | ".join(" ".join(f"{s}{k.value}(lag {lags[(s, k)]})" for s, k in seq) for seq in orders)
+
+
+class Tessel(Optimization):
+    name = "tessel"
+    summary = "search a pipeline schedule (repetend + warm-up/cool-down) for a placement, simulator as cost model"
+    params = (Param("stages", 2, "devices (with the default placement: stages)", int),
+              Param("microbatches", 4, "micro-batches per iteration", int),
+              Param("partition", "auto", "auto, layers per stage (5:6) or first layer of each later stage", str),
+              Param("placement", "", "device of each stage, ':'-separated (default: stage k on device k)", str),
+              Param("max_lag", 0, "largest micro-batch lag of a block (0: 2 x stages)", int),
+              Param("memory_mb", 0.0, "limit on stashed activations per device, MB (0: none)"),
+              Param("budget", 20000, "most candidates to enumerate", int),
+              Param("csv", "", "write the best schedule here (torch _load_csv format)", str))
+    assumptions = __doc__
+
+    def apply(self, ctx):
+        if self.stages < 1 or self.microbatches < 1:
+            raise OptionError("tessel: stages and microbatches must be at least 1")
+        place = parse_placement(self.placement, self.stages)
+        n = len(place)
+        units = unit_costs(ctx, self.microbatches)
+        if n > len(units.names):
+            raise sch.ScheduleError(f"tessel: {n} stages but the model has only {len(units.names)} layers")
+        if self.partition == "auto":
+            bounds = partition(units.fwd_ns + units.bwd_ns, [p2p_ns(ctx.device, b) for b in units.out_bytes], n)
+        else:
+            bounds = parse_partition(self.partition, units.names, n)
+        sc = stage_costs(units, bounds, ctx.device)
+        max_lag = self.max_lag or 2 * n
+        best, costed, cut = search(sc, place, self.microbatches, ctx.device, max_lag, self.budget,
+                                   int(self.memory_mb * 1e6), lambda m: print(m, file=sys.stderr, flush=True))
+        if best is None:
+            raise sch.ScheduleError("tessel: no schedule in the search space runs"
+                                    + (" within memory_mb" if self.memory_mb else "") + (f" ({cut})" if cut else ""))
+        t, act, acts, (orders, lags) = best
+        pg = build_graph(sc, acts, ITERATIONS, ctx.device, True, self.microbatches)
+        ctx.graph = pg.graph
+        m = ctx.metrics
+        m["tessel_ms"] = t / 1e6
+        if place == list(range(n)):
+            for name in ("gpipe", "1f1b"):
+                if name == "1f1b" and self.microbatches < n:
+                    continue
+                g = build_graph(sc, sch.make_schedule(name, n, self.microbatches), ITERATIONS, ctx.device, True,
+                                self.microbatches).graph
+                m[f"{name}_ms"] = simulate(g).mean_iteration_ns()[1] / 1e6
+        m["bubble_fraction"] = bubble_fraction(simulate(pg.graph))
+        m["max_activations_bytes"] = act
+        m["schedule"] = " / ".join(" ".join(map(str, seq)) for seq in acts)
+        m["repetend"] = _describe(orders, lags)
+        m["candidates_costed"] = costed
+        if self.csv:
+            from daydream.fileio import atomic_write_bytes
+
+            atomic_write_bytes(self.csv, sch.to_csv(acts).encode())
+            ctx.note(f"tessel: wrote the schedule to {self.csv} (torch _PipelineScheduleRuntime._load_csv)")
+        ctx.note(f"tessel: {costed} distinct schedules costed, lags 0..{max_lag}"
+                 + (f"; search stopped early: {cut}" if cut else ""))
+
+
+OPTIMIZATION = Tessel
