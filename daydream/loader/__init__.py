@@ -52,16 +52,18 @@ def load_rank(source: str, doc: dict, index: int = 0, iteration_marker: str | No
     return assemble_rank(source, meta, p, p.columns(), _flows(p), index, iteration_marker)
 
 
-def assemble_rank(source, meta, p, cols, fwdbwd, index=0, iteration_marker=None) -> RankTrace:
+def assemble_rank(source, meta, p, cols, fwdbwd, index=0, iteration_marker=None,
+                  assign=assign_layers_and_phases) -> RankTrace:
     """Iterations, layers and phases of parsed event columns; the :class:`RankTrace`.
 
     ``meta`` is the document without ``traceEvents``; ``p`` the parser's
     tables (names, lanes, repairs, signatures); shared by :func:`load_rank` and
-    the fast path (:mod:`daydream.loader.fast`).
+    the fast path (:mod:`daydream.loader.fast`, which passes its compiled
+    ``assign``).
     """
     its = find_iterations(source, cols, p.names, p.lanes, iteration_marker)
     layers = StringTable()
-    assign_layers_and_phases(cols, p.names, p.lanes, layers, its.boundaries_ns)
+    assign(cols, p.names, p.lanes, layers, its.boundaries_ns)
     rank = _rank_of(source, meta, index, p.repairs)
     lanes = [type(l)(rank, l.kind, l.pid, l.tid, l.label, l.device) for l in p.lanes]
     meta = dict(meta)

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import TraceError
 from ..model import EVENT_COLUMNS, EventKind, StringTable
-from . import kineto
+from . import fast_layers, kineto
 from .kineto import CATEGORY_KINDS, SYNC_CALLS, input_bytes
 from .shapes import COMPUTE_OPS, op_flops, op_signature
 
@@ -273,4 +273,8 @@ def load_rank_bytes(source: str, data: bytes, index: int = 0, iteration_marker: 
     if got is None:
         return load_rank(source, decode_document(source, data), index, iteration_marker)
     p, cols, meta, flows = got
-    return assemble_rank(source, meta, p, cols, flows, index, iteration_marker)
+    return assemble_rank(source, meta, p, cols, flows, index, iteration_marker, _assign)
+
+
+def _assign(cols, names, lanes, layers, boundaries_ns) -> None:
+    fast_layers.assign_layers_and_phases(cols, names, lanes, layers, boundaries_ns, _kineto.walk_lanes)
