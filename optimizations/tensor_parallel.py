@@ -111,6 +111,7 @@ class TensorParallel(Optimization):
         g = ctx.graph
         check_divisible(ctx, pairs, T_, self.heads)
         split = self._split_layers(g, pairs)
+        self.split_paths = frozenset(g.layers[i] for i in split)   # read by ``ptd-p``
         flops, nbytes, _ = op_figures(ctx)
         self._scale_split(ctx, split, flops, nbytes)
         pbytes = self._scale_optimizer(ctx, table, split, nbytes)

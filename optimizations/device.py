@@ -1,0 +1,165 @@
+"""``device``: what if this ran on device X (another GPU, another CPU profile).
+
+Model
+-----
+Every work task of the trace (GPU kernels of GPU ranks, CPU ops of CPU-only
+ranks) is classified, then rescaled by the ratio of the source device's
+figures to the target's:
+
+* **compute-bound** -- GEMM/convolution kernels (cuBLAS/cuDNN/CUTLASS names),
+  and any task whose arithmetic intensity ``flops / bytes`` (when both are
+  known) lies above the source device's ridge point ``peak FLOP/s / peak
+  bytes/s``: time x ``rate_src(dtype, f) / rate_dst(dtype, f)`` with the
+  matmul (convolution) throughput curves at the task's FLOPs ``f`` (a GPU
+  kernel without FLOPs is assumed to run at the source's rate:
+  ``f = t * rate_src``).  The dtype is read from the kernel name (``bf16``,
+  ``f16``/``h884``-style tensor-core names) and is float32 otherwise.
+* **memory-bound** -- other kernels and memsets, CPU ops with bytes: time x
+  ``bw_src(b) / bw_dst(b)`` with the streaming-bandwidth curves at the
+  task's bytes ``b``.
+* **communication** -- NCCL kernels: time x the ratio of the collective bus
+  bandwidths.
+* **unchanged** -- host-side work of GPU traces (Python, dispatch, launches),
+  host<->device copies (PCIe, not in the profiles), CPU ops without FLOPs or
+  bytes (dispatch), and every gap.
+
+Source figures are those of the device the trace ran on (the published specs
+of the GPU it names, or this machine's calibrated CPU profile); the target is
+a name of the published table or a profile JSON (``daydream calibrate -o``).
+
+Assumptions and limits: kernels stay the same kernels (no new algorithm
+choice, no TF32 on a GPU that lacks it, same fusion); published peaks are
+scaled by one achievable fraction for all GPUs, so ratios between GPUs are
+ratios of datasheet peaks; launch-bound tiny kernels scale as if they were
+bandwidth-bound; a GPU trace cannot be mapped onto a CPU or the reverse.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+
+from daydream.cost import GPU_COMPUTE_KERNEL_RE
+from daydream.device import load_profile, published
+from daydream.errors import DaydreamError
+from daydream.model import EventKind
+
+from ._layers import op_figures, work_mask
+from .base import NotApplicable, Optimization, OptionError, Param
+
+__all__ = ["Device", "OPTIMIZATION", "target_profile", "kernel_dtype", "Boundness"]
+
+_BF16 = re.compile(r"(?i)bf16|bfloat16")
+_FP16 = re.compile(r"(?i)fp16|f16|half|hmma|h884|h1688|h16816|s884|s1688|s16816|tensorop_h")
+_CONV = re.compile(r"(?i)conv|cudnn|implicit|wgrad|dgrad")
+
+
+class Boundness:
+    """Task categories (values of the ``class`` array :meth:`Device.classify` returns)."""
+
+    UNCHANGED, COMPUTE, MEMORY, COMM = 0, 1, 2, 3
+
+
+def kernel_dtype(name: str) -> str:
+    """Arithmetic dtype suggested by a kernel's name.
+
+    >>> kernel_dtype("volta_h884gemm_64x64_nn"), kernel_dtype("ampere_sgemm_128x64_tn")
+    ('float16', 'float32')
+    """
+    return "bfloat16" if _BF16.search(name) else "float16" if _FP16.search(name) else "float32"
+
+
+def target_profile(spec: str):
+    """The target device: a profile JSON path, or a name of the published table."""
+    if not spec:
+        raise OptionError("device: give target=NAME (V100, A100, H100, H200, RTX2080TI) or target=PROFILE.json")
+    if spec.endswith(".json") or os.path.sep in spec:
+        prof = load_profile(os.path.expanduser(spec))
+        if prof is None:
+            raise OptionError(f"device: no profile file {spec!r}")
+        return prof
+    try:
+        return published(spec)
+    except DaydreamError as exc:
+        raise OptionError(f"device: {exc}") from None
+
+
+def _peak(curves: dict) -> float:
+    return max(y for c in curves.values() for _, y in c.points)
+
+
+class Device(Optimization):
+    name = "device"
+    summary = "run on another device: compute-bound work scaled by matmul throughput, memory-bound by bandwidth"
+    params = (Param("target", "", "published device name (V100, A100, H100, H200, RTX2080TI) or a profile JSON", str),)
+    assumptions = __doc__
+
+    def apply(self, ctx):
+        src, dst = ctx.device, target_profile(self.target)
+        g = ctx.graph
+        T = g.tasks
+        gpu_trace = bool(np.isin(T["kind"], (EventKind.KERNEL,)).any())
+        if gpu_trace != (dst.kind == "gpu"):
+            have = "a GPU" if gpu_trace else "a CPU"
+            raise NotApplicable(f"device: {have} trace cannot be mapped onto {dst.kind.upper()} device {dst.name!r}")
+        cls, flops, nbytes = self.classify(ctx)
+        before = T["dur_ns"].astype(float).copy()
+        ratio = np.ones(g.n_tasks)
+        for t in np.flatnonzero(cls != Boundness.UNCHANGED).tolist():
+            ratio[t] = self._ratio(src, dst, int(cls[t]), g.task_name(t), float(flops[t]), float(nbytes[t]),
+                                   float(before[t]))
+        T["dur_ns"][:] = np.rint(before * ratio).astype(np.int64)
+        for c, label in ((Boundness.COMPUTE, "compute"), (Boundness.MEMORY, "memory"), (Boundness.COMM, "comm")):
+            m = cls == c
+            ctx.metrics[f"{label}_bound_tasks"] = int(m.sum())
+            if before[m].sum():
+                ctx.metrics[f"{label}_time_ratio"] = float(T["dur_ns"][m].sum() / before[m].sum())
+        ctx.note(f"device: {src.name} -> {dst.name} ({dst.source}); "
+                 f"{int((cls == Boundness.COMPUTE).sum())} compute-bound, {int((cls == Boundness.MEMORY).sum())} "
+                 f"memory-bound, {int((cls == Boundness.COMM).sum())} communication tasks rescaled")
+
+    @staticmethod
+    def classify(ctx):
+        """Per task: a :class:`Boundness` value, FLOPs and bytes (0 where unknown)."""
+        g, src = ctx.graph, ctx.device
+        T = g.tasks
+        flops, nbytes, _ = op_figures(ctx)
+        work = work_mask(g)
+        kind = T["kind"]
+        names = np.array([GPU_COMPUTE_KERNEL_RE.search(s) is not None for s in g.names.strings] + [False], bool)
+        named_compute = (kind == EventKind.KERNEL) & names[np.where(T["name"] >= 0, T["name"], len(names) - 1)]
+        ridge = _peak(src.matmul) / _peak(src.elementwise)
+        both = (flops > 0) & (nbytes > 0)
+        intense = both & (flops / np.maximum(nbytes, 1) > ridge)
+        cls = np.full(g.n_tasks, Boundness.UNCHANGED, np.int8)
+        if (kind == EventKind.KERNEL).any():
+            gpu = work & np.isin(kind, (EventKind.KERNEL, EventKind.MEMSET))
+            cls[gpu] = Boundness.MEMORY
+            cls[gpu & (named_compute | intense | ((flops > 0) & ~both & (kind == EventKind.KERNEL)))] = Boundness.COMPUTE
+            cls[work & (kind == EventKind.COLLECTIVE)] = Boundness.COMM
+        else:
+            cpu = work & (kind == EventKind.CPU_OP)
+            cls[cpu & (nbytes > 0)] = Boundness.MEMORY
+            cls[cpu & (flops > 0) & (intense | ~both)] = Boundness.COMPUTE
+        return cls, flops, nbytes
+
+    @staticmethod
+    def _ratio(src, dst, cls, name, f, b, dur_ns) -> float:
+        if cls == Boundness.COMPUTE:
+            dt = kernel_dtype(name) if src.kind == "gpu" else "float32"
+            conv = bool(_CONV.search(name))
+            rate_src = src.conv_flops_per_s if conv else src.matmul_flops_per_s
+            rate_dst = dst.conv_flops_per_s if conv else dst.matmul_flops_per_s
+            if f <= 0:
+                f = max(dur_ns, 1.0) * 1e-9 * rate_src(dt, 1e9)
+            return rate_src(dt, f) / rate_dst(dt, f)
+        if cls == Boundness.MEMORY:
+            b = b if b > 0 else max(dur_ns, 1.0) * 1e-9 * src.mem_bw_bytes_per_s(1e9)
+            return src.mem_bw_bytes_per_s(b) / dst.mem_bw_bytes_per_s(b)
+        if not src.collective or not dst.collective:
+            return 1.0
+        return next(iter(src.collective.values()))[0] / next(iter(dst.collective.values()))[0]
+
+
+OPTIMIZATION = Device
