@@ -133,9 +133,10 @@ def test_price_tables(tmp_path):
 
 
 def test_public_gpu_trace_onto_published_gpus(shared_dir):
+    from daydream import load_trace
     from daydream.whatif import predict
 
-    trace = shared_dir / "HolisticTraceAnalysis" / "control.json.gz"
+    trace = load_trace(shared_dir / "HolisticTraceAnalysis" / "control.json.gz")
     same, _ = predict(trace, ["device:target=A100"])              # traced on an A100: nothing changes
     assert same.predicted_ms == pytest.approx(same.baseline_ms)
     slow, _ = predict(trace, ["device:target=V100"])
