@@ -45,7 +45,10 @@ from ._pipegraph import build_graph, p2p_ns, parse_partition, partition, stage_c
 from .base import Optimization, OptionError, Param
 from .pipeline import ITERATIONS, bubble_fraction
 
-__all__ = ["Tessel", "OPTIMIZATION", "parse_placement", "repetends", "search"]
+__all__ = ["Tessel", "OPTIMIZATION", "parse_placement", "repetends", "search", "PROGRESS_EVERY"]
+
+#: Candidates enumerated between two progress lines on stderr.
+PROGRESS_EVERY = 1000
 
 
 def parse_placement(text: str, stages: int) -> list:
@@ -107,6 +110,9 @@ def search(sc, placement, microbatches, device, max_lag, budget=20000, memory_by
             if k >= budget:
                 cut = f"budget of {budget} candidates reached"
                 break
+            if progress and k and k % PROGRESS_EVERY == 0:
+                progress(f"tessel: {k}/{total} candidates, {costed} distinct schedules costed, best "
+                         f"{best[0] / 1e6 if best else float('nan'):.3f} ms ({time.time() - t0:.0f} s)")
             acts = sch.unroll(orders, lags, microbatches)
             key = tuple(tuple(a) for a in acts)
             if key in seen or sch.blocked(acts, n_stages):
@@ -120,9 +126,6 @@ def search(sc, placement, microbatches, device, max_lag, budget=20000, memory_by
             costed += 1
             if best is None or (t, act) < best[:2]:
                 best = (t, act, acts, (orders, lags))
-            if progress and costed % 100 == 0:
-                progress(f"tessel: {k + 1}/{total} candidates, {costed} distinct schedules costed, "
-                         f"best {best[0] / 1e6:.3f} ms ({time.time() - t0:.0f} s)")
     except KeyboardInterrupt:
         cut = "interrupted (Ctrl-C)"
     return best, costed, cut

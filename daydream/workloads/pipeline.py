@@ -7,7 +7,8 @@ process (``--split``: hidden blocks of stage 0, the rest evenly; the head on
 the last stage), and trains with ``ScheduleGPipe``, ``Schedule1F1B`` or a
 schedule read from a CSV of per-rank actions (``--schedule csv --csv FILE``,
 run by ``_PipelineScheduleRuntime``, as :func:`optimizations._schedules.to_csv`
-writes).  Each rank has the same synthetic data loader (rank 0 feeds the
+writes; the CSV may place several stages on a rank, e.g. a V: stages 0 and 3
+on rank 0, 1 and 2 on rank 1, the model then cut into as many stages).  Each rank has the same synthetic data loader (rank 0 feeds the
 inputs, the last rank the targets).  Rank 0 prints one JSON line with the
 per-step times: ``{"schedule": ..., "step_ms": [...], "mean_ms": ...}``
 (mean over the steps after ``--warmup``).
@@ -52,7 +53,7 @@ def parse_args(argv=None):
 
 
 def stage_modules(args, world: int) -> list:
-    """The MLP of ``daydream.workloads.mlp`` cut into ``world`` sequential stages."""
+    """The MLP of ``daydream.workloads.mlp`` cut into ``world`` sequential stages (the head on the last)."""
     from .mlp import MLP
 
     torch.manual_seed(args.seed)
@@ -74,17 +75,29 @@ def _loss(out, y):
     return F.cross_entropy(out, y)
 
 
-def _make_schedule(args, stage, world):
+def _csv_stages(path: str) -> dict:
+    """Stage -> rank of a per-rank action CSV (row r lists rank r's actions, e.g. ``0F0,1B0``)."""
+    import re
+
+    where = {}
+    with open(path) as f:
+        for r, line in enumerate(x for x in f if x.strip()):
+            for a in line.split(","):
+                m = re.match(r"\s*(\d+)[FBIW]", a)
+                if m:
+                    where.setdefault(int(m.group(1)), r)
+    return where
+
+
+def _make_schedule(args, stages, world):
     from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
     if args.schedule == "gpipe":
-        return ScheduleGPipe(stage, args.microbatches, loss_fn=_loss)
+        return ScheduleGPipe(stages[0], args.microbatches, loss_fn=_loss)
     if args.schedule == "1f1b":
-        return Schedule1F1B(stage, args.microbatches, loss_fn=_loss)
-    if not args.csv:
-        raise SystemExit("pipeline: --schedule csv needs --csv FILE")
-    sched = _PipelineScheduleRuntime([stage], args.microbatches, loss_fn=_loss)
+        return Schedule1F1B(stages[0], args.microbatches, loss_fn=_loss)
+    sched = _PipelineScheduleRuntime(stages, args.microbatches, loss_fn=_loss)
     sched._load_csv(args.csv)
     return sched
 
@@ -96,11 +109,16 @@ def _worker(rank: int, world: int, args) -> None:
     torch.set_num_threads(args.threads)
     if not dist.is_initialized():
         dist.init_process_group("gloo", rank=rank, world_size=world)
-    mods = stage_modules(args, world)
-    sub = mods[rank]
-    stage = PipelineStage(sub, rank, world, torch.device("cpu"))
-    sched = _make_schedule(args, stage, world)
-    opt = torch.optim.SGD(sub.parameters(), lr=args.lr, momentum=args.momentum)
+    if args.schedule == "csv" and not args.csv:
+        raise SystemExit("pipeline: --schedule csv needs --csv FILE")
+    where = _csv_stages(args.csv) if args.schedule == "csv" else {r: r for r in range(world)}
+    n_stages = len(where)
+    mods = stage_modules(args, n_stages)
+    mine = sorted(s for s, r in where.items() if r == rank)
+    stages = [PipelineStage(mods[s], s, n_stages, torch.device("cpu")) for s in mine]
+    sched = _make_schedule(args, stages, world)
+    opt = torch.optim.SGD([p for s in mine for p in mods[s].parameters()], lr=args.lr, momentum=args.momentum)
+    first, last = 0 in mine, n_stages - 1 in mine
     g = torch.Generator().manual_seed(args.seed)
     n = args.batch_size * args.dataset_batches
     xs, ys = torch.randn(n, args.in_features, generator=g), torch.randint(0, args.classes, (n,), generator=g)
@@ -110,12 +128,11 @@ def _worker(rank: int, world: int, args) -> None:
         i = (step % args.dataset_batches) * args.batch_size
         x, y = xs[i:i + args.batch_size], ys[i:i + args.batch_size]
         opt.zero_grad(set_to_none=True)
-        if rank == 0:
-            sched.step(x)
-        elif rank == world - 1:
-            sched.step(target=y, losses=[])
+        inputs = (x,) if first else ()
+        if last:
+            sched.step(*inputs, target=y, losses=[])
         else:
-            sched.step()
+            sched.step(*inputs)
         opt.step()
         now = time.perf_counter()
         times.append((now - t0) * 1e3)

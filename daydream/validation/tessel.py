@@ -1,0 +1,52 @@
+"""Validate ``tessel``: the searched schedule executed for real by torch's schedule runtime.
+
+Baseline: the bundled MLP traced on one process (shared with the pipeline
+validation's sizes).  The ``tessel`` what-if searches a 2-device schedule for
+two placements (:data:`PLACEMENTS`: the 2-stage chain, and 4 stages in a V
+over 2 devices) and writes each winner as a per-rank action CSV; the pipeline
+workload runs that CSV on 2 gloo processes with ``_PipelineScheduleRuntime``
+(``--schedule csv``, the model cut into as many stages as the CSV names).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..validate import ValidationRow, fastest_run
+from ..whatif import predict
+from .pipeline import MICROBATCHES, MODEL_ARGS, PARTITION, measure_pipeline
+
+__all__ = ["validate_rows", "PLACEMENTS"]
+
+#: Searched placements: a chain (stage k on device k, the workload's 2-stage split) and a V
+#: (4 stages, one hidden block each, the head with the last; stages 0 and 3 on device 0).
+PLACEMENTS = (("chain", f"partition={PARTITION}"),
+              ("v", "placement=0:1:1:0,partition=MLP.blocks.1:MLP.blocks.2:MLP.blocks.3,max_lag=3,budget=3000"))
+
+
+def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) -> list:
+    """One row per placement: the searched schedule, predicted and executed."""
+    out_dir = Path(out_dir)
+    tdir = out_dir / "traces"
+    tdir.mkdir(parents=True, exist_ok=True)
+    progress("tessel: tracing the 1-process baseline (mlp)")
+    base, _ = fastest_run(repeat, "mlp", tdir / "mlp.tessel-base.json.gz", MODEL_ARGS)
+    cases = []
+    for tag, extra in PLACEMENTS:
+        csv = out_dir / f"tessel-{tag}.csv"
+        spec = f"tessel:stages=2,microbatches={MICROBATCHES},{extra},csv={csv}"
+        rep, _ = predict(base, [spec], profile_path=profile_path)
+        progress(f"tessel: {tag}: best schedule {rep.metrics.get('schedule')} (predicted {rep.predicted_ms:.2f} ms, "
+                 f"1F1B on the same stages {rep.metrics.get('1f1b_ms', float('nan')):.2f} ms)")
+        cases.append((spec.split(",csv=")[0], rep, csv))
+    best = [float("inf")] * len(cases)
+    for k in range(max(repeat, 1)):
+        for i, (_, _, csv) in enumerate(cases):
+            progress(f"tessel: running {csv.name} on 2 processes ({k + 1}/{max(repeat, 1)})")
+            best[i] = min(best[i], measure_pipeline("csv", ("--csv", str(csv))))
+    rows = []
+    for (name, r, _), measured in zip(cases, best):
+        row = ValidationRow("mlp", name, r.baseline_ms, r.predicted_ms, measured)
+        progress(f"tessel: {name}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
+                 f"error {row.error_pct:.1f}%")
+        rows.append(row)
+    return rows

@@ -1,0 +1,108 @@
+"""``tessel`` what-if: repetend unrolling, deadlock refusal, search optimum, Ctrl-C, CSV output."""
+from __future__ import annotations
+
+import pytest
+
+from daydream.optimizations import WhatIfContext, get
+from daydream.optimizations import _schedules as sch
+from daydream.optimizations import tessel as ts
+from daydream.optimizations.base import OptionError
+from test_pipeline import costs, device, layered_graph
+
+F, B = sch.Kind.F, sch.Kind.B
+
+
+def test_unroll_gives_gpipe_and_1f1b():
+    o = [[(0, F), (0, B)], [(1, F), (1, B)]]
+    assert sch.unroll(o, {(0, F): 0, (0, B): 4, (1, F): 0, (1, B): 4}, 4) == sch.gpipe(2, 4)
+    o = [[(0, B), (0, F)], [(1, F), (1, B)]]
+    assert sch.unroll(o, {(0, F): 0, (0, B): 2, (1, F): 1, (1, B): 1}, 4) == sch.one_f_one_b(2, 4)
+
+
+def test_cyclic_wait_is_found():
+    # rank 0 waits for 1B0 before 0F0; rank 1 waits for 0F0 before 1F0: a cycle
+    acts = sch.from_csv("0B0,0F0\n1F0,1B0\n")
+    assert sch.blocked(acts, 2) == ["0B0", "1F0"]
+    assert sch.blocked(sch.one_f_one_b(3, 5), 3) == []
+
+
+def test_placement_parsing_and_refusals():
+    assert ts.parse_placement("1:0", 2) == [1, 0]
+    with pytest.raises(sch.ScheduleError, match="must use each of the 2 devices"):
+        ts.parse_placement("0:2", 2)
+    with pytest.raises(sch.ScheduleError, match="not a ':'-separated list"):
+        ts.parse_placement("0,a", 2)
+
+
+def test_search_reaches_the_optimum_with_fewest_activations():
+    # equal stages, free transfers: nothing beats (M+S-1)(f+b); among those 1F1B stashes least
+    sc = costs(2, 10, 20)
+    sc = sc.__class__(**{**sc.__dict__, "stash_bytes": (1, 1)})
+    best, costed, cut = ts.search(sc, [0, 1], 4, device(), max_lag=4)
+    assert best[0] == (4 + 2 - 1) * 30 and best[1] == 2 and not cut and costed > 1
+    assert best[2] == sch.one_f_one_b(2, 4)
+
+
+def test_search_keeps_the_best_so_far_on_ctrl_c(monkeypatch):
+    calls = []
+    real = ts.simulate
+
+    def interrupted(g):
+        calls.append(1)
+        if len(calls) > 3:
+            raise KeyboardInterrupt
+        return real(g)
+
+    monkeypatch.setattr(ts, "simulate", interrupted)
+    best, costed, cut = ts.search(costs(2, 10, 20), [0, 1], 4, device(), max_lag=4)
+    assert cut == "interrupted (Ctrl-C)" and costed == 3 and best is not None
+
+
+def test_budget_and_progress_reported():
+    lines = []
+    _, costed, cut = ts.search(costs(2, 10, 20), [0, 1], 4, device(), max_lag=12, budget=1500,
+                               progress=lines.append)
+    assert cut == "budget of 1500 candidates reached"   # of 1820
+    assert len(lines) == 1 and lines[0].startswith("tessel: 1000/")
+
+
+def test_memory_limit_prunes_schedules():
+    sc = costs(2, 10, 20)
+    sc = sc.__class__(**{**sc.__dict__, "stash_bytes": (1, 1)})
+    best, _, _ = ts.search(sc, [0, 1], 4, device(), max_lag=4, memory_bytes=1)
+    assert best[:2] == (4 * 30 * 2, 1)   # one micro-batch in flight: the stages cannot overlap
+    best, _, _ = ts.search(sc, [0, 1], 4, device(), max_lag=4, memory_bytes=2)
+    assert best[:2] == (5 * 30, 2)
+
+
+def whatif(spec, g=None):
+    ctx = WhatIfContext(graph=g or layered_graph(), trace=None, device=device())
+    get(spec).apply(ctx)
+    return ctx
+
+
+def test_whatif_reports_against_gpipe_and_1f1b_and_writes_runnable_csv(tmp_path):
+    path = tmp_path / "best.csv"
+    ctx = whatif(f"tessel:stages=2,microbatches=2,max_lag=3,csv={path}")
+    m = ctx.metrics
+    assert m["tessel_ms"] <= min(m["gpipe_ms"], m["1f1b_ms"])
+    acts = sch.from_csv(path.read_text())
+    sch.validate(acts, 2, 2)
+    assert " / ".join(" ".join(map(str, r)) for r in acts) == m["schedule"]
+
+
+def test_v_placement_searches_two_stages_per_device():
+    ctx = whatif("tessel:stages=2,microbatches=2,placement=0:1:1:0,max_lag=2,budget=2000")
+    acts = sch.from_csv(ctx.metrics["schedule"].replace(" / ", "\n").replace(" ", ","))
+    sch.validate(acts, 4, 2)
+    assert sch.stage_rank(acts) == {0: 0, 1: 1, 2: 1, 3: 0}
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("tessel:stages=2,placement=0:1:1:0:1:0", "6 stages but the model has only 4 layers"),
+    ("tessel:stages=0", "at least 1"),
+])
+def test_impossible_configurations_refused(spec, msg):
+    g = layered_graph()
+    with pytest.raises(OptionError, match=msg):
+        whatif(spec, g)
