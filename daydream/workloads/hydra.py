@@ -237,9 +237,13 @@ def main(argv=None):
     if args.models < 1 or args.devices < 1:
         raise SystemExit("hydra: --models and --devices must be at least 1")
     _cuts(args, args.devices)
+    import torch._dynamo  # noqa: F401  (optimizers import it lazily: once here, not in every child)
     import torch.multiprocessing as mp
 
-    mp.spawn(_worker, args=(args, _free_port(), args.devices), nprocs=args.devices, join=True)
+    # fork where possible: the parent has run no torch op yet, and the children start at once
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    mp.start_processes(_worker, args=(args, _free_port(), args.devices), nprocs=args.devices, join=True,
+                       start_method=method)
 
 
 if __name__ == "__main__":

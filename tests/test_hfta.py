@@ -1,0 +1,139 @@
+"""``hfta``: fused-op cost model (exact times), what-if on the project's MLP trace, the fused workload."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daydream.device import Curve, DeviceProfile
+from daydream.graph import build_graph
+from daydream.model import EventKind, LaneKind, Phase
+from daydream.optimizations import NotApplicable, OptionError, get
+from daydream.optimizations.hfta import TaskClass, classify, fused_durations
+from daydream.sim import simulate
+from daydream.whatif import predict
+
+from conftest import flat_profile
+
+
+def _graph(maker):
+    cpu = maker.lane(LaneKind.CPU_THREAD)
+    ids = {
+        "mm": maker.task(cpu, 4000, name="aten::mm", flops=10**6, phase=Phase.FORWARD),
+        "conv": maker.task(cpu, 6000, name="aten::convolution", flops=10**6, phase=Phase.BACKWARD),
+        "relu": maker.task(cpu, 3000, gap=700, name="aten::relu_", bytes=4096, phase=Phase.FORWARD),
+        "tiny": maker.task(cpu, 400, name="aten::add_", bytes=64, phase=Phase.OPTIMIZER),
+        "view": maker.task(cpu, 900, name="aten::t", bytes=4096, phase=Phase.FORWARD),
+        "dispatch": maker.task(cpu, 500, name="aten::linear", phase=Phase.FORWARD),
+        "load": maker.task(cpu, 2000, name="aten::index", bytes=4096, phase=Phase.DATALOADER),
+    }
+    return maker.g, ids
+
+
+def test_task_classes(maker):
+    g, ids = _graph(maker)
+    cls = classify(g)
+    assert [int(cls[ids[k]]) for k in ("mm", "conv", "relu", "tiny", "view", "dispatch", "load")] == [
+        TaskClass.COMPUTE, TaskClass.COMPUTE, TaskClass.MEMORY, TaskClass.MEMORY,
+        TaskClass.FIXED, TaskClass.FIXED, TaskClass.FIXED]
+
+
+def test_fused_durations_flat_device(maker):
+    g, ids = _graph(maker)
+    d = fused_durations(g, flat_profile(overhead_ns=1000), 4)
+    assert d[ids["mm"]] == 16000 and d[ids["conv"]] == 24000        # 4x the work at the same rate
+    assert d[ids["relu"]] == 1000 + 4 * 2000                        # overhead once, streaming 4x
+    assert d[ids["tiny"]] == 400                                    # all of it is fixed cost
+    assert d[ids["view"]] == 900 and d[ids["dispatch"]] == 500 and d[ids["load"]] == 2000
+    assert (fused_durations(g, flat_profile(), 1) == g.tasks["dur_ns"]).all()
+
+
+def test_fused_durations_follow_the_throughput_curves(maker):
+    g, ids = _graph(maker)
+    dev = DeviceProfile("d", "cpu", matmul={"float32": Curve(((1e6, 1e9), (4e6, 2e9)))},
+                        conv={"float32": Curve(((1e6, 1e9), (4e6, 4e9)))},
+                        elementwise={"float32": Curve(((4096, 2e9), (16384, 1e9)))}, op_overhead_ns=1000)
+    d = fused_durations(g, dev, 4)
+    assert d[ids["mm"]] == 4000 * 4 // 2          # batched GEMM runs at twice the rate
+    assert d[ids["conv"]] == 6000                 # grouped conv at four times the rate
+    assert d[ids["relu"]] == 1000 + 2000 * 4 * 2  # four times the bytes at half the bandwidth
+
+
+def test_gpu_kernels_without_flops_grow_with_n(maker):
+    cpu, gpu = maker.lane(LaneKind.CPU_THREAD), maker.lane(LaneKind.GPU_STREAM)
+    launch = maker.task(cpu, 5000, name="cudaLaunchKernel", kind=EventKind.RUNTIME, phase=Phase.FORWARD)
+    k = maker.task(gpu, 3000, name="elementwise_kernel", phase=Phase.FORWARD)
+    d = fused_durations(maker.g, flat_profile(), 3)
+    assert d[k] == 9000 and d[launch] == 5000
+
+
+def test_whatif_on_mlp_trace(own_trace):
+    dev = flat_profile(matmul=1e10, bw=1e10, overhead_ns=1000)
+    base = build_graph(own_trace("mlp"))
+    n = 4
+    report, res = predict(own_trace("mlp"), [f"hfta:models={n}"], device=dev)
+    # one CPU thread, nothing overlaps: the iteration grows by exactly the added task time
+    its = [1, 2, 3, 4]
+    m = np.isin(base.tasks["iteration"], its)
+    added = (res.graph.tasks["dur_ns"][m] - base.tasks["dur_ns"][m]).sum() / len(its) / 1e6
+    assert added > 0
+    assert report.predicted_ms - report.baseline_ms == pytest.approx(added, rel=1e-3)
+    met = report.metrics
+    assert met["fused_iteration_ms"] == pytest.approx(report.predicted_ms)
+    assert met["sequential_ms"] == pytest.approx(n * report.baseline_ms)
+    assert met["throughput_gain"] == pytest.approx(n * report.baseline_ms / report.predicted_ms)
+    assert report.baseline_ms < report.predicted_ms < n * report.baseline_ms   # fixed costs are paid once
+    one, _ = predict(own_trace("mlp"), ["hfta:models=1"], device=dev)
+    assert one.predicted_ms == pytest.approx(one.baseline_ms)
+
+
+def test_bad_input_is_refused_with_the_reason(own_trace, maker):
+    with pytest.raises(OptionError, match="at least 1"):
+        predict(own_trace("mlp"), ["hfta:models=0"], device=flat_profile())
+    with pytest.raises(OptionError, match="would not fit"):
+        predict(own_trace("mlp"), ["hfta:models=100000"], device=flat_profile())
+    with pytest.raises(OptionError, match="not a int"):
+        get("hfta:models=two")
+    from daydream.optimizations import WhatIfContext
+
+    cpu = maker.lane(LaneKind.CPU_THREAD)
+    maker.task(cpu, 100, name="aten::linear", phase=Phase.FORWARD)
+    maker.g.markers = {0: []}
+    with pytest.raises(NotApplicable, match="no compute or memory-bound ops"):
+        get("hfta:models=2").apply(WhatIfContext(graph=maker.g, trace=None, device=flat_profile()))
+
+
+def test_fused_workload_trains_each_copy_like_the_unfused_model():
+    torch = pytest.importorskip("torch")
+    from torch.nn import functional as F
+
+    from daydream.workloads.hfta import FusedMLP, FusedSGD, _loss
+    from daydream.workloads.mlp import MLP
+
+    torch.manual_seed(0)
+    copies = [MLP(8, 16, 2, 3) for _ in range(3)]
+    fused = FusedMLP(copies)
+    lrs = torch.tensor([0.1, 0.05, 0.025])
+    opt = FusedSGD(fused.parameters(), lrs, momentum=0.9)
+    refs = [torch.optim.SGD(c.parameters(), lr=float(lr), momentum=0.9) for c, lr in zip(copies, lrs)]
+    x, y = torch.randn(5, 8), torch.randint(0, 3, (5,))
+    for _ in range(2):
+        opt.zero_grad()
+        _loss(fused, x, y).backward()
+        opt.step()
+        for c, r in zip(copies, refs):
+            r.zero_grad()
+            F.cross_entropy(c(x), y).backward()
+            r.step()
+    out = fused(x)
+    for i, c in enumerate(copies):
+        torch.testing.assert_close(out[i], c(x), rtol=1e-5, atol=1e-6)
+
+
+def test_fused_workload_runs(capsys):
+    pytest.importorskip("torch")
+    from daydream.workloads import hfta
+
+    times = hfta.main(["--models", "2", "--in-features", "16", "--hidden", "32", "--layers", "2",
+                       "--batch-size", "8", "--steps", "3", "--quiet", "--dataset-batches", "2"])
+    assert len(times) == 3 and all(t > 0 for t in times)
+    assert "hfta: 2 fused mlp models, 3 steps" in capsys.readouterr().out

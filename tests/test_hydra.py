@@ -1,0 +1,126 @@
+"""``hydra``: balanced shards, exact schedule makespans, what-if on the MLP trace, the real 2-process run."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from daydream.errors import DaydreamError
+from daydream.graph import build_graph
+from daydream.optimizations import NotApplicable, OptionError
+from daydream.optimizations.hydra import (Schedule, ShardCosts, balanced_split, layer_units, schedule_graph)
+from daydream.sim import simulate
+from daydream.whatif import predict
+
+from conftest import flat_profile
+
+COSTS = ShardCosts(fwd_ns=(10, 12), bwd_ns=(20, 20), opt_ns=(5, 5), send_bytes=(100,), layers=(1, 1))
+
+
+def _one(_nbytes):
+    return 1
+
+
+def test_balanced_split():
+    assert balanced_split([5, 5, 5, 5], 2) == [2, 2]
+    assert balanced_split([1, 1, 1, 1, 4], 2) == [4, 1]
+    assert balanced_split([9, 1, 1, 1, 1], 2) == [1, 4]
+    assert balanced_split([1, 2, 3], 3) == [1, 1, 1]
+    assert balanced_split([1, 2, 3], 1) == [3]
+    with pytest.raises(OptionError, match="cannot split 3 layer"):
+        balanced_split([1, 2, 3], 4)
+
+
+def test_one_model_chain_exact():
+    # F0 0-10, act 10-11, F1 11-23, B1 23-43, grad 43-44, B0 44-64, O0 64-69 (O1 43-48 overlaps)
+    for sched in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL):
+        res = simulate(schedule_graph(COSTS, 1, _one, sched))
+        assert res.makespan_ns == 69
+        assert res.mean_iteration_ns()[1] == 69
+
+
+def test_model_parallel_runs_models_one_after_another():
+    res = simulate(schedule_graph(COSTS, 3, _one, Schedule.MODEL_PARALLEL))
+    assert res.makespan_ns == 3 * 69
+    g = res.graph
+    names = [g.task_name(t) for t in g.lane_tasks[0]]
+    assert names[1:4] == ["model 0 forward shard 0", "model 0 backward shard 0", "model 0 optimizer shard 0"]
+
+
+def test_shard_parallel_interleaves_models_exact():
+    res = simulate(schedule_graph(COSTS, 2, _one, Schedule.SHARD_PARALLEL))
+    g = res.graph
+    start = {g.task_name(t): int(res.start_ns[t]) for t in range(g.n_tasks)}
+    # device 0 runs model 1's first shard while device 1 runs model 0's second
+    assert start["model 1 forward shard 0"] == 10 and start["model 0 forward shard 1"] == 11
+    # device 1 prefers the less advanced model: model 1's forward before model 0's backward
+    # (model 1's activation arrived at 21, model 0's backward became ready at 23)
+    assert start["model 1 forward shard 1"] == 23 and start["model 0 backward shard 1"] == 35
+    assert start["model 1 backward shard 1"] == 55 and start["model 0 backward shard 0"] == 56
+    assert res.makespan_ns == 106
+
+
+def test_whatif_on_mlp_trace(own_trace):
+    dev = flat_profile(allreduce=(1e9, 10_000.0))
+    trace = own_trace("mlp")
+    g = build_graph(trace)
+    table = {m["path"]: m for m in trace.ranks[0].meta["daydream"]["modules"]}
+    units, head, opt = layer_units(g, table)
+    assert [u.name for u in units][:3] == ["MLP.blocks.0.0", "MLP.blocks.0.1", "MLP.blocks.1.0"]
+    base = simulate(g).mean_iteration_ns()[1]
+    assert sum(u.fwd_ns + u.bwd_ns for u in units) + head + opt == pytest.approx(base, rel=1e-3)
+
+    one, _ = predict(trace, ["hydra:models=1,devices=2"], device=dev)
+    single = one.metrics["model_parallel_makespan_ms"]
+    assert one.metrics["shard_parallel_makespan_ms"] == pytest.approx(single)
+    rep, res = predict(trace, ["hydra:models=4,devices=2"], device=dev)
+    m = rep.metrics
+    assert m["model_parallel_makespan_ms"] == pytest.approx(4 * single, abs=1e-5)
+    assert rep.predicted_ms == pytest.approx(m["shard_parallel_makespan_ms"])
+    assert single < m["shard_parallel_makespan_ms"] < m["model_parallel_makespan_ms"]
+    assert m["shard_parallel_speedup"] > 1.2
+    assert 0 < m["model_parallel_utilisation"] < m["shard_parallel_utilisation"] <= 1
+    assert m["shard0_layers"] + m["shard1_layers"] == len(units)
+    mp, _ = predict(trace, ["hydra:models=4,devices=2,schedule=model-parallel"], device=dev)
+    assert mp.predicted_ms == pytest.approx(m["model_parallel_makespan_ms"])
+
+
+def test_bad_input_is_refused_with_the_reason(own_trace):
+    trace = own_trace("mlp")
+    with pytest.raises(OptionError, match="more shards than the model's 9 layer"):
+        predict(trace, ["hydra:models=2,devices=10"], device=flat_profile())
+    with pytest.raises(OptionError, match="at least 1"):
+        predict(trace, ["hydra:models=0"], device=flat_profile())
+    with pytest.raises(OptionError, match="must be one of"):
+        predict(trace, ["hydra:schedule=random"], device=flat_profile())
+    for r in trace.ranks:
+        r.meta.get("daydream", {}).pop("modules", None)
+    with pytest.raises(NotApplicable, match="parameter sizes per module"):
+        predict(trace, ["hydra"], device=flat_profile())
+
+
+def test_real_two_process_run_reports_both_makespans():
+    """Two gloo processes, tiny sizes: about 5 s, mostly process start-up."""
+    pytest.importorskip("torch")
+    cmd = [sys.executable, "-m", "daydream.workloads.hydra", "--models", "2", "--devices", "2", "--in-features", "8",
+           "--hidden", "16", "--layers", "2", "--batch-size", "4", "--rounds", "1", "--warmup", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["models"] == 2 and out["devices"] == 2
+    assert out["model-parallel_ms"] > 0 and out["shard-parallel_ms"] > 0
+
+
+def test_real_run_refuses_impossible_splits():
+    pytest.importorskip("torch")
+    from daydream.workloads import hydra
+
+    with pytest.raises(SystemExit, match="--shard0-layers must be between 1 and 2"):
+        hydra.main(["--devices", "2", "--layers", "1", "--shard0-layers", "3"])
+    with pytest.raises(SystemExit, match="4 shards but the model has only 3 layers"):
+        hydra.main(["--devices", "4", "--layers", "1"])
+    with pytest.raises(SystemExit, match="at least 1"):
+        hydra.main(["--models", "0"])
