@@ -27,6 +27,12 @@ Model
   sequence-parallel overlap).
 * **Optimizer.**  Its bytes-moving tasks scale with the parameter bytes a rank
   still holds: ``(replicated + split / T) / total``.
+* **Implementation overhead** (``api=torch``, the default): torch's TP API
+  wraps weights and activations in ``DTensor``; its host time per pair
+  (forward, backward) is measured once on this machine by a micro-benchmark
+  (:func:`daydream.workloads.tensor_parallel.measure_api_overhead`, under the
+  profiler like the trace) and inserted before the column linear's forward
+  and after its backward.  ``api=megatron`` (plain tensors) adds nothing.
 
 Metrics: ``param_bytes_per_rank``, ``allreduce_bytes_per_iteration``,
 ``allreduce_ms_per_iteration``.
@@ -34,9 +40,9 @@ Metrics: ``param_bytes_per_rank``, ``allreduce_bytes_per_iteration``,
 Assumptions and limits: the module table and op shapes come from
 ``daydream trace``; each split module runs once per iteration; the all-reduce
 costs the calibrated (gloo) or published (NCCL) ring figures and, on a CPU,
-runs on the training thread's core; DTensor's own dispatch overhead (torch's
-TP API wraps weights in ``DTensor``) is not modelled, so on small CPU models
-the real run is a little slower than predicted; sequence parallelism and
+runs on the training thread's core, and ranks run in lockstep (the wait for a
+slower rank is not modelled); the DTensor overhead is that of a one-rank mesh
+on this host (a GPU trace's host may differ); sequence parallelism and
 embedding/vocabulary splitting are not modelled.
 """
 from __future__ import annotations
@@ -240,8 +246,9 @@ def api_overhead_ns(threads: int = 1):
 
     Measured once per thread count and torch version by
     :func:`daydream.workloads.tensor_parallel.measure_api_overhead` in a
-    subprocess (it initialises a process group) and cached next to the
-    calibrated profiles; None if it cannot run here.
+    subprocess (it initialises a process group), under the profiler as the
+    trace's own ops were, and cached next to the calibrated profiles; None if
+    it cannot run here.
     """
     import os
     import subprocess
@@ -255,7 +262,7 @@ def api_overhead_ns(threads: int = 1):
     try:
         with open(path) as f:
             cached = json.load(f)
-        if cached.get("torch") == _torch_version():
+        if cached.get("torch") == _torch_version() and cached.get("profiled"):
             return cached
     except (OSError, ValueError):
         pass

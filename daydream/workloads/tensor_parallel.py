@@ -85,15 +85,19 @@ def parallelize(model: nn.Module, world: int, device: torch.device) -> nn.Module
     return model
 
 
-def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 5) -> dict:
+def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 5, profiled: bool = True) -> dict:
     """Host time torch's TP API adds to one column/row pair: forward and backward ns.
 
     A tiny two-linear MLP (arithmetic negligible) is run plain and split with
     ``ColwiseParallel``/``RowwiseParallel`` on a one-rank gloo mesh; the
     difference of the fastest of ``repeats`` timings is DTensor's wrapping,
-    sharding propagation and redistribution bookkeeping.  Initialises a
+    sharding propagation and redistribution bookkeeping.  With ``profiled``
+    both run under ``torch.profiler`` with shapes recorded, as in a
+    ``daydream trace`` (the many small ops of DTensor's dispatch each pay the
+    profiler's per-op cost, as the traced baseline's ops did).  Initialises a
     process group: call it in a process of its own.
     """
+    import contextlib
     import time
 
     import torch.distributed as dist
@@ -117,13 +121,17 @@ def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 5) -
         return min(out)
 
     res = {}
-    for name, m in (("plain", plain), ("split", split)):
-        best(lambda: m(x).sum().backward())          # warm-up (sharding propagation caches)
-        res[name] = (best(lambda: m(x).sum()), best(lambda: m(x).sum().backward()))
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) \
+        if profiled else contextlib.nullcontext()
+    with prof:
+        for name, m in (("plain", plain), ("split", split)):
+            best(lambda: m(x).sum().backward())          # warm-up (sharding propagation caches)
+            res[name] = (best(lambda: m(x).sum()), best(lambda: m(x).sum().backward()))
     dist.destroy_process_group()
     fwd = max(0.0, res["split"][0] - res["plain"][0])
     both = max(0.0, res["split"][1] - res["plain"][1])
-    return {"forward_ns": fwd, "backward_ns": max(0.0, both - fwd), "torch": torch.__version__, "threads": threads}
+    return {"forward_ns": fwd, "backward_ns": max(0.0, both - fwd), "torch": torch.__version__, "threads": threads,
+            "profiled": profiled}
 
 
 def prepare(argv=None) -> Workload:
