@@ -92,7 +92,7 @@ def test_whatif_reports_against_gpipe_and_1f1b_and_writes_runnable_csv(tmp_path)
 
 
 def test_v_placement_searches_two_stages_per_device():
-    ctx = whatif("tessel:stages=2,microbatches=2,placement=0:1:1:0,max_lag=2,budget=2000")
+    ctx = whatif("tessel:stages=2,microbatches=2,placement=0:1:1:0,max_lag=2,budget=500")
     acts = sch.from_csv(ctx.metrics["schedule"].replace(" / ", "\n").replace(" ", ","))
     sch.validate(acts, 4, 2)
     assert sch.stage_rank(acts) == {0: 0, 1: 1, 2: 1, 3: 0}
@@ -106,3 +106,20 @@ def test_impossible_configurations_refused(spec, msg):
     g = layered_graph()
     with pytest.raises(OptionError, match=msg):
         whatif(spec, g)
+
+
+def test_searched_v_schedule_runs_on_torch_runtime_with_two_processes(tmp_path):
+    """Multi-process (2 gloo processes, tiny model, 2 steps): a V schedule from the search executes."""
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "v.csv"
+    whatif(f"tessel:stages=2,microbatches=2,placement=0:1:1:0,max_lag=2,budget=300,csv={path}")
+    proc = subprocess.run([sys.executable, "-m", "daydream.workloads.pipeline", "--schedule", "csv", "--csv",
+                           str(path), "--microbatches", "2", "--hidden", "32", "--in-features", "16",
+                           "--batch-size", "8", "--steps", "2", "--warmup", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("{")))
+    assert out["world"] == 2 and len(out["step_ms"]) == 2 and out["mean_ms"] > 0
