@@ -630,6 +630,11 @@ class CuptiKernelCollector:
         """Stop the tracer and keep its records."""
         self.records = self.tracer.stop()
 
+    @property
+    def dropped_records(self) -> int:
+        """Activity records lost (CUPTI buffers full, or over the row limit); 0 before :meth:`stop`."""
+        return 0 if self.records is None else int(self.records.dropped_records)
+
     def chrome_events(self) -> list:
         """Kernels, copies, memsets, runtime calls and syncs as Chrome trace events."""
         return [] if self.records is None else _chrome_events(self.records)

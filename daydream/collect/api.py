@@ -95,6 +95,8 @@ class TraceSession:
 
     def _check(self) -> None:
         res = self.result
+        if res.error is not None:   # tracing failed and said so on stderr; the user's code goes on
+            return
         if res.boundaries == 0:
             raise NoIterationMarkerError("the traced block finished without marking an iteration")
         if res.path is None:

@@ -135,6 +135,27 @@ class LayerMarkers:
         self._local = _PerThread(self)
         self._callback_queued = False
         self._handles: list = []
+        #: called once with the exception when a hook fails; hooks are then inert
+        self.on_error = None
+        self.failed = False
+
+    def _guard(self, fn):
+        """``fn`` wrapped so that an exception never reaches the user's model."""
+        def guarded(*args):
+            if self.failed:
+                return None
+            try:
+                return fn(*args)
+            except Exception as exc:  # noqa: BLE001 - a profiler must never break training
+                self.failed = True
+                self.enabled = False
+                if self.on_error is not None:
+                    try:
+                        self.on_error(exc)
+                    except Exception:  # noqa: BLE001
+                        pass
+                return None
+        return guarded
 
     # -- installation ------------------------------------------------------
     def install(self) -> None:
@@ -142,8 +163,8 @@ class LayerMarkers:
         if self._handles:
             return
         self._handles = [
-            _nn_module.register_module_forward_pre_hook(self._pre_hook),
-            _nn_module.register_module_forward_hook(self._post_hook, always_call=True),
+            _nn_module.register_module_forward_pre_hook(self._guard(self._pre_hook)),
+            _nn_module.register_module_forward_hook(self._guard(self._post_hook), always_call=True),
         ]
 
     def remove(self) -> None:
@@ -235,7 +256,7 @@ class LayerMarkers:
                 return None
             if not self._callback_queued:
                 self._callback_queued = True
-                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+                torch.autograd.Variable._execution_engine.queue_callback(self._guard(self._backward_done))
             open_ = self._local.open_bwd
             # children registered before parents: open parents first
             for rng in reversed(enters):
@@ -247,7 +268,7 @@ class LayerMarkers:
                 open_.append(rng)
             return None
 
-        return prehook
+        return self._guard(prehook)
 
     @staticmethod
     def _exit_bwd(rng: _BwdRange) -> None:

@@ -192,6 +192,9 @@ def explain(outcome: RunOutcome, req: TraceRequest) -> tuple[list[str], Collecti
             lines.append(f"daydream: process {s['pid']}: {s['error']}")
     if outcome.files:
         return lines, None
+    failed = [s["error"] for s in outcome.statuses if s.get("error")]
+    if failed:
+        return lines, CollectionError(f"no trace written: {failed[0]}")
     stepped = max((s.get("boundaries", 0) for s in outcome.statuses), default=0)
     rc = outcome.exit_status
     if rc != 0 and stepped == 0:

@@ -86,6 +86,7 @@ def _start() -> None:
         tracer.start()
         _patch_user_profiler(tracer)
         _install_sigint_filter()
+        _install_sigterm_exit()
         atexit.register(_at_exit)
     except Exception as exc:  # never break the user's import of torch
         print(f"daydream: tracing disabled in this process: {exc}", file=sys.stderr)
@@ -110,6 +111,25 @@ def _install_sigint_filter() -> None:
         pass
 
 
+def _install_sigterm_exit() -> None:
+    """SIGTERM unwinds the script (``SystemExit(143)``) so that finished iterations are written.
+
+    Only where the script left SIGTERM at its default (killing the process
+    at once, writing nothing); a handler of the script's own is kept.
+    """
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def handler(signum, frame):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)   # a second SIGTERM kills at once
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        pass
+
+
 def _at_exit() -> None:
     tracer = _state.get("tracer")
     if tracer is None:
@@ -129,6 +149,7 @@ def _write_status(tracer, error: str | None = None) -> None:
     """Tell the parent ``daydream trace`` what this process did (atomic write)."""
     status_dir = _state.get("config", {}).get("status_dir")
     res = tracer.result
+    error = error or (res.error if res else None)
     boundaries = res.boundaries if res else tracer.boundaries
     if not status_dir or (boundaries == 0 and error is None):
         return

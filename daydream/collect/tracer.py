@@ -35,6 +35,19 @@ __all__ = ["TraceOptions", "Tracer", "TracerState", "TraceResult", "current_trac
 _ACTIVE: list["Tracer"] = []
 
 
+def _one_line(exc: BaseException) -> str:
+    msg = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+
+
+def _quietly(fn, *args) -> None:
+    """Teardown step that must not stop the rest of the teardown."""
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def current_tracer() -> "Tracer | None":
     """The innermost running tracer of this process, if any."""
     return _ACTIVE[-1] if _ACTIVE else None
@@ -96,6 +109,7 @@ class TraceResult:
     boundaries: int
     marker: str | None
     iteration_ns: tuple[int, ...] = field(default=())
+    error: str | None = None   # why tracing stopped early or nothing was written (one line)
 
 
 class Tracer:
@@ -128,21 +142,47 @@ class Tracer:
         self._explicit_seen = False
         self.on_finish = None  # callable(tracer), run once the result is known
         self._notes: list[str] = []
+        self.error: str | None = None
+        self.markers.on_error = lambda exc: self._fail("in a module hook", exc)
 
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> "Tracer":
         """Install the hooks; boundary 0 (iteration 0 begins now)."""
         if self.state is not TracerState.CREATED:
             raise CollectionError("this tracer was already started; create a new daydream.trace()")
-        self._plan, self._collector = plan_activities(self.options.activities, self.options.use_cupti)
-        self.watcher.install()
-        _ACTIVE.append(self)
-        self.state = TracerState.WAITING
-        self._advance_to(0)
+        try:
+            self._plan, self._collector = plan_activities(self.options.activities, self.options.use_cupti)
+            self.watcher.install()
+            _ACTIVE.append(self)
+            self.state = TracerState.WAITING
+            self._advance_to(0)
+        except Exception as exc:  # noqa: BLE001 - a profiler must never break training
+            self._fail("while starting", exc)
         return self
 
     def step(self, source: MarkerSource = MarkerSource.EXPLICIT) -> None:
-        """Mark an iteration boundary (called by hooks, ``daydream.step()``, ...)."""
+        """Mark an iteration boundary (called by hooks, ``daydream.step()``, ...).
+
+        Never raises: a failure inside tracing is logged once and tracing
+        stops (see :meth:`_fail`), so the user's training goes on.
+        """
+        try:
+            self._step(source)
+        except Exception as exc:  # noqa: BLE001 - a profiler must never break training
+            self._fail("at an iteration boundary", exc)
+
+    def _fail(self, where: str, exc: BaseException) -> None:
+        """Stop tracing after an internal error: one line on stderr, nothing more is recorded."""
+        if self.error is None:
+            self.error = f"tracing stopped after an error {where}: {_one_line(exc)}"
+            print(f"daydream: {self.error}; the script goes on untraced", file=sys.stderr, flush=True)
+        self._write_allowed = False
+        try:
+            self.finish()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _step(self, source: MarkerSource) -> None:
         if self.state is not TracerState.WAITING and self.state is not TracerState.RECORDING:
             return
         if source is MarkerSource.OPTIMIZER:
@@ -215,12 +255,12 @@ class Tracer:
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         self.markers.enabled = False
-        self.markers.close_all()
+        _quietly(self.markers.close_all)
         if self._step_range is not None:  # interrupted iteration: not kept
-            exit_range(self._step_range)
+            _quietly(exit_range, self._step_range)
             self._step_range = None
-        self.watcher.remove()
-        self.markers.remove()
+        _quietly(self.watcher.remove)
+        _quietly(self.markers.remove)
         path = None
         try:
             if self._prof is not None and self._prof.profiler is not None:
@@ -231,8 +271,13 @@ class Tracer:
                         self._notes.append(f"daydream.cupti failed to stop: {exc}")
                         self._collector = None
                 self._prof.stop_trace()
-                if self._recorded:
+                if self._recorded and self._write_allowed:
                     path = self._write()
+        except Exception as exc:  # noqa: BLE001 - a full disk, a profiler failure: say so, go on
+            path = None
+            if self.error is None:
+                self.error = f"could not write the trace: {_one_line(exc)}"
+                print(f"daydream: {self.error}", file=sys.stderr, flush=True)
         finally:
             self._prof = None
             self.result = TraceResult(
@@ -242,6 +287,7 @@ class Tracer:
                 boundaries=self.boundaries,
                 marker=self.marker.value if self.marker else None,
                 iteration_ns=tuple(self._iter_ns),
+                error=self.error,
             )
             if self.on_finish is not None:
                 try:
@@ -251,6 +297,8 @@ class Tracer:
         return self.result
 
     # -- output -------------------------------------------------------------
+    _write_allowed = True   # False once tracing failed: a half-recorded state is not written
+
     def _write(self) -> Path:
         rank, world, dist_details = md.distributed_info()
         out = rank_path(self.options.path, rank, world)
@@ -276,6 +324,13 @@ class Tracer:
     def _activities_metadata(self) -> dict:
         meta = self._plan.as_metadata()
         meta["notes"] += self._notes
+        dropped = int(getattr(self._collector, "dropped_records", 0) or 0)
+        if dropped:
+            meta["dropped_records"] = dropped
+            msg = (f"{dropped} GPU activity records were dropped (CUPTI buffers full); "
+                   f"that GPU work is missing from the trace")
+            meta["notes"].append(msg)
+            print(f"daydream: warning: {msg}", file=sys.stderr, flush=True)
         if self._collector is None and meta["cuda_source"] == "daydream.cupti":
             meta["cuda_source"] = "none"
         return meta

@@ -45,6 +45,13 @@ def _rank_of(source: str, doc: dict, index: int, repairs=None) -> int:
     return int(m[-1]) if m and int(m[-1]) < MAX_RANK else index
 
 
+def _dropped_records(meta: dict) -> int:
+    """Records the tracer's CUPTI buffers dropped (``daydream.activities.dropped_records``)."""
+    acts = meta.get("daydream", {}).get("activities") if isinstance(meta.get("daydream"), dict) else None
+    n = acts.get("dropped_records") if isinstance(acts, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
 def load_rank(source: str, doc: dict, index: int = 0, iteration_marker: str | None = None) -> RankTrace:
     """Turn one parsed trace document into a :class:`RankTrace`."""
     p = parse_events(source, doc)
@@ -65,6 +72,9 @@ def assemble_rank(source, meta, p, cols, fwdbwd, index=0, iteration_marker=None,
     layers = StringTable()
     assign(cols, p.names, p.lanes, layers, its.boundaries_ns)
     rank = _rank_of(source, meta, index, p.repairs)
+    dropped = _dropped_records(meta)
+    if dropped:
+        p.repairs["GPU activity records dropped while tracing (CUPTI buffers full; missing)"] += dropped
     lanes = [type(l)(rank, l.kind, l.pid, l.tid, l.label, l.device) for l in p.lanes]
     meta = dict(meta)
     meta["iteration_source"] = its.source
