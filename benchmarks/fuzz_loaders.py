@@ -27,7 +27,6 @@ import copy
 import gzip
 import io
 import json
-import math
 import os
 import random
 import signal

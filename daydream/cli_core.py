@@ -6,10 +6,9 @@ import sys
 
 import click
 
-from . import __version__
 from .analysis import replay as run_replay, summarize
 from ._cli_util import handle_errors
-from .fileio import check_writable, write_json
+from .fileio import check_writable, provenance, write_json
 from .loader import load_trace
 from .sim.export import to_chrome_trace
 
@@ -57,8 +56,7 @@ def replay(traces, iteration_marker, as_json, output, force):
     report, result = run_replay(list(traces), iteration_marker)
     _warn_repairs(report.repairs)
     if output:
-        write_json(output, to_chrome_trace(result, {"command": " ".join(sys.argv),
-                                                     "version": __version__, "kind": "replay"}))
+        write_json(output, to_chrome_trace(result, provenance("replay")))
     if as_json:
         click.echo(json.dumps(report.to_dict()))
         return

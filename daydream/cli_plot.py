@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from ._cli_util import handle_errors
-from .fileio import check_writable
+from .fileio import check_writable, provenance, save_figure
 
 __all__ = ["COMMANDS"]
 
@@ -16,8 +16,9 @@ def _save(fig, output: str, force: bool) -> None:
     targets = [out] if out.suffix in (".png", ".svg") else [out.with_suffix(".png"), out.with_suffix(".svg")]
     for t in targets:
         check_writable(str(t), force)
+    prov = provenance("plot")
     for t in targets:
-        fig.savefig(t, dpi=120)
+        save_figure(fig, t, prov, force=True, dpi=120)   # checked above, before drawing
         click.echo(f"wrote {t}")
 
 

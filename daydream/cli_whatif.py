@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
-from . import __version__
 from ._cli_util import handle_errors
-from .fileio import check_writable, write_json
+from .fileio import check_writable, provenance, write_json
 
 __all__ = ["COMMANDS"]
 
@@ -41,8 +39,7 @@ def whatif(traces, opts, device, profile_path, iteration_marker, as_json, output
     report, result = predict(list(traces), list(opts), device=device, profile_path=profile_path,
                              iteration_marker=iteration_marker)
     if output:
-        write_json(output, to_chrome_trace(result, {"command": " ".join(sys.argv), "version": __version__,
-                                                     "kind": "whatif", "optimizations": list(report.optimizations)}))
+        write_json(output, to_chrome_trace(result, provenance("whatif", optimizations=list(report.optimizations))))
     if as_json:
         click.echo(json.dumps(report.to_dict()))
         return
@@ -81,12 +78,16 @@ def optimizations():
 @click.option("--quick", is_flag=True, help="Fewer sizes, shorter timings.")
 @click.option("--no-collectives", is_flag=True, help="Skip the two-process all-reduce measurement.")
 @click.option("--threads", type=int, help="Intra-op threads to measure with (default: torch's default).")
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @handle_errors
-def calibrate(device, output, quick, no_collectives, threads):
+def calibrate(device, output, quick, no_collectives, threads, force):
     """Measure this machine once (matmul/conv/elementwise throughput per dtype, op
     overhead, all-reduce bandwidth) into the profile that what-ifs use."""
     from .calibrate import calibrate as run
     from .device import save_profile
+
+    if output:
+        check_writable(output, force)     # before minutes of measuring
 
     prof = run(device, quick=quick, collectives=not no_collectives, threads=threads,
                progress=lambda m: click.echo(f"calibrating: {m} ...", err=True))

@@ -19,7 +19,7 @@ import click
 
 from .analysis import replay
 from .errors import DaydreamError
-from .fileio import write_json
+from .fileio import provenance, save_figure, write_json
 from .plots import AccuracyPoint, plot_accuracy, plot_breakdown, plot_timeline
 from .sim.export import to_chrome_trace
 from .validate import THREADS, ensure_profile, run_validation, trace_workload, write_results
@@ -74,9 +74,10 @@ def _plots(out: Path, replay_pts, val_rows, base, pred, report):
     fig.suptitle(" + ".join(report.optimizations))
     figs["breakdown"] = fig
     figs["timeline"] = plot_timeline(to_chrome_trace(base), to_chrome_trace(pred), labels=("baseline", "predicted"))
+    prov = provenance("demo")
     for name, f in figs.items():
         for ext in ("png", "svg"):
-            f.savefig(out / f"{name}.{ext}", dpi=110)
+            save_figure(f, out / f"{name}.{ext}", prov, force=True, dpi=110)   # the demo's own folder
     return [out / f"{n}.png" for n in figs]
 
 
@@ -108,7 +109,7 @@ def main(out_dir, workload, to_validate, shared):
             _say("3/6 what-if", f"{spec:<28}{report.predicted_ms:13.2f}{report.speedup:8.2f}x")
             if best is None or report.speedup > best[0].speedup:
                 best = (report, pred)
-        write_json(out / "predicted.timeline.json.gz", to_chrome_trace(best[1], {"kind": "whatif"}))
+        write_json(out / "predicted.timeline.json.gz", to_chrome_trace(best[1], provenance("whatif")))
         opts = [o for o in to_validate.split(",") if o]
         val_rows = []
         if opts:

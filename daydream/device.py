@@ -192,7 +192,10 @@ def save_profile(profile: DeviceProfile, path: str | None = None) -> str:
 
     path = path or default_profile_path(profile.kind, profile.threads)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_write_bytes(path, json.dumps(profile.to_json(), indent=1).encode())
+    from .fileio import provenance
+
+    doc = {**profile.to_json(), "daydream": provenance("calibrate")}   # from_json ignores it
+    atomic_write_bytes(path, json.dumps(doc, indent=1).encode())
     return path
 
 

@@ -8,7 +8,6 @@ repository root to regenerate (the files are committed)::
 """
 from __future__ import annotations
 
-import copy
 import gzip
 import io
 import json

@@ -1,0 +1,146 @@
+"""Output files: atomic, never overwritten without --force, and each records the command and versions."""
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from daydream import fileio
+from daydream.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+MLP = REPO / "traces" / "mlp.trace.json.gz"
+
+
+def run_cli(*args):
+    return CliRunner().invoke(main, list(map(str, args)))
+
+
+def _one_line_error(res, *needles):
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    for n in needles:
+        assert n in lines[0]
+
+
+def _assert_provenance(meta, kind):
+    assert meta["tool"] == "daydream" and meta["kind"] == kind
+    assert isinstance(meta["command"], list) and meta["command"]
+    v = meta["versions"]
+    assert v["python"] == ".".join(map(str, sys.version_info[:3])) and v["numpy"] and v["daydream"]
+
+
+def _hidden(folder):
+    return [p for p in os.listdir(folder) if p.startswith(".")]
+
+
+@pytest.fixture
+def results_csv(tmp_path):
+    p = tmp_path / "results.csv"
+    p.write_text("workload,optimization,predicted_ms,measured_ms,error_pct\n"
+                 "mlp,amp,10.0,11.0,9.1\nmlp,fused-adam,5.0,5.2,3.8\n")
+    return p
+
+
+def test_replay_output_records_command_and_versions(tmp_path):
+    out = tmp_path / "sim.json.gz"
+    res = run_cli("replay", MLP, "-o", out)
+    assert res.exit_code == 0, res.output
+    meta = json.loads(gzip.decompress(out.read_bytes()))["daydream"]
+    _assert_provenance(meta, "replay")
+    assert _hidden(tmp_path) == []
+
+
+def test_whatif_output_refuses_to_overwrite_then_records_provenance(tmp_path):
+    from conftest import flat_profile
+    from daydream.device import save_profile
+
+    prof = save_profile(flat_profile(), str(tmp_path / "prof.json"))
+    out = tmp_path / "pred.json"
+    out.write_text("precious")
+    _one_line_error(run_cli("whatif", MLP, "--opt", "fused-adam", "-o", out), "exists", "--force")
+    assert out.read_text() == "precious"
+    res = run_cli("whatif", MLP, "--opt", "fused-adam", "--profile", prof, "-o", out, "--force")
+    assert res.exit_code == 0, res.output
+    meta = json.loads(out.read_text())["daydream"]
+    _assert_provenance(meta, "whatif")
+    assert meta["optimizations"] and meta["optimizations"][0].startswith("fused-adam")
+
+
+def test_plot_refuses_to_overwrite_and_embeds_provenance(tmp_path, results_csv):
+    png, svg = tmp_path / "acc.png", tmp_path / "acc.svg"
+    svg.write_text("mine")
+    _one_line_error(run_cli("plot", "accuracy", results_csv, "-o", tmp_path / "acc"), "acc.svg", "--force")
+    assert svg.read_text() == "mine" and not png.exists()        # nothing written when one target exists
+    res = run_cli("plot", "accuracy", results_csv, "-o", tmp_path / "acc", "--force")
+    assert res.exit_code == 0, res.output
+    from PIL import Image
+
+    text = Image.open(png).text
+    _assert_provenance(json.loads(text["daydream"]), "plot")
+    assert text["Software"].startswith("daydream")
+    body = svg.read_text()
+    assert "<dc:description>" in body and '"kind":"plot"' in body.replace("&quot;", '"')
+    assert _hidden(tmp_path) == []
+
+
+def test_calibrate_refuses_an_existing_output_before_measuring(tmp_path):
+    out = tmp_path / "profile.json"
+    out.write_text("{}")
+    _one_line_error(run_cli("calibrate", "-o", out, "--quick"), "exists", "--force")
+    assert out.read_text() == "{}"
+
+
+def test_saved_profile_records_provenance_and_still_loads(tmp_path):
+    from daydream.device import PUBLISHED, load_profile, save_profile
+
+    p = save_profile(PUBLISHED["A100"], str(tmp_path / "a100.json"))
+    doc = json.loads(Path(p).read_text())
+    _assert_provenance(doc["daydream"], "calibrate")
+    assert load_profile(p).name == PUBLISHED["A100"].name
+
+
+@pytest.mark.parametrize("fail_at", ["fsync", "replace"])
+def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch, fail_at):
+    out = tmp_path / "o.json"
+    out.write_text("old")
+
+    def boom(*a):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, fail_at, boom)
+    with pytest.raises(fileio.OutputError, match="No space left on device") as info:
+        fileio.write_json(out, {"a": 1})
+    assert "\n" not in str(info.value)
+    monkeypatch.undo()
+    assert out.read_text() == "old" and _hidden(tmp_path) == []
+
+
+def test_interrupted_write_leaves_no_temporary(tmp_path, monkeypatch):
+    out = tmp_path / "o.json"
+
+    def interrupted(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fileio.write_json(out, {"a": 1})
+    monkeypatch.undo()
+    assert not out.exists() and _hidden(tmp_path) == []
+
+
+def test_replay_to_a_full_disk_is_one_line(tmp_path, monkeypatch):
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    out = tmp_path / "sim.json"
+    _one_line_error(run_cli("replay", MLP, "-o", out), str(out), "No space left on device")
+    assert not out.exists() and _hidden(tmp_path) == []
