@@ -41,13 +41,17 @@ struct Fallback {
 
 enum TokType : uint8_t { MISSING = 0, NUL, TRUE_, FALSE_, INT, FLOAT, STR, OBJ, ARR };
 
+// A JSON value's token.  Plain data (no initialisers: events keep two dozen of them, set per
+// event); every field but `type` is meaningful only when `type` says a value is there.
 struct Tok {
-  uint8_t type = MISSING;
-  bool esc = false;   // string with escapes
-  bool big = false;   // integer beyond int64
-  size_t b = 0, e = 0;  // raw span (strings: including the quotes)
-  i64 iv = 0;         // INT value
+  uint8_t type;   // TokType
+  bool esc;       // string with escapes
+  bool big;       // integer beyond int64
+  size_t b, e;    // raw span (strings: including the quotes)
+  i64 iv;         // INT value
 };
+
+constexpr Tok MISSING_TOK{MISSING, false, false, 0, 0, 0};
 
 // Event kinds, as daydream.model.EventKind.
 enum Kind : i8 { CPU_OP = 0, RUNTIME = 1, KERNEL = 2, MEMCPY = 3, MEMSET = 4, ANNOTATION = 7, NONE = -1 };
@@ -112,11 +116,18 @@ struct Parser {
     i += len;
   }
   Tok str() {  // at '"'
-    Tok t;
-    t.type = STR;
-    t.b = i++;
+    Tok t{STR, false, false, i++, 0, 0};
     for (;;) {
-      // fast path over plain ASCII
+      // fast path over plain ASCII: 8 bytes at a time, then byte by byte
+      while (i + 8 <= n) {
+        uint64_t x;
+        std::memcpy(&x, s + i, 8);
+        constexpr uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+        uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
+        uint64_t special = ((q - ones) & ~q) | ((b - ones) & ~b) | ((x - ones * 0x20) & ~x) | x;
+        if (special & highs) break;
+        i += 8;
+      }
       while (i < n) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
@@ -153,8 +164,7 @@ struct Parser {
     }
   }
   Tok num() {
-    Tok t;
-    t.b = i;
+    Tok t{INT, false, false, i, 0, 0};
     bool neg = false;
     if (peek() == '-') { neg = true; ++i; }
     if (i >= n) fallback("truncated JSON");
@@ -212,7 +222,7 @@ struct Parser {
   Tok value(int depth) {
     ws();
     char c = peek();
-    Tok t;
+    Tok t = MISSING_TOK;
     switch (c) {
       case '"': return str();
       case '{':
@@ -449,14 +459,19 @@ enum EvKey { K_PH, K_CAT, K_NAME, K_TS, K_DUR, K_PID, K_TID, K_ID, K_ARGS, N_EVK
 enum ArgKey { A_CORR, A_EXT, A_EXT_LOWER, A_BYTES, A_DEVICE, A_STREAM, A_SEQ, A_NELEMS, A_DTYPE, A_FLOPS,
               A_DIMS, A_TYPES, A_STRIDES, A_CONCRETE, N_ARGKEYS };
 
+template <size_t N>
+inline bool is(std::string_view k, const char (&lit)[N]) {  // k == lit, inlined (size checked by the caller)
+  return __builtin_memcmp(k.data(), lit, N - 1) == 0;
+}
+
 int ev_key(std::string_view k) {
   switch (k.size()) {
-    case 2: if (k == "ph") return K_PH; if (k == "ts") return K_TS; if (k == "id") return K_ID;
+    case 2: if (is(k, "ph")) return K_PH; if (is(k, "ts")) return K_TS; if (is(k, "id")) return K_ID;
             break;
-    case 3: if (k == "cat") return K_CAT; if (k == "dur") return K_DUR; if (k == "pid") return K_PID;
-            if (k == "tid") return K_TID;
+    case 3: if (is(k, "cat")) return K_CAT; if (is(k, "dur")) return K_DUR; if (is(k, "pid")) return K_PID;
+            if (is(k, "tid")) return K_TID;
             break;
-    case 4: if (k == "name") return K_NAME; if (k == "args") return K_ARGS;
+    case 4: if (is(k, "name")) return K_NAME; if (is(k, "args")) return K_ARGS;
             break;
   }
   return -1;
@@ -464,18 +479,18 @@ int ev_key(std::string_view k) {
 
 int arg_key(std::string_view k) {
   switch (k.size()) {
-    case 5: if (k == "bytes") return A_BYTES; if (k == "dtype") return A_DTYPE; if (k == "flops") return A_FLOPS;
+    case 5: if (is(k, "bytes")) return A_BYTES; if (is(k, "dtype")) return A_DTYPE; if (is(k, "flops")) return A_FLOPS;
             break;
-    case 6: if (k == "device") return A_DEVICE; if (k == "stream") return A_STREAM;
+    case 6: if (is(k, "device")) return A_DEVICE; if (is(k, "stream")) return A_STREAM;
             break;
-    case 10: if (k == "Input Dims") return A_DIMS; if (k == "Input type") return A_TYPES;
+    case 10: if (is(k, "Input Dims")) return A_DIMS; if (is(k, "Input type")) return A_TYPES;
             break;
-    case 11: if (k == "correlation") return A_CORR; if (k == "External id") return A_EXT;
-             if (k == "external id") return A_EXT_LOWER;
+    case 11: if (is(k, "correlation")) return A_CORR; if (is(k, "External id")) return A_EXT;
+             if (is(k, "external id")) return A_EXT_LOWER;
             break;
-    case 13: if (k == "In msg nelems") return A_NELEMS; if (k == "Input Strides") return A_STRIDES;
+    case 13: if (is(k, "In msg nelems")) return A_NELEMS; if (is(k, "Input Strides")) return A_STRIDES;
             break;
-    case 15: if (k == "Sequence number") return A_SEQ; if (k == "Concrete Inputs") return A_CONCRETE;
+    case 15: if (is(k, "Sequence number")) return A_SEQ; if (is(k, "Concrete Inputs")) return A_CONCRETE;
             break;
   }
   return -1;
@@ -484,22 +499,23 @@ int arg_key(std::string_view k) {
 Kind category_kind(std::string_view c, bool& gpu_cat) {
   gpu_cat = false;
   switch (c.size()) {
-    case 6: if (c == "cpu_op") return CPU_OP; if (c == "kernel") return KERNEL; if (c == "memcpy") return MEMCPY;
-            if (c == "memset") return MEMSET; if (c == "driver") return RUNTIME;
+    case 6: if (is(c, "cpu_op")) return CPU_OP; if (is(c, "kernel")) return KERNEL; if (is(c, "memcpy")) return MEMCPY;
+            if (is(c, "memset")) return MEMSET;
+            if (is(c, "driver")) return RUNTIME;
             break;
-    case 7: if (c == "runtime") return RUNTIME;
+    case 7: if (is(c, "runtime")) return RUNTIME;
             break;
-    case 8: if (c == "operator") return CPU_OP;
+    case 8: if (is(c, "operator")) return CPU_OP;
             break;
-    case 10: if (c == "gpu_memcpy") return MEMCPY; if (c == "gpu_memset") return MEMSET;
+    case 10: if (is(c, "gpu_memcpy")) return MEMCPY; if (is(c, "gpu_memset")) return MEMSET;
             break;
-    case 11: if (c == "cuda_driver") return RUNTIME;
+    case 11: if (is(c, "cuda_driver")) return RUNTIME;
             break;
-    case 12: if (c == "cuda_runtime") return RUNTIME;
+    case 12: if (is(c, "cuda_runtime")) return RUNTIME;
             break;
-    case 15: if (c == "user_annotation") return ANNOTATION; if (c == "python_function") return ANNOTATION;
+    case 15: if (is(c, "user_annotation")) return ANNOTATION; if (is(c, "python_function")) return ANNOTATION;
             break;
-    case 19: if (c == "gpu_user_annotation") { gpu_cat = true; return ANNOTATION; } break;
+    case 19: if (is(c, "gpu_user_annotation")) { gpu_cat = true; return ANNOTATION; } break;
   }
   return NONE;
 }
@@ -534,11 +550,23 @@ struct Scan {
     if (t.type == MISSING) return -1;
     return tokens.get(std::string_view(s + t.b, t.e - t.b), false);
   }
+  // the same as tok_id, remembering the last token of a field (pid and tid repeat from event to event)
+  std::string_view last_v[2];
+  i32 last_id[2] = {-2, -2};
+  i32 tok_id_cached(const Tok& t, int which) {
+    if (t.type == MISSING) return -1;
+    std::string_view v(s + t.b, t.e - t.b);
+    if (last_id[which] >= 0 && v == last_v[which]) return last_id[which];
+    last_v[which] = v;
+    return last_id[which] = tokens.get(v, false);
+  }
 
   void event(Parser& p) {  // at '{'
     size_t ev_begin = p.i;
     Tok f[N_EVKEYS];
     Tok a[N_ARGKEYS];
+    for (auto& t : f) t.type = MISSING;
+    for (auto& t : a) t.type = MISSING;
     bool args_obj = false;
     unsigned seen = 0;
     ++p.i;
@@ -575,18 +603,23 @@ struct Scan {
     }
     if (!args_obj) {
       if (f[K_ARGS].type != MISSING && f[K_ARGS].type != NUL) fallback("args is not an object");
-      for (auto& t : a) t = Tok();
+      for (auto& t : a) t.type = MISSING;
     }
     check_id(f[K_PID]);
     check_id(f[K_TID]);
     std::string_view ph;
     if (f[K_PH].type == STR) ph = decode(s, f[K_PH], buf2); else return;
-    std::string cat;
+    char low[24];
+    std::string_view cat;
     if (f[K_CAT].type == STR) {
       std::string_view c = decode(s, f[K_CAT], buf);
       if (!ascii(c)) fallback("non-ASCII category");
-      cat.assign(c);
-      for (auto& ch : cat) if (ch >= 'A' && ch <= 'Z') ch = char(ch - 'A' + 'a');
+      if (c.size() <= sizeof(low)) {   // longer ones are no category daydream knows
+        for (size_t q = 0; q < c.size(); ++q) low[q] = (c[q] >= 'A' && c[q] <= 'Z') ? char(c[q] - 'A' + 'a') : c[q];
+        cat = std::string_view(low, c.size());
+      } else {
+        cat = "?";
+      }
     }
     if (ph == "X") complete(f, a, cat);
     else if ((ph == "s" || ph == "f") && cat == "fwdbwd") flow(f, ph[0]);
@@ -620,7 +653,7 @@ struct Scan {
     }
   }
 
-  void complete(Tok* f, Tok* a, const std::string& cat) {
+  void complete(Tok* f, Tok* a, std::string_view cat) {
     bool gpu_cat;
     Kind k = category_kind(cat, gpu_cat);
     if (k == NONE) return;
@@ -634,7 +667,7 @@ struct Scan {
     i64 b = as_int(s, a[A_BYTES], 0, buf);
     i64 cb = 0;
     i32 key, shp = -1;
-    i32 pid = tok_id(f[K_PID]), tid = tok_id(f[K_TID]);
+    i32 pid = tok_id_cached(f[K_PID], 0), tid = tok_id_cached(f[K_TID], 1);
     if (k == KERNEL || k == MEMCPY || k == MEMSET || gpu_cat) {
       key = lane_keys.get({1, pid, tid, tok_id(a[A_DEVICE]), tok_id(a[A_STREAM])});
       if (k == KERNEL) {
@@ -706,13 +739,20 @@ struct Scan {
     }
     i64 ts;
     if (!us_to_ns(s, f[K_TS], ts)) { repairs[R_BADFLOW]++; return; }
-    i32 key = lane_keys.get({0, tok_id(f[K_PID]), tok_id(f[K_TID]), -1, -1});
+    i32 key = lane_keys.get({0, tok_id_cached(f[K_PID], 0), tok_id_cached(f[K_TID], 1), -1, -1});
     auto& fl = flows[size_t(slot)];
     if (ph == 's' && fl[1] < 0) { fl[0] = ts; fl[1] = key; }
     if (ph == 'f' && fl[3] < 0) { fl[2] = ts; fl[3] = key; }
   }
 
+  void reserve(size_t bytes) {  // ~190 bytes of JSON per event in Kineto traces; a guess, not a limit
+    size_t guess = bytes / 160 + 16;
+    kind.reserve(guess); name.reserve(guess); lane_key.reserve(guess); shape.reserve(guess);
+    for (auto* v : {&start, &dur, &corr, &ext, &nbytes, &seq, &coll}) v->reserve(guess);
+  }
+
   void events(Parser& p) {  // at '[' of traceEvents
+    reserve(n - p.i);
     ++p.i;
     p.ws();
     if (p.peek() == ']') { ++p.i; return; }
