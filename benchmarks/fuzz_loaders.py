@@ -27,6 +27,7 @@ import copy
 import gzip
 import io
 import json
+import math
 import os
 import random
 import signal
@@ -397,6 +398,23 @@ def load_pipeline(docs) -> dict:
     return dict(rep)
 
 
+def load_profile_doc(raw: bytes) -> dict:
+    """Loader ``profile``: a device profile file (``daydream calibrate -o``) through ``load_profile``."""
+    from daydream.device import load_profile
+
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "profile.json")
+        with open(p, "wb") as f:
+            f.write(raw)
+        prof = load_profile(p)
+    for kind in ("matmul", "elementwise"):
+        for dt, curve in getattr(prof, kind).items():
+            for point in curve.points:
+                if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in point):
+                    raise InvariantError(f"accepted a {kind} {dt} curve point {point!r}")
+    return {}
+
+
 def fast_loader():
     """The compiled fast loader module, or None where it is not built (then ``fast`` is skipped)."""
     try:
@@ -517,6 +535,27 @@ def gen_fast(rng, corpus):
     return mutate_bytes(rng, raw) if rng.random() < 0.2 else raw
 
 
+def gen_profile(rng, corpus):
+    from daydream.device import PUBLISHED
+
+    doc = _copy(PUBLISHED[rng.choice(sorted(PUBLISHED))].to_json())
+    if rng.random() < 0.2:
+        return mutate_bytes(rng, json.dumps(doc).encode())
+    for _ in range(rng.randint(1, 3)):
+        key = rng.choice(sorted(doc))
+        if isinstance(doc[key], dict) and doc[key] and rng.random() < 0.6:
+            sub = rng.choice(sorted(doc[key]))
+            if isinstance(doc[key][sub], list) and doc[key][sub] and rng.random() < 0.5:
+                doc[key][sub][rng.randrange(len(doc[key][sub]))] = _nasty(rng)
+            else:
+                doc[key][sub] = _nasty(rng)
+        elif rng.random() < 0.2:
+            del doc[key]
+        else:
+            doc[key] = _nasty(rng)
+    return json.dumps(doc, allow_nan=True).encode()
+
+
 def gen_edits(rng, corpus):
     return corpus.graph(rng), rng.randrange(2**32)
 
@@ -529,6 +568,7 @@ LOADERS = {
     "pipeline": (load_pipeline, gen_pipeline),
     "edits": (load_edits, gen_edits),
     "fast": (load_fast, gen_fast),
+    "profile": (load_profile_doc, gen_profile),
 }
 
 

@@ -206,6 +206,35 @@ def load_profile(path: str | None = None) -> DeviceProfile | None:
         return None
     try:
         with open(path) as f:
-            return DeviceProfile.from_json(json.load(f))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise DaydreamError(f"{path}: not a device profile ({exc})") from None
+            prof = DeviceProfile.from_json(json.load(f))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        raise DaydreamError(f"{path}: not a device profile ({' '.join(str(exc).split())[:200]})") from None
+    bad = _profile_problem(prof)
+    if bad:
+        raise DaydreamError(f"{path}: not a device profile ({bad})")
+    return prof
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def _profile_problem(prof: DeviceProfile) -> str | None:
+    """Why a loaded profile cannot be used (None if it can): curves of positive finite points, float32 present."""
+    for kind in ("matmul", "conv", "elementwise"):
+        for dt, curve in getattr(prof, kind).items():
+            if not curve.points or not all(len(p) == 2 and _positive(p[0]) and _positive(p[1]) for p in curve.points):
+                return f"{kind} {dt}: throughput points must be (size > 0, per second > 0)"
+            if any(a[0] >= b[0] for a, b in zip(curve.points, curve.points[1:])):
+                return f"{kind} {dt}: sizes must increase"
+    for kind in ("matmul", "elementwise"):
+        if "float32" not in getattr(prof, kind):
+            return f"no float32 {kind} curve"
+    for name, v in prof.collective.items():
+        if len(v) != 2 or not _positive(v[0]) or not (_positive(v[1]) or v[1] == 0):
+            return f"collective {name}: needs (bytes per second > 0, latency ns >= 0)"
+    if len(prof.loader_fetch) != 2 or not all(_positive(x) or x == 0 for x in prof.loader_fetch):
+        return "loader_fetch needs two non-negative numbers"
+    if prof.op_overhead_ns < 0:
+        return "op_overhead_ns must be >= 0"
+    return None

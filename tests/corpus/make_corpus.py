@@ -53,6 +53,7 @@ def _tar(members, cut=None) -> bytes:
 
 
 GOOD = json.dumps(small_doc(2)).encode()
+_PROFILE = __import__("daydream.device", fromlist=["PUBLISHED"]).PUBLISHED["A100"].to_json()
 
 #: file -> (bytes, expected).  expected: {"error": class, "match": text} or {"repairs": {what: n}}.
 CASES = {
@@ -97,6 +98,15 @@ CASES = {
                                  {"error": "TraceError", "match": "truncated or corrupt archive"}),
     "archive_without_traces.tar.gz": (_tar([("notes.txt", b"hello")]),
                                       {"error": "TraceError", "match": "archive holds no"}),
+    # device profiles (``daydream calibrate -o``): files named profile_*
+    "profile_matmul_is_null.json": (json.dumps({**_PROFILE, "matmul": None}).encode(),
+                                    {"error": "DaydreamError", "match": "not a device profile"}),
+    "profile_infinite_overhead.json": (json.dumps({**_PROFILE, "op_overhead_ns": float("inf")}).encode(),
+                                       {"error": "DaydreamError", "match": "not a device profile"}),
+    "profile_negative_throughput.json": (
+        json.dumps({**_PROFILE, "matmul": {"float32": [[1.0, -5.0]]}}).encode(),
+        {"error": "DaydreamError", "match": "per second > 0"}),
+    "profile_deep_nesting.json": (b"[" * 5000 + b"]" * 5000, {"error": "DaydreamError", "match": "not a device profile"}),
     "double_gzip.json.gz": (gzip.compress(gzip.compress(GOOD, mtime=0), mtime=0),
                             {"error": "TraceError", "match": "not JSON"}),
 }
