@@ -43,9 +43,9 @@ def _out_of_stream_order(ev):
 
 def _tar(members, cut=None) -> bytes:
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tf:
         for name, data in members:
-            info = tarfile.TarInfo(name)
+            info = tarfile.TarInfo(name)       # mtime 0: the same bytes on every run
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
     raw = buf.getvalue()
