@@ -144,3 +144,20 @@ def test_replay_to_a_full_disk_is_one_line(tmp_path, monkeypatch):
     out = tmp_path / "sim.json"
     _one_line_error(run_cli("replay", MLP, "-o", out), str(out), "No space left on device")
     assert not out.exists() and _hidden(tmp_path) == []
+
+
+def test_unexpected_errors_are_one_line_unless_debugging(monkeypatch):
+    """A bug (not a DaydreamError) still gives one line and exit 3; DAYDREAM_DEBUG=1 shows the traceback."""
+    import daydream.cli_core as core
+
+    def bug(*a, **k):
+        raise KeyError("oops")
+
+    monkeypatch.setattr(core, "run_replay", bug)
+    res = run_cli("replay", MLP)
+    assert res.exit_code == 3 and "Traceback" not in res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "internal error (KeyError: 'oops')" in lines[0] and "DAYDREAM_DEBUG=1" in lines[0]
+    monkeypatch.setenv("DAYDREAM_DEBUG", "1")
+    res = run_cli("replay", MLP)
+    assert isinstance(res.exception, KeyError)
