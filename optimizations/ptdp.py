@@ -169,10 +169,15 @@ class PTDP(Optimization):
         g, dev = ctx.graph, ctx.device
         backend = None if self.backend == "auto" else self.backend
         shares = _shares_core(ctx, c.pipeline * c.tensor * c.data)
-        steps = [t for t in range(g.n_tasks) if g.tasks["phase"][t] == Phase.OPTIMIZER
-                 and g.lanes[int(g.tasks["lane"][t])].kind != LaneKind.COMM]
+        steps = {}      # (rank, iteration) -> its first optimizer task, in lane order
+        for li, seq in enumerate(g.lane_tasks):
+            if g.lanes[li].kind == LaneKind.COMM:
+                continue
+            for t in seq:
+                if g.tasks["phase"][t] == Phase.OPTIMIZER:
+                    steps.setdefault((int(g.tasks["rank"][t]), int(g.tasks["iteration"][t])), t)
         comm = {}
-        for step in steps:
+        for step in steps.values():
             rank = int(g.tasks["rank"][step])
             nbytes = int(ctx.metrics.get(f"rank{rank}_weights_bytes", 0) * tp_fraction)
             dur = int(dev.allreduce_ns(nbytes, c.data, backend))
