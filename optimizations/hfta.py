@@ -21,7 +21,9 @@ Every task of the traced iteration is one of:
   reductions, copies, the optimizer's updates): its first
   ``op_overhead_ns`` (the device's per-op fixed cost) is paid once, the rest
   is streaming and grows ``N x bw(b) / bw(N b)`` with ``bw`` the calibrated
-  streaming bandwidth curve at the task's bytes ``b``;
+  streaming bandwidth curve at the bytes the task moves ``b`` (1.5 x its
+  input bytes, :data:`MOVED_PER_INPUT_BYTE`), so that fused tensors that
+  leave the caches stream slower;
 * **fixed** (views and metadata ops such as ``t``, ``view``, ``expand``,
   allocation, the dispatch slices of composite ops, autograd bookkeeping,
   Python time between ops) and the **data loading** phase (all N models
@@ -54,10 +56,15 @@ from daydream.sim import simulate
 
 from .base import NotApplicable, Optimization, OptionError, Param
 
-__all__ = ["HFTA", "OPTIMIZATION", "TaskClass", "classify", "fused_durations", "MAX_MODELS"]
+__all__ = ["HFTA", "OPTIMIZATION", "TaskClass", "classify", "fused_durations", "MAX_MODELS", "MOVED_PER_INPUT_BYTE"]
 
 #: Fusing more copies than this is refused (a sweep of that size would not fit in memory).
 MAX_MODELS = 1024
+
+#: Bytes an elementwise op moves per byte of its inputs (a task's ``bytes``): a binary op
+#: reads two inputs and writes one output of the same size.  The calibrated bandwidth
+#: curve is indexed by bytes moved (``calibrate``: 3 x elements x size for ``a + b``).
+MOVED_PER_INPUT_BYTE = 1.5
 
 #: Ops that touch no tensor data (views, metadata, allocation): their cost does not grow with N.
 FIXED_OP_RE = re.compile(
@@ -126,7 +133,7 @@ def fused_durations(g, device, models: int, dtype: str = "float32") -> np.ndarra
         out[t] = dur[t] * models * rate(dtype, f) / rate(dtype, models * f)
     fixed_ns = float(device.op_overhead_ns)
     for t in np.flatnonzero(cls == TaskClass.MEMORY).tolist():
-        b = float(T["bytes"][t])
+        b = float(T["bytes"][t]) * MOVED_PER_INPUT_BYTE
         once = min(dur[t], fixed_ns)
         ratio = device.mem_bw_bytes_per_s(b, dtype) / device.mem_bw_bytes_per_s(models * b, dtype)
         out[t] = once + (dur[t] - once) * models * ratio

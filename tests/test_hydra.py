@@ -106,7 +106,8 @@ def test_real_two_process_run_reports_both_makespans():
     """Two gloo processes, tiny sizes: about 5 s, mostly process start-up."""
     pytest.importorskip("torch")
     cmd = [sys.executable, "-m", "daydream.workloads.hydra", "--models", "2", "--devices", "2", "--in-features", "8",
-           "--hidden", "16", "--layers", "2", "--batch-size", "4", "--rounds", "1", "--warmup", "1"]
+           "--hidden", "16", "--layers", "2", "--batch-size", "4", "--rounds", "1", "--warmup", "1",
+           "--shard0-layers", "1"]   # the second shard starts with an in-place ReLU
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

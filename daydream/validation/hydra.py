@@ -6,7 +6,8 @@ trains K copies of that MLP, each split into the two shards the what-if
 chose, over two gloo processes with one thread each, and measures the
 makespan of one training step of all K models, one model at a time
 (model-parallel) and shard-parallel, in alternating rounds (median over
-rounds; the fastest of ``repeat`` runs).
+rounds).  With ``repeat`` > 1, baseline trace and real runs alternate,
+``repeat`` rounds, and each keeps its fastest.
 
 Run with ``daydream validate --workload "" --opt hydra -o DIR --no-public``.
 """
@@ -19,10 +20,13 @@ import time
 from pathlib import Path
 
 from ..errors import DaydreamError
-from ..validate import WORKLOAD_ARGS, ValidationRow, fastest_run
+from ..analysis import replay
+from ..validate import WORKLOAD_ARGS, ValidationRow, trace_workload
 from ..whatif import predict
 
-__all__ = ["MODELS", "DEVICES", "validate_rows", "run_real"]
+__all__ = ["MODELS", "DEVICES", "SCHEDULES", "validate_rows", "run_real"]
+
+SCHEDULES = ("model-parallel", "shard-parallel")
 
 #: Numbers of models validated, each split over DEVICES processes.
 MODELS = (2, 4)
@@ -33,57 +37,65 @@ ITERATIONS = 5
 SIZES = ("--hidden", "512", "--batch-size", "64", "--threads", "1")
 
 
-def run_real(models: int, shard0_layers: int, repeat: int = 1, rounds: int = 6) -> dict:
-    """Run the real K-model, 2-process job ``repeat`` times; per schedule the fastest median makespan (ms)."""
-    best = {}
-    for _ in range(max(1, repeat)):
-        cmd = [sys.executable, "-m", "daydream.workloads.hydra", "--models", str(models), "--devices", str(DEVICES),
-               "--shard0-layers", str(shard0_layers), "--rounds", str(rounds), *SIZES]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-        if proc.returncode != 0 or not lines:
-            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise DaydreamError(f"real hydra run (models={models}) failed: {tail}")
-        out = json.loads(lines[-1])
-        for k, v in out.items():
-            if k.endswith("_ms") and not k.endswith("rounds_ms"):
-                best[k] = min(best.get(k, float("inf")), v)
-    return best
+def run_real(models: int, shard0_layers: int, rounds: int = 6) -> dict:
+    """Run the real K-model, 2-process job once; per schedule the median makespan (ms)."""
+    cmd = [sys.executable, "-m", "daydream.workloads.hydra", "--models", str(models), "--devices", str(DEVICES),
+           "--shard0-layers", str(shard0_layers), "--rounds", str(rounds), *SIZES]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise DaydreamError(f"real hydra run (models={models}) failed: {tail}")
+    out = json.loads(lines[-1])
+    return {s: out[f"{s}_ms"] for s in SCHEDULES}
 
 
 def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1) -> list:
-    """Trace one MLP, predict both schedules for each K, run them for real; two rows per K."""
+    """Trace one MLP and run each K for real, ``repeat`` rounds in alternation (each keeps its
+    fastest); predict both schedules from the fastest trace; two rows per K."""
     if tuple(WORKLOAD_ARGS["mlp"]) != SIZES:
         raise DaydreamError("hydra validation: the real run's sizes no longer match validate.WORKLOAD_ARGS['mlp']")
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
-    progress("hydra: tracing the single-model mlp baseline")
+    t0 = time.time()
+    repeat = max(1, repeat)
+    base = None
+    measured = {k: {} for k in MODELS}
     try:
-        base, _ = fastest_run(repeat, "mlp", tdir / "hydra.mlp.base.json.gz", (), ITERATIONS)
+        for r in range(repeat):
+            progress(f"hydra: run {r + 1}/{repeat}: tracing the single-model mlp baseline")
+            p = tdir / (f"hydra.mlp.base.r{r}.json.gz" if repeat > 1 else "hydra.mlp.base.json.gz")
+            p = trace_workload("mlp", p, (), iterations=ITERATIONS)
+            rep = replay(p)[0]
+            if base is None or rep.measured_ms < base[1].measured_ms:
+                base = (p, rep)
+            cut = _cut(base[0], profile_path)
+            for k in MODELS:
+                progress(f"hydra: run {r + 1}/{repeat}: {k} models x {DEVICES} shards for real "
+                         f"(first shard: {cut} layers)")
+                for s, v in run_real(k, cut).items():
+                    measured[k][s] = min(measured[k].get(s, float("inf")), v)
     except DaydreamError as exc:
         progress(f"hydra: skipped ({exc})")
         return []
     rows = []
     for k in MODELS:
-        t0 = time.time()
-        reports = {}
-        try:
-            for sched in ("model-parallel", "shard-parallel"):
-                reports[sched], _ = predict(base, [f"hydra:models={k},devices={DEVICES},schedule={sched}"],
-                                            profile_path=profile_path)
-            cut = int(reports["shard-parallel"].metrics["shard0_layers"])
-            progress(f"hydra: running {k} models x {DEVICES} shards for real (first shard: {cut} layers)")
-            measured = run_real(k, cut, repeat)
-        except DaydreamError as exc:
-            progress(f"hydra: models={k}: skipped ({exc})")
-            continue
-        for sched, rep in reports.items():
+        reps = {s: predict(base[0], [f"hydra:models={k},devices={DEVICES},schedule={s}"], profile_path=profile_path)[0]
+                for s in SCHEDULES}
+        for s, rep in reps.items():
             row = ValidationRow(f"mlp x{k} on {DEVICES} procs", rep.optimizations[0], rep.baseline_ms,
-                                rep.predicted_ms, measured[f"{sched}_ms"])
+                                rep.predicted_ms, measured[k][s])
             rows.append(row)
-            progress(f"hydra: models={k} {sched}: predicted {row.predicted_ms:.2f} ms, measured "
+            progress(f"hydra: models={k} {s}: predicted {row.predicted_ms:.2f} ms, measured "
                      f"{row.measured_ms:.2f} ms, error {row.error_pct:.1f}%")
-        sp, mp = measured["shard-parallel_ms"], measured["model-parallel_ms"]
-        progress(f"hydra: models={k}: speedup predicted {reports['shard-parallel'].metrics['shard_parallel_speedup']:.2f}x, "
-                 f"measured {mp / sp:.2f}x ({time.time() - t0:.0f} s)")
+        m = measured[k]
+        progress(f"hydra: models={k}: speedup predicted {reps[SCHEDULES[1]].metrics['shard_parallel_speedup']:.2f}x, "
+                 f"measured {m[SCHEDULES[0]] / m[SCHEDULES[1]]:.2f}x")
+    progress(f"hydra: {time.time() - t0:.0f} s")
     return rows
+
+
+def _cut(trace_path, profile_path) -> int:
+    """Layers of the first shard in the split the what-if chooses (the real run uses the same)."""
+    rep, _ = predict(trace_path, [f"hydra:models=1,devices={DEVICES}"], profile_path=profile_path)
+    return int(rep.metrics["shard0_layers"])

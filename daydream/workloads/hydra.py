@@ -78,6 +78,8 @@ class _Shard:
             with torch.no_grad():
                 shapes = _shapes(units, args)
             mod = nn.Sequential(*units[cuts[rank]:cuts[rank + 1]])
+            if rank > 0 and isinstance(mod[0], nn.ReLU):
+                mod[0].inplace = False   # its input is the received leaf, which autograd may not overwrite
             self.mods.append(mod)
             self.opts.append(torch.optim.SGD(mod.parameters(), lr=args.lr, momentum=0.9))
             if rank == 0:
