@@ -137,3 +137,32 @@ def test_fused_workload_runs(capsys):
                        "--batch-size", "8", "--steps", "3", "--quiet", "--dataset-batches", "2"])
     assert len(times) == 3 and all(t > 0 for t in times)
     assert "hfta: 2 fused mlp models, 3 steps" in capsys.readouterr().out
+
+
+def test_fused_cnn_trains_each_copy_like_the_unfused_model():
+    torch = pytest.importorskip("torch")
+    from torch.nn import functional as F
+
+    from daydream.workloads.cnn import SmallResNet
+    from daydream.workloads.hfta import FusedCNN, FusedSGD, _loss
+
+    torch.manual_seed(0)
+    copies = [SmallResNet(4, 2, 1, 3) for _ in range(2)]
+    fused = FusedCNN(copies)
+    lrs = torch.tensor([0.1, 0.02])
+    opt = FusedSGD(fused.parameters(), lrs, momentum=0.9)
+    refs = [torch.optim.SGD(c.parameters(), lr=float(lr), momentum=0.9) for c, lr in zip(copies, lrs)]
+    x, y = torch.randn(4, 3, 8, 8), torch.randint(0, 3, (4,))
+    for _ in range(2):
+        opt.zero_grad()
+        _loss(fused, x, y).backward()
+        opt.step()
+        for c, r in zip(copies, refs):
+            r.zero_grad()
+            F.cross_entropy(c(x), y).backward()
+            r.step()
+    fused.eval()
+    out = fused(x)
+    for i, c in enumerate(copies):
+        c.eval()
+        torch.testing.assert_close(out[i], c(x), rtol=1e-4, atol=1e-5)
