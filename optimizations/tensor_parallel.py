@@ -201,7 +201,7 @@ class TensorParallel(Optimization):
     # ------------------------------------------------------- API overhead
     def _insert_api_overhead(self, ctx, pairs) -> None:
         """Host time of torch's TP API (DTensor) per pair: before the column linear's forward,
-        after its backward, on the CPU thread that runs them."""
+        after its backward, on the CPU thread that runs them; before the optimizer step."""
         cost = api_overhead_ns(ctx.device.threads or 1)
         if cost is None:
             ctx.note("tensor-parallel: torch's TP API overhead could not be measured here; not modelled")
@@ -218,11 +218,17 @@ class TensorParallel(Optimization):
                     tasks = np.flatnonzero(m & (T["rank"] == rank) & (T["iteration"] == it))
                     anchor = tasks[np.argmin(pos[tasks])] if where == "before" else tasks[np.argmax(pos[tasks])]
                     todo.append((int(anchor), where, int(cost[key]), phase, col, it))
+        opt = cpu & (T["phase"] == Phase.OPTIMIZER)
+        for rank, it in _rank_iterations(T, opt):
+            tasks = np.flatnonzero(opt & (T["rank"] == rank) & (T["iteration"] == it))
+            todo.append((int(tasks[np.argmin(pos[tasks])]), "before", int(cost.get("optimizer_ns", 0)) * len(pairs),
+                         Phase.OPTIMIZER, None, it))
         for anchor, where, dur, phase, col, it in todo:
             insert(g, int(g.tasks["lane"][anchor]), dur_ns=dur, name=f"DTensor dispatch ({phase.label})",
                    phase=phase, layer=col, iteration=it, **{where: anchor})
         ctx.note(f"tensor-parallel: torch TP API (DTensor) host overhead per pair, measured here: "
-                 f"{cost['forward_ns'] / 1e3:.0f} us forward, {cost['backward_ns'] / 1e3:.0f} us backward")
+                 f"{cost['forward_ns'] / 1e3:.0f} us forward, {cost['backward_ns'] / 1e3:.0f} us backward, "
+                 f"{cost.get('optimizer_ns', 0) / 1e3:.0f} us optimizer step")
 
     # ---------------------------------------------------------- optimizer
     def _scale_optimizer(self, ctx, table, split, nbytes) -> int:
@@ -242,7 +248,7 @@ class TensorParallel(Optimization):
 
 
 def api_overhead_ns(threads: int = 1):
-    """``{"forward_ns", "backward_ns"}`` torch's TP API adds per column/row pair on this machine.
+    """``{"forward_ns", "backward_ns", "optimizer_ns"}`` torch's TP API adds per column/row pair here.
 
     Measured once per thread count and torch version by
     :func:`daydream.workloads.tensor_parallel.measure_api_overhead` in a
@@ -262,7 +268,7 @@ def api_overhead_ns(threads: int = 1):
     try:
         with open(path) as f:
             cached = json.load(f)
-        if cached.get("torch") == _torch_version() and cached.get("profiled"):
+        if cached.get("torch") == _torch_version() and cached.get("profiled") and "optimizer_ns" in cached:
             return cached
     except (OSError, ValueError):
         pass

@@ -86,12 +86,14 @@ def parallelize(model: nn.Module, world: int, device: torch.device) -> nn.Module
 
 
 def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 5, profiled: bool = True) -> dict:
-    """Host time torch's TP API adds to one column/row pair: forward and backward ns.
+    """Host time torch's TP API adds to one column/row pair: forward, backward and optimizer ns.
 
     A tiny two-linear MLP (arithmetic negligible) is run plain and split with
     ``ColwiseParallel``/``RowwiseParallel`` on a one-rank gloo mesh; the
     difference of the fastest of ``repeats`` timings is DTensor's wrapping,
-    sharding propagation and redistribution bookkeeping.  With ``profiled``
+    sharding propagation and redistribution bookkeeping (and, for a momentum
+    SGD step over the pair's four parameters, DTensor's dispatch of the
+    optimizer's foreach ops).  With ``profiled``
     both run under ``torch.profiler`` with shapes recorded, as in a
     ``daydream trace`` (the many small ops of DTensor's dispatch each pay the
     profiler's per-op cost, as the traced baseline's ops did).  Initialises a
@@ -125,13 +127,17 @@ def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 5, p
         if profiled else contextlib.nullcontext()
     with prof:
         for name, m in (("plain", plain), ("split", split)):
+            m(x).sum().backward()
+            opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
             best(lambda: m(x).sum().backward())          # warm-up (sharding propagation caches)
-            res[name] = (best(lambda: m(x).sum()), best(lambda: m(x).sum().backward()))
+            best(opt.step)
+            res[name] = (best(lambda: m(x).sum()), best(lambda: m(x).sum().backward()), best(opt.step))
     dist.destroy_process_group()
     fwd = max(0.0, res["split"][0] - res["plain"][0])
     both = max(0.0, res["split"][1] - res["plain"][1])
-    return {"forward_ns": fwd, "backward_ns": max(0.0, both - fwd), "torch": torch.__version__, "threads": threads,
-            "profiled": profiled}
+    return {"forward_ns": fwd, "backward_ns": max(0.0, both - fwd),
+            "optimizer_ns": max(0.0, res["split"][2] - res["plain"][2]), "torch": torch.__version__,
+            "threads": threads, "profiled": profiled}
 
 
 def prepare(argv=None) -> Workload:
