@@ -29,9 +29,11 @@ Every task of the traced iteration is one of:
   Python time between ops) and the **data loading** phase (all N models
   read the same input batch, as in a sweep over one data set): unchanged.
 
-GPU kernels without FLOP counts are memory-bound with unknown bytes: their
-time grows N-fold (occupancy gains of small kernels are not modelled, so
-the prediction is conservative there); their launches are paid once.
+On a GPU trace the CPU ops only launch kernels and stay as they are; GPU
+kernels without FLOP counts (the traces carry none for kernels) grow
+N-fold: the occupancy gain of fusing small kernels, HFTA's main gain on a
+GPU, is not modelled, so the prediction is conservative there; only
+launch and framework overhead is paid once.
 
 Metrics: ``fused_iteration_ms`` (the predicted iteration time, one step of
 all N models), ``sequential_ms`` (N x the baseline iteration: the N jobs
@@ -51,7 +53,7 @@ import re
 
 import numpy as np
 
-from daydream.model import EventKind, Phase
+from daydream.model import EventKind, LaneKind, Phase
 from daydream.sim import simulate
 
 from .base import NotApplicable, Optimization, OptionError, Param
@@ -92,11 +94,13 @@ def classify(g) -> np.ndarray:
     kind = T["kind"]
     out = np.full(g.n_tasks, TaskClass.FIXED, np.int8)
     work = np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.OTHER))
-    cpu = kind == EventKind.CPU_OP
-    gpu = np.isin(kind, (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET))
-    out[work & (cpu | gpu) & (T["flops"] > 0)] = TaskClass.COMPUTE
+    gpu_ranks = sorted({ln.rank for ln in g.lanes if ln.kind == LaneKind.GPU_STREAM})
+    # on a rank with a GPU, CPU ops only launch work: their time does not grow with N
+    cpu = (kind == EventKind.CPU_OP) & ~np.isin(T["rank"], gpu_ranks)
+    kernel = kind == EventKind.KERNEL
+    out[work & (cpu | kernel) & (T["flops"] > 0)] = TaskClass.COMPUTE
     out[work & cpu & (T["flops"] == 0) & (T["bytes"] > 0) & ~nm] = TaskClass.MEMORY
-    out[work & gpu & (T["flops"] == 0) & (kind == EventKind.KERNEL)] = TaskClass.GPU_SCALED
+    out[work & kernel & (T["flops"] == 0)] = TaskClass.GPU_SCALED
     return out
 
 

@@ -58,12 +58,15 @@ def test_fused_durations_follow_the_throughput_curves(maker):
     assert d[ids["relu"]] == 1000 + 2000 * 4 * 2  # 4x the bytes moved (1.5 x inputs) at half the bandwidth
 
 
-def test_gpu_kernels_without_flops_grow_with_n(maker):
+def test_on_a_gpu_kernels_grow_with_n_and_cpu_ops_stay(maker):
     cpu, gpu = maker.lane(LaneKind.CPU_THREAD), maker.lane(LaneKind.GPU_STREAM)
     launch = maker.task(cpu, 5000, name="cudaLaunchKernel", kind=EventKind.RUNTIME, phase=Phase.FORWARD)
+    op = maker.task(cpu, 4000, name="aten::add_", bytes=10**6, flops=0, phase=Phase.FORWARD)
+    mm = maker.task(cpu, 4000, name="aten::mm", flops=10**6, phase=Phase.FORWARD)
     k = maker.task(gpu, 3000, name="elementwise_kernel", phase=Phase.FORWARD)
     d = fused_durations(maker.g, flat_profile(), 3)
-    assert d[k] == 9000 and d[launch] == 5000
+    assert d[k] == 9000
+    assert d[launch] == 5000 and d[op] == 4000 and d[mm] == 4000   # CPU ops only launch kernels
 
 
 def test_whatif_on_mlp_trace(own_trace):
