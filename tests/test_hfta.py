@@ -9,7 +9,6 @@ from daydream.graph import build_graph
 from daydream.model import EventKind, LaneKind, Phase
 from daydream.optimizations import NotApplicable, OptionError, get
 from daydream.optimizations.hfta import TaskClass, classify, fused_durations
-from daydream.sim import simulate
 from daydream.whatif import predict
 
 from conftest import flat_profile

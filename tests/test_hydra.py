@@ -5,10 +5,8 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from daydream.errors import DaydreamError
 from daydream.graph import build_graph
 from daydream.optimizations import NotApplicable, OptionError
 from daydream.optimizations.hydra import (Schedule, ShardCosts, balanced_split, layer_units, schedule_graph)
