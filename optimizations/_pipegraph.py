@@ -236,16 +236,17 @@ def partition(cost_ns, comm_ns, stages: int) -> list:
     return [int(b) for b in bounds[::-1]]
 
 
-def stage_costs(u: UnitCosts, bounds, device) -> StageCosts:
-    """Sum units into stages (``bounds``: first unit of each)."""
+def stage_costs(u: UnitCosts, bounds, device, action_overhead_ns: float = 0.0) -> StageCosts:
+    """Sum units into stages (``bounds``: first unit of each); ``action_overhead_ns`` is added to
+    every stage's forward and backward (the pipeline runtime's own cost per action)."""
     edges = list(bounds) + [len(u.names)]
     sl = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
     params = [int(u.param_bytes[s].sum()) for s in sl]
     total = sum(params)
     work = [float(u.fwd_ns[s].sum() + u.bwd_ns[s].sum()) for s in sl]
     share = [p / total for p in params] if total else [w / (sum(work) or 1) for w in work]
-    return StageCosts(fwd_ns=tuple(float(u.fwd_ns[s].sum()) for s in sl),
-                      bwd_ns=tuple(float(u.bwd_ns[s].sum()) for s in sl),
+    return StageCosts(fwd_ns=tuple(float(u.fwd_ns[s].sum()) + action_overhead_ns for s in sl),
+                      bwd_ns=tuple(float(u.bwd_ns[s].sum()) + action_overhead_ns for s in sl),
                       send_bytes=tuple(int(u.out_bytes[b - 1]) for b in edges[1:]),
                       param_bytes=tuple(params),
                       stash_bytes=tuple(int(u.out_bytes[s].sum()) for s in sl),

@@ -109,7 +109,8 @@ class Pipeline(Optimization):
               Param("microbatches", 4, "micro-batches per iteration", int),
               Param("schedule", "1f1b", "gpipe, 1f1b, interleaved or 2bw", str, tuple(sch.SCHEDULES)),
               Param("virtual", 1, "model chunks per rank (interleaved)", int),
-              Param("partition", "auto", "auto, layers per stage (5:6) or first layer of each later stage", str))
+              Param("partition", "auto", "auto, layers per stage (5:6) or first layer of each later stage", str),
+              Param("action_overhead_us", 0.0, "pipeline runtime's own cost per F/B action, us (0: not modelled)"))
     assumptions = __doc__
 
     def _check(self):
@@ -138,7 +139,9 @@ class Pipeline(Optimization):
             bounds = partition(units.fwd_ns + units.bwd_ns, comm, n_stages)
         else:
             bounds = parse_partition(self.partition, units.names, n_stages)
-        sc = stage_costs(units, bounds, ctx.device)
+        if self.action_overhead_us < 0:
+            raise OptionError(f"{self.name}: action_overhead_us must be non-negative")
+        sc = stage_costs(units, bounds, ctx.device, self.action_overhead_us * 1e3)
         flush = sch.SCHEDULES[self.schedule]
         if flush:
             sch.validate(acts, n_stages, self.microbatches)

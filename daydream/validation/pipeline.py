@@ -1,9 +1,10 @@
 """Validate ``pipeline`` against torch.distributed.pipelining on 2 CPU processes (gloo).
 
 Baseline: the bundled MLP traced on one process with ``daydream trace``.
-Prediction: ``pipeline:stages=2,microbatches=M,schedule=S,partition=MLP.blocks.2``
-(the split the workload makes: hidden blocks 0-1 on stage 0, blocks 2-3 and
-the head on stage 1).  Measurement: ``python -m daydream.workloads.pipeline
+Prediction: ``pipeline:stages=2,microbatches=M,schedule=S,partition=MLP.blocks.2,
+action_overhead_us=X`` (the split the workload makes: hidden blocks 0-1 on
+stage 0, blocks 2-3 and the head on stage 1; ``X`` the pipelining runtime's
+own cost per action, measured on this machine by :func:`action_overhead_us`).  Measurement: ``python -m daydream.workloads.pipeline
 --schedule S`` (ScheduleGPipe / Schedule1F1B), mean step time after warm-up;
 with ``repeat`` > 1 the runs of the schedules alternate and each keeps its
 fastest (least disturbed) run, as :func:`daydream.validate.fastest_run` does.
@@ -19,7 +20,7 @@ from ..errors import DaydreamError
 from ..validate import THREADS, ValidationRow, fastest_run
 from ..whatif import predict
 
-__all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES"]
+__all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us"]
 
 #: Model sizes shared by the 1-process trace and the 2-process run (``mlp`` flags).
 MODEL_ARGS = ("--hidden", "1024", "--batch-size", "64", "--layers", "4", "--in-features", "512")
@@ -29,18 +30,53 @@ SCHEDULES = ("gpipe", "1f1b")
 PARTITION = "MLP.blocks.2"
 
 
-def measure_pipeline(schedule: str, extra=(), steps: int = 14, warmup: int = 4,
-                     microbatches: int = MICROBATCHES) -> float:
-    """Mean step time (ms) of one 2-process run of the pipeline workload."""
+def _run(schedule: str, extra=(), steps: int = 14, warmup: int = 4, microbatches: int = MICROBATCHES,
+         model=MODEL_ARGS) -> dict:
     cmd = [sys.executable, "-m", "daydream.workloads.pipeline", "--schedule", schedule, "--microbatches",
            str(microbatches), "--steps", str(steps), "--warmup", str(warmup), "--threads", str(THREADS),
-           *MODEL_ARGS, *extra]
+           *model, *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
-            return float(json.loads(line)["mean_ms"])
+            return json.loads(line)
     tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
     raise DaydreamError(f"pipeline run ({schedule}) failed: {tail}")
+
+
+def measure_pipeline(schedule: str, extra=(), steps: int = 14, warmup: int = 4,
+                     microbatches: int = MICROBATCHES) -> float:
+    """Mean step time (ms) of one 2-process run of the pipeline workload."""
+    return float(_run(schedule, extra, steps, warmup, microbatches)["mean_ms"])
+
+
+#: A model too small to compute much: step times are the framework's own costs.
+TINY_ARGS = ("--hidden", "32", "--in-features", "32", "--batch-size", "64")
+#: Micro-batch counts compared by :func:`action_overhead_us`.
+OVERHEAD_MB = (1, 8)
+
+
+def action_overhead_us(repeat: int = 1, progress=print) -> float:
+    """The pipelining runtime's own cost per F or B action on this machine, in us.
+
+    One process, a tiny model: the growth of the step time from 1 to 8
+    micro-batches under torch's ``ScheduleGPipe``, minus the growth of a plain
+    loop accumulating gradients over the same micro-batches (per-micro-batch
+    framework work the trace-based model already has), over ``2 x 7`` extra
+    actions.  Least-disturbed step of the fastest of ``repeat`` runs each.
+    """
+    best = {}
+    for _ in range(max(repeat, 1)):
+        for sched in ("gpipe", "none"):
+            for m in OVERHEAD_MB:
+                out = _run(sched, ("--nproc", "1"), steps=30, warmup=5, microbatches=m, model=TINY_ARGS)
+                best[(sched, m)] = min(best.get((sched, m), float("inf")), float(out["min_ms"]))
+    lo, hi = OVERHEAD_MB
+    extra_ms = (best[("gpipe", hi)] - best[("gpipe", lo)]) - (best[("none", hi)] - best[("none", lo)])
+    us = max(extra_ms, 0.0) * 1e3 / (2 * (hi - lo))
+    progress(f"pipeline: runtime cost per action {us:.0f} us (tiny model, fastest step with {lo} / {hi} "
+             f"micro-batches: ScheduleGPipe {best[('gpipe', lo)]:.2f} / {best[('gpipe', hi)]:.2f} ms, plain loop "
+             f"{best[('none', lo)]:.2f} / {best[('none', hi)]:.2f} ms)")
+    return us
 
 
 def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) -> list:
@@ -49,6 +85,7 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) 
     tdir.mkdir(parents=True, exist_ok=True)
     progress("pipeline: tracing the 1-process baseline (mlp)")
     base, _ = fastest_run(repeat, "mlp", tdir / "mlp.pipeline-base.json.gz", MODEL_ARGS)
+    overhead = action_overhead_us(repeat, progress)
     best = {s: float("inf") for s in SCHEDULES}
     for k in range(max(repeat, 1)):
         for s in SCHEDULES:
@@ -56,7 +93,8 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) 
             best[s] = min(best[s], measure_pipeline(s))
     rows = []
     for s in SCHEDULES:
-        spec = f"pipeline:stages=2,microbatches={MICROBATCHES},schedule={s},partition={PARTITION}"
+        spec = (f"pipeline:stages=2,microbatches={MICROBATCHES},schedule={s},partition={PARTITION},"
+                f"action_overhead_us={overhead:.0f}")
         rep, _ = predict(base, [spec], profile_path=profile_path)
         row = ValidationRow("mlp", spec, rep.baseline_ms, rep.predicted_ms, best[s])
         progress(f"pipeline: {s}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "

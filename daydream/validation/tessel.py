@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..validate import ValidationRow, fastest_run
 from ..whatif import predict
-from .pipeline import MICROBATCHES, MODEL_ARGS, PARTITION, measure_pipeline
+from .pipeline import MICROBATCHES, MODEL_ARGS, PARTITION, action_overhead_us, measure_pipeline
 
 __all__ = ["validate_rows", "PLACEMENTS"]
 
@@ -30,10 +30,11 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) 
     tdir.mkdir(parents=True, exist_ok=True)
     progress("tessel: tracing the 1-process baseline (mlp)")
     base, _ = fastest_run(repeat, "mlp", tdir / "mlp.tessel-base.json.gz", MODEL_ARGS)
+    overhead = action_overhead_us(repeat, progress)
     cases = []
     for tag, extra in PLACEMENTS:
         csv = out_dir / f"tessel-{tag}.csv"
-        spec = f"tessel:stages=2,microbatches={MICROBATCHES},{extra},csv={csv}"
+        spec = f"tessel:stages=2,microbatches={MICROBATCHES},{extra},action_overhead_us={overhead:.0f},csv={csv}"
         rep, _ = predict(base, [spec], profile_path=profile_path)
         progress(f"tessel: {tag}: best schedule {rep.metrics.get('schedule')} (predicted {rep.predicted_ms:.2f} ms, "
                  f"1F1B on the same stages {rep.metrics.get('1f1b_ms', float('nan')):.2f} ms)")

@@ -10,8 +10,10 @@ run by ``_PipelineScheduleRuntime``, as :func:`optimizations._schedules.to_csv`
 writes; the CSV may place several stages on a rank, e.g. a V: stages 0 and 3
 on rank 0, 1 and 2 on rank 1, the model then cut into as many stages).  Each rank has the same synthetic data loader (rank 0 feeds the
 inputs, the last rank the targets).  Rank 0 prints one JSON line with the
-per-step times: ``{"schedule": ..., "step_ms": [...], "mean_ms": ...}``
-(mean over the steps after ``--warmup``).
+per-step times: ``{"schedule": ..., "step_ms": [...], "mean_ms": ..., "min_ms": ...}``
+(over the steps after ``--warmup``).  ``--schedule none`` runs the whole model
+in one process without the pipelining runtime, accumulating gradients over
+the micro-batches (the reference for the runtime's own per-action cost).
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ __all__ = ["main", "stage_modules", "parse_args"]
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m daydream.workloads.pipeline", description=__doc__.split("\n")[0])
-    p.add_argument("--schedule", choices=("gpipe", "1f1b", "csv"), default="gpipe")
+    p.add_argument("--schedule", choices=("gpipe", "1f1b", "csv", "none"), default="gpipe",
+                   help="none: no pipelining runtime, one process accumulating gradients over the micro-batches")
     p.add_argument("--csv", help="per-rank action list (with --schedule csv)")
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--nproc", type=int, default=2, help="processes (= stages) to start when not under torchrun")
@@ -102,6 +105,32 @@ def _make_schedule(args, stages, world):
     return sched
 
 
+def _plain(args) -> None:
+    """``--schedule none``: the whole model in this process, gradients accumulated over micro-batches."""
+    torch.set_num_threads(args.threads)
+    (model,) = stage_modules(args, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    g = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(args.batch_size, args.in_features, generator=g)
+    y = torch.randint(0, args.classes, (args.batch_size,), generator=g)
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        for xc, yc in zip(x.chunk(args.microbatches), y.chunk(args.microbatches)):
+            _loss(model(xc), yc).backward()
+        opt.step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    _summary(args, times, 1)
+
+
+def _summary(args, times, world) -> None:
+    tail = times[args.warmup:] or times
+    print(json.dumps({"schedule": args.schedule, "microbatches": args.microbatches, "world": world,
+                      "step_ms": [round(t, 4) for t in times], "mean_ms": statistics.fmean(tail),
+                      "min_ms": min(tail)}), flush=True)
+
+
 def _worker(rank: int, world: int, args) -> None:
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage
@@ -137,10 +166,8 @@ def _worker(rank: int, world: int, args) -> None:
         now = time.perf_counter()
         times.append((now - t0) * 1e3)
         t0 = now
-    tail = times[args.warmup:] or times
     if rank == 0:
-        print(json.dumps({"schedule": args.schedule, "microbatches": args.microbatches, "world": world,
-                          "step_ms": [round(t, 4) for t in times], "mean_ms": statistics.fmean(tail)}), flush=True)
+        _summary(args, times, world)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -158,6 +185,9 @@ def _spawned(rank, world, args, port):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.schedule == "none":
+        _plain(args)
+        return
     if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
         _worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
         return
