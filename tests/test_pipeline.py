@@ -205,3 +205,11 @@ def test_real_trace_predicts_and_reports_memory(profile):
     assert m["rank0_activations_bytes"] > 0
     r1f1b, _ = predict(trace, ["pipeline:stages=2,microbatches=4,schedule=1f1b"], device=profile)
     assert r1f1b.metrics["rank0_activations_bytes"] < m["rank0_activations_bytes"]   # 2 vs 4 in flight
+
+
+def test_runtime_cost_per_action_is_added_to_every_action():
+    # as test_two_stages_exact_prediction_and_metrics, each F and B 1000 ns longer
+    _, pred = whatif("pipeline:stages=2,microbatches=2,schedule=1f1b,action_overhead_us=1", layered_graph(opt=30))
+    assert pred == (2 + 1) * (120 + 2000) + 15
+    with pytest.raises(OptionError, match="action_overhead_us must be non-negative"):
+        whatif("pipeline:action_overhead_us=-1", layered_graph())
