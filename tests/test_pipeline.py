@@ -213,3 +213,13 @@ def test_runtime_cost_per_action_is_added_to_every_action():
     assert pred == (2 + 1) * (120 + 2000) + 15
     with pytest.raises(OptionError, match="action_overhead_us must be non-negative"):
         whatif("pipeline:action_overhead_us=-1", layered_graph())
+
+
+@pytest.mark.parametrize("name", ["_schedules", "_pipegraph", "pipeline", "tessel"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(f"daydream.optimizations.{name}")
+    res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+    assert res.failed == 0 and res.attempted > 0
