@@ -12,7 +12,6 @@ import gzip
 import json
 import os
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest

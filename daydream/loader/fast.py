@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections import Counter
 
 import numpy as np
@@ -34,8 +33,8 @@ import numpy as np
 from ..errors import TraceError
 from ..model import EVENT_COLUMNS, EventKind, StringTable
 from . import fast_layers, kineto
-from .kineto import CATEGORY_KINDS, SYNC_CALLS, input_bytes
-from .shapes import COMPUTE_OPS, op_flops, op_signature
+from .kineto import SYNC_CALLS, input_bytes
+from .shapes import op_flops, op_signature
 
 try:
     from .. import _kineto
@@ -60,8 +59,6 @@ REPAIR_LABELS = (
 
 _COLLECTIVE_RE = kineto._COLLECTIVE_RE
 _MARKER_RE = kineto._MARKER_RE
-assert set(CATEGORY_KINDS.values()) <= {EventKind.CPU_OP, EventKind.RUNTIME, EventKind.KERNEL,
-                                        EventKind.MEMCPY, EventKind.MEMSET, EventKind.ANNOTATION}
 
 
 def available() -> bool:
@@ -102,11 +99,10 @@ class _Values:
 
 def _thread_names(raw, spans) -> dict:
     """The reference's first pass over metadata events (``thread_name``)."""
-    scalar_ids = getattr(kineto, "_scalar_ids", lambda e: True)
     names = {}
     for b, e in spans.reshape(-1, 2).tolist():
         ev = _loads(memoryview(raw)[b:e])
-        if ev.get("ph") == "M" and ev.get("name") == "thread_name" and scalar_ids(ev):
+        if ev.get("ph") == "M" and ev.get("name") == "thread_name" and kineto._scalar_ids(ev):
             args = ev.get("args")
             name = args.get("name") if isinstance(args, dict) else None
             if isinstance(name, str):
@@ -172,9 +168,7 @@ def _signatures(p, flops, pair, sig_text) -> np.ndarray:
 
 def _clamp_counts(p, nbytes, flops) -> None:
     """The reference's rule for negative or implausible byte/FLOP counts (in place, counted)."""
-    limit = getattr(kineto, "MAX_COUNT", None)
-    if limit is None:
-        return
+    limit = kineto.MAX_COUNT
     bad_b = (nbytes < 0) | (nbytes > limit)
     bad_f = (flops < 0) | (flops > limit)
     bad = int((bad_b | bad_f).sum())
