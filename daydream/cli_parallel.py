@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass
 
 import click
@@ -144,7 +145,7 @@ class SearchResult:
 
 
 def ptdp_search(trace, n_devices, microbatches=(4,), schedule="1f1b", profile_path=None, device=None,
-                max_tensor=0, progress=None, api="megatron"):
+                max_tensor=0, progress=None, api="megatron", heads=0):
     """Predict every (p, t, d) for ``n_devices``; returns (results ranked, interrupted, notes).
 
     Ranked by predicted time, then memory; refused configurations last.  A
@@ -161,7 +162,7 @@ def ptdp_search(trace, n_devices, microbatches=(4,), schedule="1f1b", profile_pa
     results, interrupted = [], False
     try:
         for i, c in enumerate(configs, 1):
-            spec = c.spec(schedule) + f",api={api}"
+            spec = c.spec(schedule) + f",api={api}" + (f",heads={heads}" if heads else "")
             try:
                 rep, _ = predict(trace, [spec], device=device, profile_path=profile_path)
                 r = SearchResult(c.label(), spec, rep.predicted_ms, int(rep.metrics["memory_bytes_per_device"]))
@@ -190,15 +191,17 @@ def ptdp_search(trace, n_devices, microbatches=(4,), schedule="1f1b", profile_pa
 @click.option("--max-memory-gb", type=float, help="Drop configurations needing more memory per device.")
 @click.option("--api", type=click.Choice(["megatron", "torch"]), default="megatron", show_default=True,
               help="Tensor-parallel implementation overhead: megatron (none) or torch (DTensor, measured here).")
+@click.option("--heads", default=0, help="Attention heads (tensor degrees must divide them; 0: from the trace).")
 @click.option("--device", help="Cost figures of a published device (V100, A100, H100, ...).")
 @click.option("--profile", "profile_path", type=click.Path(), help="Device profile from `daydream calibrate -o`.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @handle_errors
-def ptdp_search_cmd(trace, n_devices, microbatches, schedule, max_tensor, max_memory_gb, api, device, profile_path,
-                    as_json):
+def ptdp_search_cmd(trace, n_devices, microbatches, schedule, max_tensor, max_memory_gb, api, heads, device,
+                    profile_path, as_json):
     """Rank pipeline x tensor x data configurations of N devices by predicted iteration time.
 
-    Progress goes to stderr; Ctrl-C stops the search and prints the best found so far.
+    Progress goes to stderr; Ctrl-C stops the search, prints the ranking of what
+    was predicted so far and exits with status 130.
 
     \b
     Examples:
@@ -212,14 +215,20 @@ def ptdp_search_cmd(trace, n_devices, microbatches, schedule, max_tensor, max_me
         raise DaydreamError(f"--microbatches: expected integers, got {microbatches!r}") from None
     results, interrupted, notes = ptdp_search(
         as_trace([trace], None), n_devices, mbs or (4,), schedule, profile_path, device, max_tensor,
-        progress=lambda m: click.echo(m, err=True), api=api)
+        progress=lambda m: click.echo(m, err=True), api=api, heads=heads)
     if max_memory_gb is not None:
         results = [r for r in results if r.predicted_ms is None or r.memory_bytes_per_device <= max_memory_gb * 1e9]
     if interrupted:
         notes.append(f"interrupted: {len(results)} configuration(s) predicted before Ctrl-C")
     if as_json:
         click.echo(json.dumps({"results": [asdict(r) for r in results], "notes": notes}))
-        return
+    else:
+        _print_ranking(results, notes)
+    if interrupted:
+        sys.exit(130)
+
+
+def _print_ranking(results, notes) -> None:
     click.echo(f"{'rank':<6}{'configuration':<22}{'ms/iter':>12}{'GB/device':>12}")
     for i, r in enumerate(results, 1):
         if r.predicted_ms is None:

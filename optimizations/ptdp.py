@@ -122,7 +122,9 @@ class PTDP(Optimization):
               Param("schedule", "1f1b", "pipeline schedule (see `pipeline`)", str),
               Param("backend", "auto", "collective figures: auto, gloo, nccl", str, ("auto", "gloo", "nccl")),
               Param("api", "megatron", "tensor-parallel host overhead: megatron (none) or torch (DTensor)", str,
-                    ("megatron", "torch")))
+                    ("megatron", "torch")),
+              Param("heads", 0, "attention heads, to refuse tensor degrees that do not divide them (0: from "
+                    "the trace's shapes when recorded)", int))
     assumptions = __doc__
 
     def config(self) -> Config:
@@ -141,7 +143,7 @@ class PTDP(Optimization):
             raise NotApplicable("ptd-p needs parameter sizes per module; record the trace with `daydream trace`")
         per_rank, split = total, frozenset()
         if c.tensor > 1:
-            tp = get_class("tensor-parallel")(degree=c.tensor, backend=self.backend, api=self.api)
+            tp = get_class("tensor-parallel")(degree=c.tensor, backend=self.backend, api=self.api, heads=self.heads)
             tp.apply(ctx)
             per_rank, split = ctx.metrics["param_bytes_per_rank"], tp.split_paths
         if c.pipeline > 1:

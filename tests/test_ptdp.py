@@ -140,3 +140,23 @@ def test_config_spec_round_trips():
     opt = get(c.spec())
     assert opt.config() == c and c.label() == "p=2 t=2 d=2 m=8"
     assert np.prod([c.pipeline, c.tensor, c.data]) == c.devices
+
+
+def test_ctrl_c_stops_the_search_and_prints_the_best_so_far(tmp_path):
+    import signal
+    import subprocess
+
+    from daydream.device import save_profile
+
+    from conftest import daydream_cmd
+
+    prof = save_profile(flat_profile(), str(tmp_path / "p.json"))
+    proc = subprocess.Popen(daydream_cmd("ptdp-search", str(REPO / "traces" / "transformer.trace.json.gz"),
+                                         "--devices", "16", "--microbatches", "2,4,8,16", "--profile", prof),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    first = proc.stderr.readline()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert first.startswith("[1/45]")
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert "note: interrupted:" in out and out.splitlines()[1].startswith("1 ")
