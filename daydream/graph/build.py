@@ -73,44 +73,10 @@ def build_graph(trace: Trace) -> DependencyGraph:
     dur = np.concatenate(sc.dur) if sc.dur else np.zeros(0, np.int64)
     g.tasks["traced_start_ns"] = start
     _join_collectives(g, collectives, start, dur, repairs)
-    _repair_cycles(g, start, dur, repairs)
     _calibrate_starts(g, start, dur)
     _calibrate_ends(g, start, dur, sc.waits)
     g.repairs = dict(repairs)
     return g
-
-
-def _repair_cycles(g, start, dur, repairs):
-    """Drop edges that point back in traced time where they close a dependency cycle.
-
-    A consistent trace gives edges whose target happens after their anchor; a
-    trace whose clocks disagree (a kernel stamped before its launch, ranks
-    skewed, edited timestamps) can give edges against time, and those can
-    close a cycle that no simulation could finish.  Only then are they dropped
-    (counted in the repairs); otherwise the graph is left as built.  The check
-    is a vectorised pass; the cycle search runs only when some edge points back.
-    """
-    e = g.edges
-    if not len(e["src"]):
-        return
-    src, dst = e["src"].astype(np.int64), e["dst"].astype(np.int64)
-    at = start[src] + np.where(e["anchor"] == Anchor.END, dur[src], 0)
-    to = start[dst] + np.where(e["target"] == Anchor.END, dur[dst], 0)
-    back = to < at
-    if not back.any():
-        return
-    from ..errors import CycleError
-    from ..primitives import check_acyclic
-
-    try:
-        check_acyclic(g)
-        return
-    except CycleError:
-        pass
-    keep = ~back
-    for k in list(e):
-        e[k] = e[k][keep]
-    repairs["edges against traced time closing a cycle (dropped)"] += int(back.sum())
 
 
 # --------------------------------------------------------------------- tasks
