@@ -5,9 +5,10 @@ Prediction: ``pipeline:stages=2,microbatches=M,schedule=S,partition=MLP.blocks.2
 action_overhead_us=X`` (the split the workload makes: hidden blocks 0-1 on
 stage 0, blocks 2-3 and the head on stage 1; ``X`` the pipelining runtime's
 own cost per action, measured on this machine by :func:`action_overhead_us`).  Measurement: ``python -m daydream.workloads.pipeline
---schedule S`` (ScheduleGPipe / Schedule1F1B), mean step time after warm-up;
-with ``repeat`` > 1 the runs of the schedules alternate and each keeps its
-fastest (least disturbed) run, as :func:`daydream.validate.fastest_run` does.
+--schedule S`` (ScheduleGPipe / Schedule1F1B), mean step time after warm-up.
+With ``repeat`` > 1, baseline traces and 2-process runs are taken in turns
+(:func:`alternate`) and each keeps its fastest (least disturbed) run: on a
+shared machine they then see the same load.
 """
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ import sys
 from pathlib import Path
 
 from ..errors import DaydreamError
-from ..validate import THREADS, ValidationRow, fastest_run
+from ..validate import THREADS, ValidationRow
 from ..whatif import predict
 
-__all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us"]
+__all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us", "alternate"]
 
 #: Model sizes shared by the 1-process trace and the 2-process run (``mlp`` flags).
 MODEL_ARGS = ("--hidden", "1024", "--batch-size", "64", "--layers", "4", "--in-features", "512")
@@ -79,18 +80,36 @@ def action_overhead_us(repeat: int = 1, progress=print) -> float:
     return us
 
 
+def alternate(repeat: int, tdir: Path, runs: dict, progress=print):
+    """Fastest 1-process baseline trace and fastest measurement of each run, taken in turns.
+
+    Each of ``repeat`` rounds traces the baseline once and calls every run in
+    ``runs`` (name -> callable returning ms) once, so that baseline and
+    variants see the same machine load; the least disturbed (fastest) of each
+    is kept.  Returns ``(baseline trace path, {name: ms})``.
+    """
+    from ..analysis import replay
+    from ..validate import trace_workload
+
+    base, base_ms, best = None, float("inf"), {k: float("inf") for k in runs}
+    for k in range(max(repeat, 1)):
+        progress(f"pipeline: round {k + 1}/{max(repeat, 1)}: tracing the 1-process baseline (mlp)")
+        path = trace_workload("mlp", tdir / f"mlp.pipeline-base.r{k}.json.gz", MODEL_ARGS)
+        ms = replay(path)[0].measured_ms
+        if ms < base_ms:
+            base, base_ms = path, ms
+        for name, fn in runs.items():
+            progress(f"pipeline: round {k + 1}/{max(repeat, 1)}: running {name} on 2 processes")
+            best[name] = min(best[name], fn())
+    return base, best
+
+
 def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) -> list:
     """Rows for GPipe and 1F1B on 2 stages (see the module docstring)."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
-    progress("pipeline: tracing the 1-process baseline (mlp)")
-    base, _ = fastest_run(repeat, "mlp", tdir / "mlp.pipeline-base.json.gz", MODEL_ARGS)
     overhead = action_overhead_us(repeat, progress)
-    best = {s: float("inf") for s in SCHEDULES}
-    for k in range(max(repeat, 1)):
-        for s in SCHEDULES:
-            progress(f"pipeline: running {s} on 2 processes ({k + 1}/{max(repeat, 1)})")
-            best[s] = min(best[s], measure_pipeline(s))
+    base, best = alternate(repeat, tdir, {s: (lambda s=s: measure_pipeline(s)) for s in SCHEDULES}, progress)
     rows = []
     for s in SCHEDULES:
         spec = (f"pipeline:stages=2,microbatches={MICROBATCHES},schedule={s},partition={PARTITION},"

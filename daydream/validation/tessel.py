@@ -6,14 +6,18 @@ two placements (:data:`PLACEMENTS`: the 2-stage chain, and 4 stages in a V
 over 2 devices) and writes each winner as a per-rank action CSV; the pipeline
 workload runs that CSV on 2 gloo processes with ``_PipelineScheduleRuntime``
 (``--schedule csv``, the model cut into as many stages as the CSV names).
+The schedules are searched on a first baseline trace; baseline traces and
+runs then alternate (:func:`daydream.validation.pipeline.alternate`) and the
+prediction from the fastest baseline is compared with the fastest run (a row
+is marked "other schedule" if the search on that baseline picks another).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..validate import ValidationRow, fastest_run
+from ..validate import ValidationRow
 from ..whatif import predict
-from .pipeline import MICROBATCHES, MODEL_ARGS, PARTITION, action_overhead_us, measure_pipeline
+from .pipeline import MICROBATCHES, MODEL_ARGS, PARTITION, action_overhead_us, alternate, measure_pipeline
 
 __all__ = ["validate_rows", "PLACEMENTS"]
 
@@ -25,28 +29,30 @@ PLACEMENTS = (("chain", f"partition={PARTITION}"),
 
 def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) -> list:
     """One row per placement: the searched schedule, predicted and executed."""
+    from ..validate import trace_workload
+
     out_dir = Path(out_dir)
     tdir = out_dir / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
-    progress("tessel: tracing the 1-process baseline (mlp)")
-    base, _ = fastest_run(repeat, "mlp", tdir / "mlp.tessel-base.json.gz", MODEL_ARGS)
     overhead = action_overhead_us(repeat, progress)
-    cases = []
+    progress("tessel: tracing a 1-process baseline (mlp) to search schedules on")
+    first = trace_workload("mlp", tdir / "mlp.tessel-search.json.gz", MODEL_ARGS)
+    specs = {}
     for tag, extra in PLACEMENTS:
         csv = out_dir / f"tessel-{tag}.csv"
-        spec = f"tessel:stages=2,microbatches={MICROBATCHES},{extra},action_overhead_us={overhead:.0f},csv={csv}"
-        rep, _ = predict(base, [spec], profile_path=profile_path)
+        specs[tag] = f"tessel:stages=2,microbatches={MICROBATCHES},{extra},action_overhead_us={overhead:.0f}"
+        rep, _ = predict(first, [f"{specs[tag]},csv={csv}"], profile_path=profile_path)
         progress(f"tessel: {tag}: best schedule {rep.metrics.get('schedule')} (predicted {rep.predicted_ms:.2f} ms, "
                  f"1F1B on the same stages {rep.metrics.get('1f1b_ms', float('nan')):.2f} ms)")
-        cases.append((spec.split(",csv=")[0], rep, csv))
-    best = [float("inf")] * len(cases)
-    for k in range(max(repeat, 1)):
-        for i, (_, _, csv) in enumerate(cases):
-            progress(f"tessel: running {csv.name} on 2 processes ({k + 1}/{max(repeat, 1)})")
-            best[i] = min(best[i], measure_pipeline("csv", ("--csv", str(csv))))
+    runs = {tag: (lambda tag=tag: measure_pipeline("csv", ("--csv", str(out_dir / f"tessel-{tag}.csv"))))
+            for tag in specs}
+    base, best = alternate(repeat, tdir, runs, progress)
     rows = []
-    for (name, r, _), measured in zip(cases, best):
-        row = ValidationRow("mlp", name, r.baseline_ms, r.predicted_ms, measured)
+    for tag, spec in specs.items():
+        again = out_dir / f"tessel-{tag}.check.csv"
+        rep, _ = predict(base, [f"{spec},csv={again}"], profile_path=profile_path)
+        name = spec if again.read_text() == (out_dir / f"tessel-{tag}.csv").read_text() else spec + " (other schedule)"
+        row = ValidationRow("mlp", name, rep.baseline_ms, rep.predicted_ms, best[tag])
         progress(f"tessel: {name}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
                  f"error {row.error_pct:.1f}%")
         rows.append(row)
