@@ -6,7 +6,7 @@ import json
 import click
 
 from ._cli_util import handle_errors
-from .fileio import check_writable, provenance, write_json
+from .fileio import check_writable, provenance, save_figure, write_json
 
 __all__ = ["COMMANDS"]
 
@@ -111,8 +111,9 @@ def calibrate(device, output, quick, no_collectives, threads, force):
 @click.option("--public/--no-public", default=True, help="Also the public ResNet-50 DataLoader pair.")
 @click.option("--shared", type=click.Path(), default=None, help="Folder of the public traces.")
 @click.option("--profile", "profile_path", type=click.Path(), help="Device profile (default: calibrated cache).")
+@click.option("--force", is_flag=True, help="Overwrite an existing OUTPUT/results.csv and plots.")
 @handle_errors
-def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profile_path):
+def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profile_path, force):
     """Predict each optimization, apply it for real, measure, and compare.
 
     Writes OUTPUT/results.csv (workload, optimization, predicted_ms,
@@ -128,6 +129,9 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     if bad:
         raise OptionError(f"cannot validate {', '.join(bad)} here (valid: {', '.join([*CASES, *RUNNERS])})")
     out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("results.csv", "accuracy.png", "accuracy.svg"):   # before hours of measuring
+        check_writable(out / name, force)
     progress = lambda m: click.echo(m, err=True)  # noqa: E731
     rows = run_validation([w for w in workloads.split(",") if w], [o for o in wanted if o in CASES], out,
                           iterations, profile_path, progress=progress, repeat=repeat)
@@ -140,7 +144,7 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     if public:
         from .demo import _DEFAULT_SHARED  # noqa: F811
         rows += public_dataloader_rows(Path(shared) if shared else _DEFAULT_SHARED, profile_path)
-    path = write_results(rows, out)
+    path = write_results(rows, out, force=force)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,7 +153,7 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     fig = plot_accuracy([AccuracyPoint(f"{r.workload} {r.optimization.split(':')[0]}", r.measured_ms, r.predicted_ms)
                          for r in rows], title="daydream what-if: predicted vs measured")
     for ext in ("png", "svg"):
-        fig.savefig(out / f"accuracy.{ext}", dpi=120)
+        save_figure(fig, out / f"accuracy.{ext}", provenance("validate"), force=force, dpi=120)
     errs = sorted(r.error_pct for r in rows)
     for r in rows:
         click.echo(f"{r.workload:<28}{r.optimization:<40}{r.predicted_ms:10.2f}{r.measured_ms:10.2f}{r.error_pct:8.1f}%")

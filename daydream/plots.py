@@ -83,7 +83,7 @@ def read_accuracy_csv(path) -> list:
 
     try:
         with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+            rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     except OSError as exc:
         raise DaydreamError(f"{path}: cannot read ({exc.strerror})") from None
     need = {"workload", "optimization", "predicted_ms", "measured_ms"}

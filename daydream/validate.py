@@ -194,14 +194,26 @@ def public_dataloader_rows(shared: Path, profile_path=None):
     return rows
 
 
-def write_results(rows, out_dir: Path) -> Path:
+def write_results(rows, out_dir: Path, force: bool = True) -> Path:
+    """Write ``out_dir/results.csv`` atomically.
+
+    Its first line is a comment, ``# daydream: {...}``, with the command and
+    versions that made it (:func:`daydream.fileio.provenance`); readers skip
+    lines starting with ``#`` (``pandas.read_csv(..., comment="#")``).
+    """
+    import io
+    import json
+
+    from .fileio import atomic_write_bytes, check_writable, provenance
+
     path = out_dir / "results.csv"
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["workload", "optimization", "baseline_ms", "predicted_ms", "measured_ms", "error_pct"])
-        for r in rows:
-            w.writerow([r.workload, r.optimization, f"{r.baseline_ms:.4f}", f"{r.predicted_ms:.4f}",
-                        f"{r.measured_ms:.4f}", f"{r.error_pct:.3f}"])
-    os.replace(tmp, path)
+    check_writable(path, force)
+    f = io.StringIO(newline="")
+    f.write("# daydream: " + json.dumps(provenance("validate"), separators=(",", ":")) + "\n")
+    w = csv.writer(f)
+    w.writerow(["workload", "optimization", "baseline_ms", "predicted_ms", "measured_ms", "error_pct"])
+    for r in rows:
+        w.writerow([r.workload, r.optimization, f"{r.baseline_ms:.4f}", f"{r.predicted_ms:.4f}",
+                    f"{r.measured_ms:.4f}", f"{r.error_pct:.3f}"])
+    atomic_write_bytes(path, f.getvalue().encode())
     return path

@@ -161,3 +161,25 @@ def test_unexpected_errors_are_one_line_unless_debugging(monkeypatch):
     monkeypatch.setenv("DAYDREAM_DEBUG", "1")
     res = run_cli("replay", MLP)
     assert isinstance(res.exception, KeyError)
+
+
+def test_results_csv_records_provenance_and_reads_back(tmp_path):
+    from daydream.plots import read_accuracy_csv
+    from daydream.validate import ValidationRow, write_results
+
+    rows = [ValidationRow("mlp", "fused-adam", 10.0, 8.0, 9.0)]
+    path = write_results(rows, tmp_path)
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# daydream: ")
+    _assert_provenance(json.loads(first[len("# daydream: "):]), "validate")
+    (pt,) = read_accuracy_csv(path)
+    assert (pt.measured_ms, pt.predicted_ms) == (9.0, 8.0)
+    with pytest.raises(fileio.OutputError, match="--force"):
+        write_results(rows, tmp_path, force=False)
+
+
+def test_validate_refuses_existing_results_before_measuring(tmp_path):
+    (tmp_path / "results.csv").write_text("mine\n")
+    res = run_cli("validate", "--workload", "mlp", "--opt", "fused-adam", "--no-public", "-o", tmp_path)
+    _one_line_error(res, "results.csv", "--force")
+    assert (tmp_path / "results.csv").read_text() == "mine\n"
