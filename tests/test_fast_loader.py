@@ -227,3 +227,46 @@ def test_disabled_by_environment(monkeypatch):
 def test_scanner_rejects_non_bytes():
     with pytest.raises((TypeError, ValueError)):
         fast._kineto.scan(np.zeros(3, np.int64))
+
+
+# ---- compiled CPU self-time slices (graph/build.py) ----------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 30), st.booleans()), max_size=40))
+def test_cpu_slices_equal_to_python(events):
+    from daydream.graph.build import _cpu_slices
+
+    start = np.array([e[0] for e in events], np.int64)
+    dur = np.array([e[1] if e[2] else 0 for e in events], np.int64)
+    order = np.lexsort((-dur, start))
+    start, end = start[order], (start + dur)[order]
+    idx = np.arange(0, len(events), 1 + len(events) % 3, dtype=np.int64)   # not every row is a task
+    got, ref = fast._kineto.cpu_slices(idx, start, end), _cpu_slices(idx, start, end)
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype and np.array_equal(g, r)
+
+
+def test_cpu_slices_exact_small_case():
+    # op 0 [0, 10) encloses op 1 [2, 5) and zero-length op 2 at 6: slices 0:[0,2) 1:[2,5) 0:[5,6) 2:[6,6) 0:[6,10)
+    start, end = np.array([0, 2, 6], np.int64), np.array([10, 5, 6], np.int64)
+    ev, s, e = fast._kineto.cpu_slices(np.arange(3, dtype=np.int64), start, end)
+    assert list(zip(ev.tolist(), s.tolist(), e.tolist())) == [(0, 0, 2), (1, 2, 5), (0, 5, 6), (2, 6, 6), (0, 6, 10)]
+    with pytest.raises(IndexError):
+        fast._kineto.cpu_slices(np.array([3], np.int64), start, end)
+
+
+def test_graph_identical_with_python_slices(monkeypatch):
+    from daydream.graph import build, build_graph
+    from daydream.loader import load_trace
+
+    if not OWN:
+        pytest.skip("no own traces")
+    trace = load_trace(OWN[-1])
+    g_fast = build_graph(trace)
+    monkeypatch.setattr(build, "_compiled_cpu_slices", None)
+    g_ref = build_graph(load_trace(OWN[-1]))
+    assert g_fast.n_tasks == g_ref.n_tasks and g_fast.n_edges == g_ref.n_edges
+    for k in g_ref.tasks:
+        assert np.array_equal(g_fast.tasks[k], g_ref.tasks[k]), k
+    for k in g_ref.edges:
+        assert np.array_equal(g_fast.edges[k], g_ref.edges[k]), k

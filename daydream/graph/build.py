@@ -25,6 +25,11 @@ import numpy as np
 from ..model import EventKind, LaneKind, Phase, Trace
 from .graph import Anchor, DependencyGraph, EdgeKind, WaitKind
 
+try:   # compiled _cpu_slices (daydream/loader/_kineto.cpp; identical results, tests/test_fast_loader.py)
+    from .._kineto import cpu_slices as _compiled_cpu_slices
+except ImportError:  # pragma: no cover - depends on the build
+    _compiled_cpu_slices = None
+
 __all__ = ["build_graph", "STREAM_SYNC_CALLS", "DEVICE_SYNC_CALLS", "EVENT_SYNC_CALLS",
            "BLOCKING_COPY_CALLS"]
 
@@ -163,7 +168,8 @@ def _select(r):
     for li, ln in enumerate(r.lanes):
         on = lane == li
         if ln.kind == LaneKind.CPU_THREAD:
-            sel = _cpu_slices(np.flatnonzero(on & np.isin(kind, _CPU_TASK_KINDS)), start, end)
+            sel = (_compiled_cpu_slices or _cpu_slices)(np.flatnonzero(on & np.isin(kind, _CPU_TASK_KINDS)),
+                                                        start, end)
         else:
             idx = np.flatnonzero(on & np.isin(kind, _GPU_TASK_KINDS))
             sel = (idx, start[idx], end[idx])

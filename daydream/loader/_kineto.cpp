@@ -1034,6 +1034,51 @@ py::tuple walk_lanes(py::array_t<i32, py::array::c_style | py::array::forcecast>
   return py::make_tuple(layer_o, phase_o, top_o, paths_o, bwd, layer_names);
 }
 
+// ---- CPU self-time slices (daydream/graph/build.py: _cpu_slices) --------------------------------
+
+// A thread's nested ops (rows `idx`, in start order, longest first) split into self-time slices:
+// an op with children becomes the slices of its own time between them; a leaf is one slice; a
+// zero-length op is a slice of its own.  Returns (event, start, end) arrays.
+py::tuple cpu_slices(py::array_t<i64, py::array::c_style | py::array::forcecast> idx_a,
+                     py::array_t<i64, py::array::c_style | py::array::forcecast> start_a,
+                     py::array_t<i64, py::array::c_style | py::array::forcecast> end_a) {
+  const size_t m = size_t(idx_a.size()), n = size_t(start_a.size());
+  if (size_t(end_a.size()) != n) throw std::invalid_argument("cpu_slices: start and end differ in length");
+  const i64* idx = idx_a.data();
+  const i64* start = start_a.data();
+  const i64* end = end_a.data();
+  for (size_t k = 0; k < m; ++k)
+    if (idx[k] < 0 || size_t(idx[k]) >= n) throw py::index_error("cpu_slices: row out of range");
+  std::vector<i64> ev, ss, ee;
+  {
+    py::gil_scoped_release nogil;
+    ev.reserve(2 * m); ss.reserve(2 * m); ee.reserve(2 * m);
+    auto emit = [&](i64 i, i64 a, i64 b) { ev.push_back(i); ss.push_back(a); ee.push_back(b); };
+    std::vector<std::pair<i64, i64>> stack;  // open ops: (end, row)
+    i64 cursor = 0;
+    bool have_cursor = false;
+    for (size_t k = 0; k < m; ++k) {
+      i64 i = idx[k], a = start[size_t(i)], b = end[size_t(i)];
+      while (!stack.empty() && stack.back().first <= a) {
+        auto [top_end, top] = stack.back();
+        stack.pop_back();
+        if (top_end > cursor) { emit(top, cursor, top_end); cursor = top_end; }
+      }
+      if (!stack.empty() && a > cursor) emit(stack.back().second, cursor, a);
+      cursor = have_cursor ? std::max(cursor, a) : a;
+      have_cursor = true;
+      if (b <= a) { emit(i, a, a); continue; }  // zero-length op: a task of its own
+      stack.emplace_back(b, i);
+    }
+    while (!stack.empty()) {
+      auto [top_end, top] = stack.back();
+      stack.pop_back();
+      if (top_end > cursor) { emit(top, cursor, top_end); cursor = top_end; }
+    }
+  }
+  return py::make_tuple(arr(ev), arr(ss), arr(ee));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_kineto, m) {
@@ -1041,5 +1086,6 @@ PYBIND11_MODULE(_kineto, m) {
   m.def("scan", &scan, py::arg("data"),
         "Scan JSON bytes of one trace into event columns; {'fallback': reason} where the reference "
         "loader must run instead.");
+  m.def("cpu_slices", &cpu_slices, "CPU self-time slices of one thread (graph/build.py: _cpu_slices).");
   m.def("walk_lanes", &walk_lanes, "Layer/phase stack walk over every CPU lane (layers._walk_lane).");
 }
