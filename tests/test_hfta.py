@@ -168,3 +168,11 @@ def test_fused_cnn_trains_each_copy_like_the_unfused_model():
     for i, c in enumerate(copies):
         c.eval()
         torch.testing.assert_close(out[i], c(x), rtol=1e-4, atol=1e-5)
+
+
+def test_docstring_examples():
+    import doctest
+
+    from daydream.optimizations import hfta
+
+    assert doctest.testmod(hfta).failed == 0

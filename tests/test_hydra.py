@@ -123,3 +123,14 @@ def test_real_run_refuses_impossible_splits():
         hydra.main(["--devices", "4", "--layers", "1"])
     with pytest.raises(SystemExit, match="at least 1"):
         hydra.main(["--models", "0"])
+
+
+def test_docstring_examples():
+    import doctest
+
+    pytest.importorskip("torch")
+    from daydream.optimizations import hydra
+    from daydream.workloads import hydra as real
+
+    assert doctest.testmod(hydra).attempted >= 2 and doctest.testmod(hydra).failed == 0
+    assert doctest.testmod(real).failed == 0
