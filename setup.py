@@ -101,7 +101,7 @@ def kineto_extensions():
     return [
         Extension(
             "daydream._kineto",
-            sources=["daydream/loader/_kineto.cpp"],
+            sources=["daydream/loader/_kineto.cpp", "daydream/loader/_kineto_passes.cpp"],
             include_dirs=[pybind11.get_include()],
             language="c++",
             extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden", "-Wall"],
