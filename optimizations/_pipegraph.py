@@ -39,7 +39,7 @@ from ._schedules import Action, Kind, ScheduleError
 from .base import NotApplicable
 
 __all__ = ["UnitCosts", "StageCosts", "unit_costs", "attribute", "partition", "parse_partition",
-           "stage_costs", "p2p_ns", "build_graph", "PipeGraph"]
+           "stage_costs", "p2p_ns", "build_graph", "PipeGraph", "accumulate_ns", "ACCUMULATE_BYTES_PER_BYTE"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,7 @@ class StageCosts:
     optimizer_ns: tuple
     pre_ns: float
     bounds: tuple = ()           # first unit of each stage, then the unit count
+    accumulate_ns: tuple = ()    # adding a micro-batch's gradients into .grad (not after the first)
 
 
 def _work_lanes(g, rank):
@@ -251,7 +252,23 @@ def stage_costs(u: UnitCosts, bounds, device, action_overhead_ns: float = 0.0) -
                       param_bytes=tuple(params),
                       stash_bytes=tuple(int(u.out_bytes[s].sum()) for s in sl),
                       optimizer_ns=tuple(u.optimizer_ns * x for x in share), pre_ns=u.pre_ns,
-                      bounds=tuple(edges))
+                      bounds=tuple(edges),
+                      accumulate_ns=tuple(sum(accumulate_ns(device, int(p)) for p in u.param_bytes[s]) for s in sl))
+
+
+#: Bytes an in-place gradient accumulation (``grad += new``) moves per gradient byte:
+#: two reads and one write.
+ACCUMULATE_BYTES_PER_BYTE = 3
+
+
+def accumulate_ns(device, param_bytes: int) -> float:
+    """Time to add one micro-batch's gradients of one module into ``.grad``: a streaming add over
+    ``param_bytes`` at the device's measured bandwidth for that size (the first micro-batch of an iteration only
+    stores them, as the traced single-batch iteration did)."""
+    if param_bytes <= 0:
+        return 0.0
+    moved = ACCUMULATE_BYTES_PER_BYTE * param_bytes
+    return moved / device.mem_bw_bytes_per_s(moved) * 1e9
 
 
 @dataclass
@@ -316,6 +333,8 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                 if not flush and a.kind is Kind.F and a.microbatch % M == 0 and i > 0 and a.stage == first_stage[r]:
                     out.extra[(r, i)] = [add(comp[r], sc.pre_ns, "input", Phase.DATALOADER, i)]
                 dur = sc.fwd_ns[a.stage] if a.kind is Kind.F else sc.bwd_ns[a.stage]
+                if a.kind is Kind.B and a.microbatch % M and sc.accumulate_ns:
+                    dur += sc.accumulate_ns[a.stage]
                 ph = Phase.FORWARD if a.kind is Kind.F else Phase.BACKWARD
                 t = out.task[(it, a)] = add(comp[r], dur, str(a), ph, i)
                 nxt = a.stage + 1 if a.kind is Kind.F else a.stage - 1

@@ -18,6 +18,9 @@ per rank a compute lane running the schedule's actions (``F``/``B`` of a
 stage on a micro-batch) in order, per directed link a transfer lane
 (activation forward, gradient backward; ``bytes / bw + latency`` with the
 device's collective figures: calibrated gloo on CPU, published link on GPUs),
+the backward of every micro-batch but an iteration's first also adds its
+gradients into ``.grad`` (a streaming add of the stage's gradient bytes at the
+device's measured bandwidth; the traced single batch only stored them),
 per iteration an input task (the traced input pipeline and other untagged
 work, on every rank) and the optimizer step of the rank's parameters (the
 traced step split by parameter bytes).  Schedules:

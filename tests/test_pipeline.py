@@ -223,3 +223,17 @@ def test_docstring_examples(name):
     mod = importlib.import_module(f"daydream.optimizations.{name}")
     res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
     assert res.failed == 0 and res.attempted > 0
+
+
+def test_gradient_accumulation_after_the_first_microbatch():
+    # 1 stage, 3 micro-batches: backwards 1 and 2 each add 12 ns of accumulation into .grad
+    sc = costs(1, 10, 20)
+    sc = sc.__class__(**{**sc.__dict__, "accumulate_ns": (12,)})
+    assert iteration_ns(build_graph(sc, sch.gpipe(1, 3), 3, device(), True, 3)) == 3 * 30 + 2 * 12
+
+
+def test_accumulation_cost_is_a_streaming_add_at_measured_bandwidth():
+    from daydream.optimizations._pipegraph import accumulate_ns
+
+    assert accumulate_ns(device(), 1000) == pytest.approx(3 * 1000 / 1e9 * 1e9)   # 3 bytes moved per byte
+    assert accumulate_ns(device(), 0) == 0.0
