@@ -103,7 +103,7 @@ def calibrate(device, output, quick, no_collectives, threads, force):
 @click.option("--opt", "opts", default=",".join(["fused-adam", "amp", "checkpointing", "fusion", "data-parallel",
                                                   "dataloader"]), show_default=True,
               help="Optimizations to validate (comma separated).  Parallelism what-ifs with their own "
-                   "multi-process runs: pipeline, tensor-parallel, hfta, hydra, tessel.")
+                   "multi-process runs: pipeline, tensor-parallel, hfta, hydra, tessel, device (1 -> 2 threads).")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(), help="Folder for results.csv, plots, traces.")
 @click.option("--iterations", default=5, show_default=True, help="Iterations traced per run.")
 @click.option("--repeat", default=1, show_default=True,

@@ -55,6 +55,7 @@ RUNNERS = {
     "hfta": "daydream.validation.hfta:validate_rows",
     "hydra": "daydream.validation.hydra:validate_rows",
     "tessel": "daydream.validation.tessel:validate_rows",
+    "device": "daydream.validation.device:validate_rows",
 }
 
 
