@@ -6,6 +6,9 @@ action_overhead_us=X`` (the split the workload makes: hidden blocks 0-1 on
 stage 0, blocks 2-3 and the head on stage 1; ``X`` the pipelining runtime's
 own cost per action, measured on this machine by :func:`action_overhead_us`).  Measurement: ``python -m daydream.workloads.pipeline
 --schedule S`` (ScheduleGPipe / Schedule1F1B), mean step time after warm-up.
+A third row runs the whole model as one stage on one process with the same
+micro-batches (``ScheduleGPipe``, ``--nproc 1``): the micro-batch cost model
+checked without cross-process effects.
 With ``repeat`` > 1, baseline traces and 2-process runs are taken in turns
 (:func:`alternate`) and each keeps its fastest (least disturbed) run: on a
 shared machine they then see the same load.
@@ -46,7 +49,7 @@ def _run(schedule: str, extra=(), steps: int = 14, warmup: int = 4, microbatches
 
 def measure_pipeline(schedule: str, extra=(), steps: int = 14, warmup: int = 4,
                      microbatches: int = MICROBATCHES) -> float:
-    """Mean step time (ms) of one 2-process run of the pipeline workload."""
+    """Mean step time (ms) of one run of the pipeline workload (2 processes unless ``extra`` says)."""
     return float(_run(schedule, extra, steps, warmup, microbatches)["mean_ms"])
 
 
@@ -105,15 +108,19 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print):
 
 
 def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) -> list:
-    """Rows for GPipe and 1F1B on 2 stages (see the module docstring)."""
+    """Rows for GPipe and 1F1B on 2 stages, and 1 stage x M micro-batches on one process
+    (the micro-batch cost model without cross-process effects; see the module docstring)."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     overhead = action_overhead_us(repeat, progress)
-    base, best = alternate(repeat, tdir, {s: (lambda s=s: measure_pipeline(s)) for s in SCHEDULES}, progress)
+    runs = {s: (lambda s=s: measure_pipeline(s)) for s in SCHEDULES}
+    runs["1-stage"] = lambda: measure_pipeline("gpipe", ("--nproc", "1"))
+    base, best = alternate(repeat, tdir, runs, progress)
     rows = []
-    for s in SCHEDULES:
+    for s in runs:
         spec = (f"pipeline:stages=2,microbatches={MICROBATCHES},schedule={s},partition={PARTITION},"
-                f"action_overhead_us={overhead:.0f}")
+                f"action_overhead_us={overhead:.0f}" if s != "1-stage" else
+                f"pipeline:stages=1,microbatches={MICROBATCHES},schedule=gpipe,action_overhead_us={overhead:.0f}")
         rep, _ = predict(base, [spec], profile_path=profile_path)
         row = ValidationRow("mlp", spec, rep.baseline_ms, rep.predicted_ms, best[s])
         progress(f"pipeline: {s}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
