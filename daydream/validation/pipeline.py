@@ -102,7 +102,7 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print):
         if ms < base_ms:
             base, base_ms = path, ms
         for name, fn in runs.items():
-            progress(f"pipeline: round {k + 1}/{max(repeat, 1)}: running {name} on 2 processes")
+            progress(f"pipeline: round {k + 1}/{max(repeat, 1)}: running {name}")
             best[name] = min(best[name], fn())
     return base, best
 
