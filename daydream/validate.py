@@ -21,7 +21,7 @@ from .analysis import replay
 from .errors import DaydreamError
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "fastest_run", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "fastest_run", "fastest_pair", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -138,37 +138,49 @@ def fastest_run(repeat: int, name: str, path: Path, args=(), iterations: int = 5
 
     Interference from other work on the machine (a VM here: iteration times of
     identical runs vary by up to 2x) only ever adds time, so the fastest run is
-    the least disturbed; baseline and variant are both chosen this way.
-    Returns (path, report).
+    the least disturbed.  Returns (path, report).
     """
-    runs = []
+    return fastest_pair(repeat, [(name, path, args, nproc)], iterations)[0]
+
+
+def fastest_pair(repeat: int, configs, iterations: int = 5) -> list:
+    """Trace each of ``configs`` (``(workload, path, args, nproc)``) ``repeat`` times, in turns.
+
+    Baseline and variant alternate (A B A B ...) so that load which drifts over
+    minutes hits both alike; each keeps its fastest run.  Returns one
+    (path, report) per config.
+    """
+    runs = [[] for _ in configs]
     for k in range(max(repeat, 1)):
-        p = path.with_name(path.name.replace(".json", f".r{k}.json")) if repeat > 1 else path
-        p = trace_workload(name, p, args, iterations=iterations, nproc=nproc)
-        runs.append((p, replay(p)[0]))
-    return min(runs, key=lambda r: r[1].measured_ms)
+        for i, (name, path, args, nproc) in enumerate(configs):
+            p = path.with_name(path.name.replace(".json", f".r{k}.json")) if repeat > 1 else path
+            p = trace_workload(name, p, args, iterations=iterations, nproc=nproc)
+            runs[i].append((p, replay(p)[0]))
+    return [min(r, key=lambda x: x[1].measured_ms) for r in runs]
 
 
 def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_path=None, progress=print,
                    repeat: int = 1):
-    """Run the matrix; returns the rows (failed cases are reported and skipped)."""
+    """Run the matrix; returns the rows (failed cases are reported and skipped).
+
+    Each case traces its baseline and its real variant in turns (:func:`fastest_pair`).
+    """
     tdir = out_dir / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     profile_path = ensure_profile(profile_path, progress)
-    rows, baselines = [], {}
+    rows = []
     for w in workloads:
         for key in opts:
             case = CASES[key]
             t0 = time.time()
             try:
-                if (w, case.baseline) not in baselines:
-                    progress(f"{w}: tracing baseline {' '.join(case.baseline) or '(defaults)'}")
-                    baselines[(w, case.baseline)] = fastest_run(
-                        repeat, w, tdir / f"{w}.base{len(baselines)}.json.gz", case.baseline, iterations)[0]
-                base = baselines[(w, case.baseline)]
+                progress(f"{w}: {key}: tracing baseline {' '.join(case.baseline) or '(defaults)'} and the real "
+                         f"variant {' '.join(case.variant) or ''}{f' on {case.nproc} processes' if case.nproc > 1 else ''}"
+                         f", in turns x{max(repeat, 1)}")
+                (base, _), (_, measured) = fastest_pair(
+                    repeat, [(w, tdir / f"{w}.{key}.base.json.gz", case.baseline, 1),
+                             (w, tdir / f"{w}.{key}.json.gz", case.variant, case.nproc)], iterations)
                 report, _ = predict(base, [case.opt], profile_path=profile_path)
-                progress(f"{w}: tracing {key} for real")
-                _, measured = fastest_run(repeat, w, tdir / f"{w}.{key}.json.gz", case.variant, iterations, case.nproc)
             except DaydreamError as exc:
                 progress(f"{w}: {key}: skipped ({exc})")
                 continue

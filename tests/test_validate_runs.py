@@ -1,0 +1,28 @@
+"""``daydream validate``'s run protocol: baseline and variant traced in turns, fastest of each kept."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from daydream import validate
+
+
+def test_fastest_pair_alternates_and_keeps_each_fastest(monkeypatch, tmp_path):
+    order, times = [], iter([30.0, 12.0, 20.0, 15.0, 25.0, 11.0])   # A B A B A B
+    monkeypatch.setattr(validate, "trace_workload",
+                        lambda name, p, args, iterations, nproc: order.append((name, p.name, nproc)) or p)
+    monkeypatch.setattr(validate, "replay", lambda p: (SimpleNamespace(measured_ms=next(times)), None))
+    (a, ra), (b, rb) = validate.fastest_pair(3, [("mlp", tmp_path / "a.json.gz", (), 1),
+                                                 ("mlp", tmp_path / "b.json.gz", ("--x",), 2)])
+    assert [o[1] for o in order] == ["a.r0.json.gz", "b.r0.json.gz", "a.r1.json.gz", "b.r1.json.gz",
+                                     "a.r2.json.gz", "b.r2.json.gz"]
+    assert [o[2] for o in order] == [1, 2] * 3
+    assert (Path(a).name, ra.measured_ms) == ("a.r1.json.gz", 20.0)
+    assert (Path(b).name, rb.measured_ms) == ("b.r2.json.gz", 11.0)
+
+
+def test_single_run_keeps_the_given_name(monkeypatch, tmp_path):
+    monkeypatch.setattr(validate, "trace_workload", lambda name, p, args, iterations, nproc: p)
+    monkeypatch.setattr(validate, "replay", lambda p: (SimpleNamespace(measured_ms=1.0), None))
+    path, _ = validate.fastest_run(1, "mlp", tmp_path / "x.json.gz")
+    assert Path(path).name == "x.json.gz"
