@@ -115,14 +115,18 @@ def _install_sigterm_exit() -> None:
     """SIGTERM unwinds the script (``SystemExit(143)``) so that finished iterations are written.
 
     Only where the script left SIGTERM at its default (killing the process
-    at once, writing nothing); a handler of the script's own is kept.
+    at once, writing nothing); a handler of the script's own is kept.  Further
+    SIGTERMs are ignored while the script unwinds and the trace is written:
+    ``kill -TERM -PGID`` reaches the script both directly and forwarded by
+    ``daydream trace``, and the duplicate must not kill the write (SIGKILL
+    still does).
     """
     try:
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
             return
 
         def handler(signum, frame):
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)   # a second SIGTERM kills at once
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)   # duplicates (group kill + forwarding)
             raise SystemExit(128 + signum)
 
         signal.signal(signal.SIGTERM, handler)
