@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
+from . import mlp
 from .mlp import MLP
 
 __all__ = ["SCHEDULES", "units_of", "task_priority", "main"]
@@ -224,10 +225,7 @@ def main(argv=None):
     p.add_argument("--models", type=int, default=4, help="models trained together (K)")
     p.add_argument("--devices", type=int, default=2, help="processes, one shard of each model each (D)")
     p.add_argument("--shard0-layers", type=int, default=0, help="layers on the first of 2 shards (0: half)")
-    p.add_argument("--in-features", type=int, default=512)
-    p.add_argument("--hidden", type=int, default=1024)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--classes", type=int, default=10)
+    mlp.add_args(p)                      # the bundled MLP's model flags
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--dataset-batches", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-3)

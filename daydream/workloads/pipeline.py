@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import mlp
+
 __all__ = ["main", "stage_modules", "parse_args"]
 
 
@@ -40,10 +42,7 @@ def parse_args(argv=None):
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--nproc", type=int, default=2, help="processes (= stages) to start when not under torchrun")
     p.add_argument("--split", type=int, default=0, help="hidden blocks on stage 0 (0: even split)")
-    p.add_argument("--in-features", type=int, default=512)
-    p.add_argument("--hidden", type=int, default=1024)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--classes", type=int, default=10)
+    mlp.add_args(p)                      # the bundled MLP's model flags
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--dataset-batches", type=int, default=8)
     p.add_argument("--steps", type=int, default=12)
