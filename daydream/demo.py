@@ -31,7 +31,7 @@ _DEFAULT_SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "tr
 
 #: What-ifs the demo predicts from the one baseline trace.
 WHATIFS = ["fused-adam", "amp:dtype=bfloat16", "checkpointing", "fusion", "data-parallel:workers=4",
-           "dataloader:workers=2"]
+           "dataloader:workers=2", "pipeline:stages=2,microbatches=4"]
 
 
 def _say(step: str, msg: str) -> None:
@@ -102,11 +102,11 @@ def main(out_dir, workload, to_validate, shared):
         rep, base = replay(path)
         replay_pts = [AccuracyPoint(f"{workload} (CPU)", rep.measured_ms, rep.simulated_ms)]
         _say("2/6 trace", f"{path}: {rep.measured_ms:.2f} ms per iteration; replay error {rep.error_pct:.3f}%")
-        _say("3/6 what-if", f"{'optimization':<28}{'predicted ms':>13}{'speedup':>9}")
+        _say("3/6 what-if", f"{'optimization':<34}{'predicted ms':>13}{'speedup':>9}")
         best = None
         for spec in WHATIFS:
             report, pred = predict(path, [spec], profile_path=profile)
-            _say("3/6 what-if", f"{spec:<28}{report.predicted_ms:13.2f}{report.speedup:8.2f}x")
+            _say("3/6 what-if", f"{spec:<34}{report.predicted_ms:13.2f}{report.speedup:8.2f}x")
             if best is None or report.speedup > best[0].speedup:
                 best = (report, pred)
         write_json(out / "predicted.timeline.json.gz", to_chrome_trace(best[1], provenance("whatif")))
