@@ -13,7 +13,7 @@ import socket
 import statistics
 import time
 
-from .device import Curve, DeviceProfile
+from .device import BMM_COPIES, Curve, DeviceProfile
 from .errors import DaydreamError
 
 __all__ = ["calibrate", "time_call_ns", "SIZES", "QUICK_SIZES"]
@@ -82,15 +82,34 @@ def _matmul_curve(torch, device, dtype, shapes, min_time_s):
     return Curve(tuple(sorted(pts)))
 
 
-def _conv_curve(torch, device, dtype, shapes, min_time_s):
+#: Copy counts whose batched matmul / grouped convolution curves are measured (float32).
+FUSED_COPIES = (2, 4, 8)
+
+
+def _bmm_curve(torch, device, dtype, shapes, min_time_s, copies: int = BMM_COPIES):
+    """``copies`` equal products in one ``torch.bmm``: FLOP/s by the batch's FLOPs."""
+    pts = []
+    for m, n, k in shapes:
+        flops = 2.0 * m * n * k * copies
+        if _too_slow(pts, flops):
+            break
+        a = torch.randn(copies, m, k, device=device).to(dtype)
+        b = torch.randn(copies, k, n, device=device).to(dtype)
+        ns = time_call_ns(lambda: torch.bmm(a, b), device, min_time_s)
+        pts.append((flops, flops / ns * 1e9))
+    return Curve(tuple(sorted(pts)))
+
+
+def _conv_curve(torch, device, dtype, shapes, min_time_s, groups: int = 1):
+    """3x3 convolutions (``groups`` independent ones in one grouped call): FLOP/s by FLOPs."""
     pts = []
     for n, cin, cout, hw in shapes:
-        if _too_slow(pts, 2.0 * n * cout * hw * hw * cin * 9):
+        flops = 2.0 * n * cout * hw * hw * cin * 9 * groups
+        if _too_slow(pts, flops):
             break
-        x = torch.randn(n, cin, hw, hw, device=device).to(dtype)
-        w = torch.randn(cout, cin, 3, 3, device=device).to(dtype)
-        ns = time_call_ns(lambda: torch.nn.functional.conv2d(x, w, padding=1), device, min_time_s)
-        flops = 2.0 * n * cout * hw * hw * cin * 9
+        x = torch.randn(n, cin * groups, hw, hw, device=device).to(dtype)
+        w = torch.randn(cout * groups, cin, 3, 3, device=device).to(dtype)
+        ns = time_call_ns(lambda: torch.nn.functional.conv2d(x, w, padding=1, groups=groups), device, min_time_s)
         pts.append((flops, flops / ns * 1e9))
     return Curve(tuple(sorted(pts)))
 
@@ -231,13 +250,17 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
     sizes = QUICK_SIZES if quick else SIZES
     min_time_s = 0.01 if quick else 0.1
     say = progress or (lambda msg: None)
-    matmul, conv, ew = {}, {}, {}
+    matmul, conv, bmm, gconv, ew = {}, {}, {}, {}, {}
     for dt in _DTYPES:
         tdt = getattr(torch, dt)
         say(f"matmul {dt}")
         matmul[dt] = _matmul_curve(torch, dev, tdt, sizes["matmul"], min_time_s)
         say(f"conv2d {dt}")
         conv[dt] = _conv_curve(torch, dev, tdt, sizes["conv"], min_time_s)
+        for n in (FUSED_COPIES if dt == "float32" else (BMM_COPIES,)):
+            say(f"batched matmul and grouped conv2d {dt}, {n} copies")
+            bmm[f"{dt}x{n}"] = _bmm_curve(torch, dev, tdt, sizes["matmul"][:-1], min_time_s, copies=n)
+            gconv[f"{dt}x{n}"] = _conv_curve(torch, dev, tdt, sizes["conv"][:-1], min_time_s, groups=n)
         say(f"elementwise {dt}")
         ew[dt] = _elementwise_curve(torch, dev, tdt, sizes["elementwise"], min_time_s)
     say("op overhead")
@@ -257,7 +280,7 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
     else:
         name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
-                         elementwise=ew, op_overhead_ns=overhead, collective=coll,
+                         bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
                          source=f"measured on {socket.gethostname()} {time.strftime('%Y-%m-%d %H:%M')}"
                                 f" torch {torch.__version__}")

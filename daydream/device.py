@@ -61,6 +61,34 @@ class Curve:
         return cls(((1.0, float(value)),))
 
 
+#: Copies in the batched matmul and groups in the grouped convolution that
+#: calibration measures (``DeviceProfile.bmm``, ``DeviceProfile.gconv``).
+BMM_COPIES = 4
+#: The throughput curves of a profile.
+_CURVES = ("matmul", "conv", "bmm", "gconv", "elementwise")
+
+
+def _nearest_copies(curves: dict, dtype: str, copies: int):
+    """The curve measured for ``dtype`` (else float32) with the copy count nearest ``copies``.
+
+    Keys are ``"float32"`` (:data:`BMM_COPIES` copies) or ``"float32x8"``.
+
+    >>> _nearest_copies({"float32x2": "two", "float32x8": "eight"}, "bfloat16", 6)
+    'eight'
+    """
+    import math
+
+    for dt in (dtype, "float32"):
+        have = {}
+        for key, curve in curves.items():
+            name, _, n = key.partition("x")
+            if name == dt:
+                have[int(n) if n.isdigit() else BMM_COPIES] = curve
+        if have:
+            return have[min(have, key=lambda n: (abs(math.log(n / max(copies, 1))), n))]
+    return None
+
+
 @dataclass(frozen=True)
 class DeviceProfile:
     """Measured or published performance figures of one device.
@@ -71,6 +99,14 @@ class DeviceProfile:
         Per dtype: achieved matmul FLOP/s as a function of the FLOPs of one op.
     conv : dict of str to Curve
         Per dtype: achieved convolution FLOP/s (falls back to ``matmul``).
+    bmm : dict of str to Curve
+        Per dtype and copy count (``"float32x2"``; a bare dtype: :data:`BMM_COPIES`):
+        achieved FLOP/s of a batched matmul of equal products, by the FLOPs of the
+        whole batch (horizontally fused linears, HFTA); falls back to ``matmul``.
+    gconv : dict of str to Curve
+        Per dtype and group count (keys as ``bmm``): achieved FLOP/s of a grouped
+        convolution, by the FLOPs of all groups (horizontally fused
+        convolutions); falls back to ``conv``.
     elementwise : dict of str to Curve
         Per dtype: bytes/s of a streaming elementwise op as a function of bytes moved.
     op_overhead_ns : int
@@ -85,6 +121,8 @@ class DeviceProfile:
     elementwise: dict
     op_overhead_ns: int
     conv: dict = field(default_factory=dict)
+    bmm: dict = field(default_factory=dict)
+    gconv: dict = field(default_factory=dict)
     collective: dict = field(default_factory=dict)
     threads: int = 0
     source: str = "published"
@@ -108,6 +146,16 @@ class DeviceProfile:
         curve = self.conv.get(dtype) or self.conv.get("float32")
         return curve(flops) if curve else self.matmul_flops_per_s(dtype, flops)
 
+    def bmm_flops_per_s(self, dtype: str, flops: float, copies: int = BMM_COPIES) -> float:
+        """Batched-matmul FLOP/s of ``copies`` products, ``flops`` in all (the matmul curve if not calibrated)."""
+        curve = _nearest_copies(self.bmm, dtype, copies)
+        return curve(flops) if curve else self.matmul_flops_per_s(dtype, flops)
+
+    def gconv_flops_per_s(self, dtype: str, flops: float, groups: int = BMM_COPIES) -> float:
+        """Grouped-convolution FLOP/s of ``groups`` groups, ``flops`` in all (the convolution curve if not calibrated)."""
+        curve = _nearest_copies(self.gconv, dtype, groups)
+        return curve(flops) if curve else self.conv_flops_per_s(dtype, flops)
+
     def mem_bw_bytes_per_s(self, nbytes: float, dtype: str = "float32") -> float:
         curve = self.elementwise.get(dtype) or self.elementwise["float32"]
         return curve(nbytes)
@@ -125,7 +173,7 @@ class DeviceProfile:
     # ------------------------------------------------------------ persistence
     def to_json(self) -> dict:
         d = asdict(self)
-        for k in ("matmul", "conv", "elementwise"):
+        for k in _CURVES:
             d[k] = {dt: [list(p) for p in c.points] for dt, c in getattr(self, k).items()}
         d["collective"] = {k: list(v) for k, v in self.collective.items()}
         d["loader_fetch"] = list(self.loader_fetch)
@@ -134,7 +182,7 @@ class DeviceProfile:
     @classmethod
     def from_json(cls, d: dict) -> "DeviceProfile":
         curves = {k: {dt: Curve(tuple(tuple(p) for p in pts)) for dt, pts in d.get(k, {}).items()}
-                  for k in ("matmul", "conv", "elementwise")}
+                  for k in _CURVES}
         return cls(name=d["name"], kind=d["kind"], op_overhead_ns=int(d["op_overhead_ns"]),
                    collective={k: tuple(v) for k, v in d.get("collective", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
@@ -221,7 +269,7 @@ def _positive(x) -> bool:
 
 def _profile_problem(prof: DeviceProfile) -> str | None:
     """Why a loaded profile cannot be used (None if it can): curves of positive finite points, float32 present."""
-    for kind in ("matmul", "conv", "elementwise"):
+    for kind in _CURVES:
         for dt, curve in getattr(prof, kind).items():
             if not curve.points or not all(len(p) == 2 and _positive(p[0]) and _positive(p[1]) for p in curve.points):
                 return f"{kind} {dt}: throughput points must be (size > 0, per second > 0)"

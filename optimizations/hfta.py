@@ -14,8 +14,12 @@ Model
 Every task of the traced iteration is one of:
 
 * **compute** (a task with FLOPs: matmul, convolution): N times the work at
-  the device's throughput at the fused size, ``dur x N x rate(f) / rate(N f)``
-  with ``rate`` the calibrated matmul (or convolution) FLOP/s curve, so a
+  the device's throughput at the fused size, ``dur x N x rate(f) / fused(N f)``
+  with ``rate`` the calibrated matmul (or convolution) FLOP/s curve and
+  ``fused`` the calibrated batched-matmul curve for a linear (``torch.bmm`` of
+  equal products: on CPUs it runs below ``mm``; the matmul curve where a
+  profile has none) or the grouped-convolution curve for a convolution (the
+  convolution curve where a profile has none), so a
   small GEMM that runs below peak speeds up when batched;
 * **memory-bound** (an op that reads or writes tensor data: elementwise,
   reductions, copies, the optimizer's updates): its first
@@ -133,8 +137,13 @@ def fused_durations(g, device, models: int, dtype: str = "float32") -> np.ndarra
     conv = _is_conv(g)
     for t in np.flatnonzero(cls == TaskClass.COMPUTE).tolist():
         f = float(T["flops"][t])
-        rate = device.conv_flops_per_s if conv[t] else device.matmul_flops_per_s
-        out[t] = dur[t] * models * rate(dtype, f) / rate(dtype, models * f)
+        if conv[t]:
+            fused = device.gconv_flops_per_s(dtype, models * f, models)
+            single = device.conv_flops_per_s(dtype, f)
+        else:   # a linear becomes a batched matmul
+            fused = device.bmm_flops_per_s(dtype, models * f, models)
+            single = device.matmul_flops_per_s(dtype, f)
+        out[t] = dur[t] * models * single / fused
     fixed_ns = float(device.op_overhead_ns)
     for t in np.flatnonzero(cls == TaskClass.MEMORY).tolist():
         b = float(T["bytes"][t]) * MOVED_PER_INPUT_BYTE

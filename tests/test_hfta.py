@@ -176,3 +176,23 @@ def test_docstring_examples():
     from daydream.optimizations import hfta
 
     assert doctest.testmod(hfta).failed == 0
+
+
+def test_fused_linear_uses_the_calibrated_batched_matmul_curve():
+    from daydream.device import Curve, DeviceProfile
+    from daydream.graph.graph import DependencyGraph
+    from daydream.model import Lane, LaneKind, Phase
+    from daydream.optimizations.hfta import fused_durations
+
+    g = DependencyGraph()
+    cpu = g.add_lane(Lane(0, LaneKind.CPU_THREAD, 1, 1))
+    g.add_tasks(lane=[cpu], dur_ns=[1000], name=[g.names.intern("aten::mm")], flops=[10**6], bytes=[0],
+                phase=[Phase.FORWARD])
+    mm = {"float32": Curve(((1e6, 1e9), (4e6, 2e9)))}
+    plain = DeviceProfile("d", "cpu", mm, {"float32": Curve.flat(1e9)}, op_overhead_ns=500)
+    batched = DeviceProfile("d", "cpu", mm, {"float32": Curve.flat(1e9)}, op_overhead_ns=500,
+                            bmm={"float32": Curve.flat(1.6e9)})
+    assert fused_durations(g, plain, 4).tolist() == [2000]      # 4x work at the matmul curve's 2x rate
+    assert fused_durations(g, batched, 4).tolist() == [2500]    # 4x work at bmm's 1.6x rate
+    again = DeviceProfile.from_json(batched.to_json())
+    assert again.bmm_flops_per_s("float32", 4e6) == 1.6e9 and plain.bmm_flops_per_s("float32", 1e6) == 1e9
