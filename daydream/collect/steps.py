@@ -13,7 +13,6 @@ import enum
 import types
 import weakref
 
-import torch
 from torch.optim import optimizer as _optim_mod
 
 __all__ = ["MarkerSource", "OptimizerWatcher"]
