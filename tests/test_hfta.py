@@ -104,21 +104,16 @@ def test_bad_input_is_refused_with_the_reason(own_trace, maker):
         get("hfta:models=2").apply(WhatIfContext(graph=maker.g, trace=None, device=flat_profile()))
 
 
-def test_fused_workload_trains_each_copy_like_the_unfused_model():
-    torch = pytest.importorskip("torch")
+def _train_fused_and_copies(fused, copies, lrs, x, y, steps: int = 2):
+    """``steps`` SGD steps of the fused model (one lr per copy) and of each copy on its own."""
+    import torch
     from torch.nn import functional as F
 
-    from daydream.workloads.hfta import FusedMLP, FusedSGD, _loss
-    from daydream.workloads.mlp import MLP
+    from daydream.workloads.hfta import FusedSGD, _loss
 
-    torch.manual_seed(0)
-    copies = [MLP(8, 16, 2, 3) for _ in range(3)]
-    fused = FusedMLP(copies)
-    lrs = torch.tensor([0.1, 0.05, 0.025])
     opt = FusedSGD(fused.parameters(), lrs, momentum=0.9)
     refs = [torch.optim.SGD(c.parameters(), lr=float(lr), momentum=0.9) for c, lr in zip(copies, lrs)]
-    x, y = torch.randn(5, 8), torch.randint(0, 3, (5,))
-    for _ in range(2):
+    for _ in range(steps):
         opt.zero_grad()
         _loss(fused, x, y).backward()
         opt.step()
@@ -126,6 +121,19 @@ def test_fused_workload_trains_each_copy_like_the_unfused_model():
             r.zero_grad()
             F.cross_entropy(c(x), y).backward()
             r.step()
+
+
+def test_fused_workload_trains_each_copy_like_the_unfused_model():
+    torch = pytest.importorskip("torch")
+    from daydream.workloads.hfta import FusedMLP
+    from daydream.workloads.mlp import MLP
+
+    torch.manual_seed(0)
+    copies = [MLP(8, 16, 2, 3) for _ in range(3)]
+    fused = FusedMLP(copies)
+    lrs = torch.tensor([0.1, 0.05, 0.025])
+    x, y = torch.randn(5, 8), torch.randint(0, 3, (5,))
+    _train_fused_and_copies(fused, copies, lrs, x, y)
     out = fused(x)
     for i, c in enumerate(copies):
         torch.testing.assert_close(out[i], c(x), rtol=1e-5, atol=1e-6)
@@ -143,26 +151,15 @@ def test_fused_workload_runs(capsys):
 
 def test_fused_cnn_trains_each_copy_like_the_unfused_model():
     torch = pytest.importorskip("torch")
-    from torch.nn import functional as F
-
     from daydream.workloads.cnn import SmallResNet
-    from daydream.workloads.hfta import FusedCNN, FusedSGD, _loss
+    from daydream.workloads.hfta import FusedCNN
 
     torch.manual_seed(0)
     copies = [SmallResNet(4, 2, 1, 3) for _ in range(2)]
     fused = FusedCNN(copies)
     lrs = torch.tensor([0.1, 0.02])
-    opt = FusedSGD(fused.parameters(), lrs, momentum=0.9)
-    refs = [torch.optim.SGD(c.parameters(), lr=float(lr), momentum=0.9) for c, lr in zip(copies, lrs)]
     x, y = torch.randn(4, 3, 8, 8), torch.randint(0, 3, (4,))
-    for _ in range(2):
-        opt.zero_grad()
-        _loss(fused, x, y).backward()
-        opt.step()
-        for c, r in zip(copies, refs):
-            r.zero_grad()
-            F.cross_entropy(c(x), y).backward()
-            r.step()
+    _train_fused_and_copies(fused, copies, lrs, x, y)
     fused.eval()
     out = fused(x)
     for i, c in enumerate(copies):
