@@ -29,6 +29,7 @@ __all__ = [
     "autocast_context",
     "setup_distributed",
     "train",
+    "parse_args",
     "prepare",
     "Workload",
     "run",
@@ -151,6 +152,22 @@ def train(model, loader, loss_fn: Callable, optimizer, args, device, on_step: Ca
     return times
 
 
+def parse_args(name: str, argv, add_args, batch_size: int, description: str | None = None):
+    """Parse a workload's own flags plus the common ones; seed torch, set its threads.
+
+    Returns (args, device).
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m daydream.workloads.{name}", description=description)
+    if add_args is not None:
+        add_args(parser)
+    add_common_args(parser, batch_size=batch_size)
+    args = parser.parse_args(argv)
+    torch.manual_seed(args.seed)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    return args, resolve_device(args.device)
+
+
 def prepare(name: str, build: Callable, argv=None, add_args: Callable | None = None, batch_size: int = 32):
     """Parse flags and build everything a training run needs.
 
@@ -171,15 +188,7 @@ def prepare(name: str, build: Callable, argv=None, add_args: Callable | None = N
         Model (moved, cast, DDP-wrapped, compiled as flagged), loader, loss,
         optimizer, parsed args, device, rank and world size.
     """
-    parser = argparse.ArgumentParser(prog=f"python -m daydream.workloads.{name}", description=build.__doc__)
-    if add_args is not None:
-        add_args(parser)
-    add_common_args(parser, batch_size=batch_size)
-    args = parser.parse_args(argv)
-    torch.manual_seed(args.seed)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
+    args, device = parse_args(name, argv, add_args, batch_size, build.__doc__)
     model, tensors, loss_fn = build(args, device)
     model = model.to(device=device, dtype=_DTYPES[args.dtype])
     tensors = tuple(t.to(_DTYPES[args.dtype]) if t.is_floating_point() else t for t in tensors)

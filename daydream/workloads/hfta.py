@@ -21,7 +21,6 @@ Examples
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 
 import torch
@@ -31,7 +30,7 @@ from torch import nn
 import copy
 
 from .cnn import SmallResNet
-from .common import add_common_args, make_loader, resolve_device, train
+from .common import make_loader, parse_args, train
 from .mlp import MLP
 
 __all__ = ["FusedLinear", "FusedMLP", "FusedCNN", "FusedSGD", "build", "main"]
@@ -194,14 +193,7 @@ def build(args):
 
 def main(argv=None):
     """Entry point: parse flags, train the fused job, print a summary."""
-    parser = argparse.ArgumentParser(prog="python -m daydream.workloads.hfta", description=__doc__.split("\n")[0])
-    add_args(parser)
-    add_common_args(parser, batch_size=256)
-    args = parser.parse_args(argv)
-    torch.manual_seed(args.seed)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
+    args, device = parse_args("hfta", argv, add_args, 256, __doc__.split("\n")[0])
     model, tensors, lrs = build(args)
     model = model.to(device)
     optimizer = FusedSGD(model.parameters(), lrs.to(device), args.momentum)
