@@ -76,8 +76,6 @@ def _nearest_copies(curves: dict, dtype: str, copies: int):
     >>> _nearest_copies({"float32x2": "two", "float32x8": "eight"}, "bfloat16", 6)
     'eight'
     """
-    import math
-
     for dt in (dtype, "float32"):
         have = {}
         for key, curve in curves.items():

@@ -193,3 +193,15 @@ def test_fused_linear_uses_the_calibrated_batched_matmul_curve():
     assert fused_durations(g, batched, 4).tolist() == [2500]    # 4x work at bmm's 1.6x rate
     again = DeviceProfile.from_json(batched.to_json())
     assert again.bmm_flops_per_s("float32", 4e6) == 1.6e9 and plain.bmm_flops_per_s("float32", 1e6) == 1e9
+
+
+def test_calibration_measures_batched_matmul_and_grouped_convolution():
+    torch = pytest.importorskip("torch")
+    from daydream import calibrate as C
+
+    dev = torch.device("cpu")
+    bmm = C._bmm_curve(torch, dev, torch.float32, [(4, 8, 8), (8, 16, 16)], 0.001, copies=3)
+    assert [f for f, _ in bmm.points] == [2.0 * 4 * 8 * 8 * 3, 2.0 * 8 * 16 * 16 * 3]   # FLOPs of all copies
+    gconv = C._conv_curve(torch, dev, torch.float32, [(1, 2, 2, 4)], 0.001, groups=2)
+    assert [f for f, _ in gconv.points] == [2.0 * 1 * 2 * 4 * 4 * 2 * 9 * 2]
+    assert all(r > 0 for _, r in bmm.points + gconv.points)
