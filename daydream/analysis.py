@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .graph import build_graph
+from .graph import GraphBuilder, build_graph
 from .loader import load_trace
 from .model import EventKind, LaneKind, Phase, Trace
 from .progress import Stages
 from .sim import SimResult, mean_iteration_ns, simulate
 
-__all__ = ["IterationReport", "ReplayReport", "replay", "TraceSummary", "summarize", "as_trace"]
+__all__ = ["IterationReport", "ReplayReport", "replay", "TraceSummary", "summarize", "as_trace",
+           "trace_and_graph"]
 
 
 def as_trace(trace_or_paths, iteration_marker: str | None = None) -> Trace:
@@ -23,6 +24,19 @@ def as_trace(trace_or_paths, iteration_marker: str | None = None) -> Trace:
     if isinstance(trace_or_paths, Trace):
         return trace_or_paths
     return load_trace(trace_or_paths, iteration_marker=iteration_marker)
+
+
+def trace_and_graph(trace_or_paths, iteration_marker: str | None = None):
+    """A loaded :class:`Trace` (or paths to load) and its dependency graph.
+
+    Files are built into the graph one by one as the loader's workers finish
+    them, so building overlaps parsing.  Returns ``(trace, graph)``.
+    """
+    if isinstance(trace_or_paths, Trace):
+        return trace_or_paths, build_graph(trace_or_paths)
+    b = GraphBuilder()
+    trace = load_trace(trace_or_paths, iteration_marker=iteration_marker, on_rank=b.add_rank)
+    return trace, b.finish()
 
 
 @dataclass(frozen=True)
@@ -69,10 +83,9 @@ def replay(trace_or_paths, iteration_marker: str | None = None) -> tuple[ReplayR
         The simulated timeline (for export or further analysis).
     """
     stages = Stages("replay")
-    trace = as_trace(trace_or_paths, iteration_marker)
-    stages.enter(f"building the dependency graph of {len(trace)} rank(s)")
-    g = build_graph(trace)
-    stages.enter(f"simulating {g.n_tasks} tasks")
+    stages.enter("loading and building the dependency graph")
+    trace, g = trace_and_graph(trace_or_paths, iteration_marker)
+    stages.enter(f"simulating {g.n_tasks} tasks of {len(trace)} rank(s)")
     res = simulate(g)
     stages.finish()
     its = res.iterations()

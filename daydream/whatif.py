@@ -13,10 +13,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .analysis import as_trace
+from .analysis import trace_and_graph
 from .device import DeviceProfile, default_profile_path, load_profile, published
 from .errors import DaydreamError
-from .graph import build_graph
 from .model import EventKind, LaneKind, Phase
 from .primitives import check_acyclic
 from .sim import SimResult, simulate
@@ -137,8 +136,7 @@ def predict(trace_or_paths, optimizations, device=None, profile_path=None, itera
     opts = [get(o) if isinstance(o, str) else o for o in optimizations]
     if not opts:
         raise DaydreamError("no optimization given (see `daydream optimizations`)")
-    trace = as_trace(trace_or_paths, iteration_marker)
-    base_graph = build_graph(trace)
+    trace, base_graph = trace_and_graph(trace_or_paths, iteration_marker)
     base = simulate(base_graph)
     ctx = WhatIfContext(graph=base_graph.copy(), trace=trace, device=device_for(trace, device, profile_path))
     for opt in opts:

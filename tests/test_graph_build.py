@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from daydream.graph import EdgeKind, build_graph
 from daydream.graph.graph import WaitKind
@@ -118,3 +119,42 @@ def test_pageable_async_copy_blocks_its_call():
     g2.tasks["dur_ns"][task(g, "k1")] //= 2          # the copy queues behind k1: the call returns 25 us earlier
     res, base = simulate(g2), simulate(g)
     assert base.end_ns[call] - res.end_ns[call] == 25_000
+
+
+def _columns_equal(a, b):
+    for table in ("tasks", "edges"):
+        ta, tb = getattr(a, table), getattr(b, table)
+        assert ta.keys() == tb.keys()
+        for k in ta:
+            np.testing.assert_array_equal(ta[k], tb[k], err_msg=f"{table}.{k}")
+    assert a.lane_tasks == b.lane_tasks and a.names.strings == b.names.strings
+    assert a.origin_ns == b.origin_ns and a.repairs == b.repairs and a.markers == b.markers
+    np.testing.assert_array_equal(a.group_transfer_ns, b.group_transfer_ns)
+    for r in a.measured_boundaries_ns:
+        np.testing.assert_array_equal(a.measured_boundaries_ns[r], b.measured_boundaries_ns[r])
+
+
+def test_building_ranks_as_they_load_gives_the_same_graph(shared_dir, monkeypatch):
+    """trace_and_graph (each rank built while workers parse the next) == load, then build_graph."""
+    from daydream.analysis import trace_and_graph
+    from daydream.loader import load_trace
+
+    import daydream.loader as loader
+    monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 0)     # two worker processes even for small files
+    paths = sorted((shared_dir / "HolisticTraceAnalysis").glob("sampled_rank-*.json.gz"))
+    trace, g = trace_and_graph(paths)
+    ref = build_graph(load_trace(paths, workers=1))
+    assert len(trace) == 2 and g.n_tasks > 1000 and len(g.group_transfer_ns) > 0
+    _columns_equal(g, ref)
+    np.testing.assert_array_equal(simulate(g).end_ns, simulate(ref).end_ns)
+
+
+def test_builder_refuses_a_rank_twice():
+    from daydream.errors import TraceError
+    from daydream.graph import GraphBuilder
+
+    r = load_rank("t.json", gpu_bound_doc())
+    b = GraphBuilder()
+    b.add_rank(r)
+    with pytest.raises(TraceError, match="rank 0 given twice"):
+        b.add_rank(r)

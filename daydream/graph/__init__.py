@@ -1,5 +1,5 @@
 """Dependency graphs: data structure and construction from traces."""
-from .build import build_graph
+from .build import GraphBuilder, build_graph
 from .graph import Anchor, DependencyGraph, EdgeKind, WaitKind
 
-__all__ = ["build_graph", "DependencyGraph", "EdgeKind", "Anchor", "WaitKind"]
+__all__ = ["build_graph", "GraphBuilder", "DependencyGraph", "EdgeKind", "Anchor", "WaitKind"]

@@ -22,6 +22,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
+from ..errors import TraceError
 from ..model import EventKind, LaneKind, Phase, Trace
 from .graph import Anchor, DependencyGraph, EdgeKind, WaitKind
 
@@ -30,7 +31,7 @@ try:   # compiled _cpu_slices (daydream/loader/_kineto.cpp; identical results, t
 except ImportError:  # pragma: no cover - depends on the build
     _compiled_cpu_slices = None
 
-__all__ = ["build_graph", "STREAM_SYNC_CALLS", "DEVICE_SYNC_CALLS", "EVENT_SYNC_CALLS",
+__all__ = ["build_graph", "GraphBuilder", "STREAM_SYNC_CALLS", "DEVICE_SYNC_CALLS", "EVENT_SYNC_CALLS",
            "BLOCKING_COPY_CALLS"]
 
 STREAM_SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cuStreamSynchronize"})
@@ -49,11 +50,10 @@ class _Scratch:
     """Traced times and pending constraints gathered while building."""
 
     def __init__(self):
-        self.start: list[np.ndarray] = []
-        self.dur: list[np.ndarray] = []
         self.waits: list[tuple[int, int]] = []   # (sync task, target task) dynamic waits
-        self.start_of: dict[int, int] = {}       # task -> traced start (relative), set per rank
         self.lookup: dict = {}                   # GPU lane -> "last task enqueued by t" index
+        self.ids: dict[int, np.ndarray] = {}      # lane -> its tasks (as in ``lane_tasks``)
+        self.base = 0                            # first task of the rank being built
 
 
 def build_graph(trace: Trace) -> DependencyGraph:
@@ -64,24 +64,58 @@ def build_graph(trace: Trace) -> DependencyGraph:
     >>> from daydream import load_trace, build_graph   # doctest: +SKIP
     >>> g = build_graph(load_trace("trace.json.gz"))     # doctest: +SKIP
     """
-    g = DependencyGraph()
-    g.origin_ns = min(int(min(r.cols["start_ns"].min(), r.boundaries_ns.min())) for r in trace)
-    sc = _Scratch()
-    collectives = {}
-    repairs = Counter()
+    b = GraphBuilder()
     for r in trace:
-        collectives[r.rank] = _build_rank(g, r, sc, repairs)
+        b.add_rank(r)
+    return b.finish()
+
+
+class GraphBuilder:
+    """:func:`build_graph` rank by rank, e.g. while a loader still parses the other ranks.
+
+    Task ids follow the order in which ranks are added.  Until :meth:`finish`
+    times are absolute (origin 0); ``finish`` moves the origin to the first
+    traced time and calibrates the offsets across all ranks.
+
+    Examples
+    --------
+    >>> from daydream.loader import load_trace           # doctest: +SKIP
+    >>> b = GraphBuilder()                               # doctest: +SKIP
+    >>> trace = load_trace("traces/", on_rank=b.add_rank)   # doctest: +SKIP
+    >>> g = b.finish()                                   # doctest: +SKIP
+    """
+
+    def __init__(self):
+        self.graph = DependencyGraph()
+        self._sc = _Scratch()
+        self._collectives = {}
+        self._repairs = Counter()
+        self._origin_ns = None
+
+    def add_rank(self, r) -> None:
+        """Add the tasks and edges of one :class:`~daydream.model.RankTrace`."""
+        g = self.graph
+        if r.rank in g.sources:
+            raise TraceError(r.source, f"rank {r.rank} given twice (also {g.sources[r.rank]})")
+        self._collectives[r.rank] = _build_rank(g, r, self._sc, self._repairs)
         g.sources[r.rank] = r.source
-        for k, v in r.repairs.items():
-            repairs[k] += v
-    start = np.concatenate(sc.start) if sc.start else np.zeros(0, np.int64)
-    dur = np.concatenate(sc.dur) if sc.dur else np.zeros(0, np.int64)
-    g.tasks["traced_start_ns"] = start
-    _join_collectives(g, collectives, start, dur, repairs)
-    _calibrate_starts(g, start, dur)
-    _calibrate_ends(g, start, dur, sc.waits)
-    g.repairs = dict(repairs)
-    return g
+        self._repairs.update(r.repairs)
+        first = int(min(r.cols["start_ns"].min(), r.boundaries_ns.min()))
+        self._origin_ns = first if self._origin_ns is None else min(self._origin_ns, first)
+
+    def finish(self) -> DependencyGraph:
+        """Join collectives across ranks, calibrate offsets; the finished graph."""
+        g, sc = self.graph, self._sc
+        g.origin_ns = self._origin_ns or 0
+        g.tasks["traced_start_ns"] -= g.origin_ns
+        for rank in g.measured_boundaries_ns:
+            g.measured_boundaries_ns[rank] = g.measured_boundaries_ns[rank] - g.origin_ns
+        start, dur = g.tasks["traced_start_ns"].copy(), g.tasks["dur_ns"].copy()   # as traced
+        _join_collectives(g, self._collectives, start, dur, self._repairs)
+        _calibrate_starts(g, sc, start, dur)
+        _calibrate_ends(g, start, dur, sc.waits)
+        g.repairs = dict(self._repairs)
+        return g
 
 
 # --------------------------------------------------------------------- tasks
@@ -129,11 +163,14 @@ def _work_columns(cols, idx, dur):
     real = np.maximum(idx, 0)
     flops = np.where(idx >= 0, cols["flops"][real], 0)
     nbytes = np.where(idx >= 0, cols["bytes"][real], 0)
-    order = np.lexsort((-dur, idx))
-    first = np.ones(len(idx), bool)
-    first[1:] = idx[order][1:] != idx[order][:-1]
-    longest = np.zeros(len(idx), bool)
-    longest[order[first]] = True
+    if (np.diff(idx) > 0).all():       # one slice per event (GPU lanes, leaf-only threads)
+        longest = np.ones(len(idx), bool)
+    else:
+        order = np.lexsort((-dur, idx))
+        first = np.ones(len(idx), bool)
+        first[1:] = idx[order][1:] != idx[order][:-1]
+        longest = np.zeros(len(idx), bool)
+        longest[order[first]] = True
     delegates = _delegating(cols, idx[(idx >= 0) & (flops > 0)])
     flops[~longest | np.isin(idx, delegates)] = 0
     nbytes[~longest] = 0
@@ -193,60 +230,66 @@ def _repair_overlaps(s, e, repairs):
 
 
 def _build_rank(g: DependencyGraph, r, sc: _Scratch, repairs: Counter):
+    """Tasks and edges of one rank, times absolute; returns its collective tasks."""
     cols = r.cols
     lane_map, lane_starts = {}, {}
     task_of_event = np.full(len(r), -1, np.int64)
+    sc.base = g.n_tasks
+    name_lut = np.full(len(r.names), -1, np.int64)
+    layer_lut = np.full(len(r.layers), -1, np.int64)
     for li, (idx, s, e) in _select(r).items():
         gl = g.add_lane(r.lanes[li])
         lane_map[li] = gl
         s, e = _repair_overlaps(s, e, repairs)
         kinds = cols["kind"][idx]
-        names = _intern_ids(g.names, r.names, cols["name"][idx])
-        layers = _intern_ids(g.layers, r.layers, cols["layer"][idx])
+        names = _intern_ids(g.names, r.names, cols["name"][idx], name_lut)
+        layers = _intern_ids(g.layers, r.layers, cols["layer"][idx], layer_lut)
         if li == r.main_lane:
             idx, s, e, kinds, names, layers = _with_markers(g, r, idx, s, e, kinds, names, layers, repairs)
         ids = g.add_tasks(
             lane=np.full(len(idx), gl), kind=kinds, name=names, layer=layers,
             phase=np.where(idx >= 0, cols["phase"][np.maximum(idx, 0)], Phase.OTHER),
             iteration=_marker_iterations(cols["iteration"], idx),
-            rank=np.full(len(idx), r.rank), event=idx, dur_ns=e - s,
+            rank=np.full(len(idx), r.rank), event=idx, dur_ns=e - s, traced_start_ns=s,
             **_work_columns(cols, idx, e - s))
         real = np.flatnonzero(idx >= 0)[::-1]           # reversed: an op maps to its first slice
         task_of_event[idx[real]] = ids[real]
         g.lane_tasks[gl] = ids.tolist()
-        sc.start.append(s - g.origin_ns)
-        sc.dur.append(e - s)
-        lane_starts[gl] = (s - g.origin_ns, ids)
+        sc.ids[gl] = ids
+        lane_starts[gl] = (s, ids)
         if li == r.main_lane:
             g.markers[r.rank] = ids[idx < 0].tolist()
-    g.measured_boundaries_ns[r.rank] = r.boundaries_ns - g.origin_ns
+    g.measured_boundaries_ns[r.rank] = r.boundaries_ns
     starts_now = {gl: st for gl, (st, _) in lane_starts.items()}
-    launched = _launch_edges(g, r, task_of_event, lane_map, starts_now, repairs)
-    _enqueue_times(g, launched, starts_now, sc)
-    _thread_semantics(g, r, lane_map, launched, sc, starts_now)
-    _handoffs(g, r, lane_map, starts_now)
+    launch_of = _launch_edges(g, r, sc, task_of_event, lane_map, starts_now, repairs)
+    _enqueue_times(g, launch_of, starts_now, sc)
+    _thread_semantics(g, r, lane_map, launch_of, sc)
+    _handoffs(g, r, sc, lane_map, starts_now)
     kind, out = g.tasks["kind"], []
     for gl in lane_map.values():
-        a = np.asarray(g.lane_tasks[gl], np.int64)
+        a = sc.ids[gl]
         out.extend(a[kind[a] == EventKind.COLLECTIVE].tolist())
     return out
 
 
-def _intern_ids(dst, src, ids):
+def _intern_ids(dst, src, ids, lut):
     """Ids in table ``dst`` of the strings with ids ``ids`` in ``src`` (-1 stays -1).
 
-    Strings are interned in order of first appearance, as one-by-one interning would.
+    ``lut`` maps ``src`` ids to ``dst`` ids (-1: not interned yet) and is
+    updated; reused across the lanes of a rank.  Strings are interned in order
+    of first appearance, as one-by-one interning would.
     """
     ids = np.asarray(ids, np.int64)
     out = np.full(len(ids), -1, np.int64)
-    ok = ids >= 0
-    if not ok.any():
+    ok = np.flatnonzero(ids >= 0)
+    if not len(ok):
         return out
-    uniq, first, inv = np.unique(ids[ok], return_index=True, return_inverse=True)
-    mapped = np.empty(len(uniq), np.int64)
-    for j in np.argsort(first, kind="stable").tolist():
-        mapped[j] = dst.intern(src[int(uniq[j])])
-    out[ok] = mapped[inv.reshape(-1)]
+    new = ids[ok][lut[ids[ok]] < 0]
+    if len(new):
+        uniq, first = np.unique(new, return_index=True)
+        for j in np.argsort(first, kind="stable").tolist():
+            lut[uniq[j]] = dst.intern(src[int(uniq[j])])
+    out[ok] = lut[ids[ok]]
     return out
 
 
@@ -278,45 +321,39 @@ def _with_markers(g, r, idx, s, e, kinds, names, layers, repairs):
 
 
 # --------------------------------------------------------------------- edges
-def _launch_edges(g, r, task_of_event, lane_map, starts_now, repairs):
-    """Runtime call -> GPU task by correlation id. Returns {gpu task: launch task}."""
+def _launch_edges(g, r, sc, task_of_event, lane_map, starts_now, repairs):
+    """Runtime call -> GPU task by correlation id.
+
+    Returns ``launch_of``: per task of the rank (from ``sc.base``), the task
+    that launched it (-1 if none).
+    """
     cols = r.cols
-    kind, corr = cols["kind"], cols["corr"]
-    cpu_lanes = {li for li, ln in enumerate(r.lanes) if ln.kind == LaneKind.CPU_THREAD}
-    is_cpu = np.isin(cols["lane"], list(cpu_lanes))
-    calls = np.flatnonzero(is_cpu & np.isin(kind, (EventKind.RUNTIME, EventKind.SYNC)) & (corr >= 0))
-    by_corr = {}
-    dup = 0
-    for i in calls.tolist():
-        c = int(corr[i])
-        if c in by_corr:
-            dup += 1
-            continue
-        by_corr[c] = i
-    if dup:
-        repairs["duplicated correlation ids (first call kept)"] += dup
+    kind, corr, lane = cols["kind"], cols["corr"], cols["lane"]
+    cpu_lanes = [li for li, ln in enumerate(r.lanes) if ln.kind == LaneKind.CPU_THREAD]
+    calls = np.flatnonzero(np.isin(lane, cpu_lanes) & np.isin(kind, (EventKind.RUNTIME, EventKind.SYNC))
+                           & (corr >= 0))
+    keys, first = np.unique(corr[calls], return_index=True)
+    call_of = calls[first]                      # the first call of each correlation id
+    if len(calls) > len(keys):
+        repairs["duplicated correlation ids (first call kept)"] += len(calls) - len(keys)
     gpu = np.flatnonzero((task_of_event >= 0) & np.isin(kind, _GPU_TASK_KINDS))
-    src, dst, missing = [], [], 0
-    for i in gpu.tolist():
-        j = by_corr.get(int(corr[i]))
-        if j is None:
-            missing += 1
-            continue
-        t = task_of_event[j]
-        if t < 0:  # call is not a leaf (e.g. a driver call nested inside it)
-            t = _leaf_within(g, lane_map[int(cols["lane"][j])], int(cols["start_ns"][j]) - g.origin_ns, starts_now)
-        if t >= 0:
-            src.append(int(t))
-            dst.append(int(task_of_event[i]))
-    if missing:
-        repairs["GPU tasks without a launching call (no launch edge)"] += missing
-    src, dst = _fifo_launches(g, src, dst, starts_now, repairs)
-    if src:
+    pos = np.minimum(np.searchsorted(keys, corr[gpu]), max(len(keys) - 1, 0))
+    found = keys[pos] == corr[gpu] if len(keys) else np.zeros(len(gpu), bool)
+    if not found.all():
+        repairs["GPU tasks without a launching call (no launch edge)"] += int((~found).sum())
+    j = call_of[pos[found]]
+    src, dst = task_of_event[j], task_of_event[gpu[found]]
+    for k in np.flatnonzero(src < 0).tolist():  # call is not a leaf (e.g. a driver call nested inside it)
+        src[k] = _leaf_within(g, lane_map[int(lane[j[k]])], int(cols["start_ns"][j[k]]), starts_now)
+    src, dst = _fifo_launches(g, sc, src[src >= 0], dst[src >= 0], repairs)
+    if len(src):
         g.add_edges(src, dst, EdgeKind.LAUNCH, anchor=Anchor.START)
-    return dict(zip(dst, src))
+    launch_of = np.full(g.n_tasks - sc.base, -1, np.int64)
+    launch_of[dst - sc.base] = src
+    return launch_of
 
 
-def _fifo_launches(g, src, dst, starts_now, repairs):
+def _fifo_launches(g, sc, src, dst, repairs):
     """Keep launch edges consistent with stream order (a stream runs its work in launch order).
 
     A GPU task placed on its stream before a task launched earlier contradicts
@@ -325,21 +362,17 @@ def _fifo_launches(g, src, dst, starts_now, repairs):
     launch order agree with stream order (outside the longest non-decreasing
     run of launch times) are dropped and counted.
     """
-    if not src:
+    if not len(src):
         return src, dst
-    when = np.zeros(g.n_tasks, np.int64)       # launch start of each launched GPU task
-    for gl, st in starts_now.items():
-        if g.lanes[gl].kind == LaneKind.CPU_THREAD:
-            when[np.asarray(g.lane_tasks[gl], np.int64)] = st
-    src_a, dst_a = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-    launched = np.zeros(g.n_tasks, bool)
-    launched[dst_a] = True
-    when[dst_a] = when[src_a]
+    when = np.zeros(g.n_tasks - sc.base, np.int64)       # launch start of each launched GPU task
+    when[dst - sc.base] = g.tasks["traced_start_ns"][src]
+    launched = np.zeros(g.n_tasks - sc.base, bool)
+    launched[dst - sc.base] = True
     bad = []
-    for gl in np.unique(g.tasks["lane"][dst_a]).tolist():
-        seq = np.asarray(g.lane_tasks[gl], np.int64)
-        seq = seq[launched[seq]]
-        enq = when[seq]
+    for gl in np.unique(g.tasks["lane"][dst]).tolist():
+        seq = sc.ids[gl]
+        seq = seq[launched[seq - sc.base]]
+        enq = when[seq - sc.base]
         if len(enq) < 2 or (np.diff(enq) >= 0).all():
             continue
         keep = _longest_nondecreasing(enq.tolist())
@@ -348,10 +381,9 @@ def _fifo_launches(g, src, dst, starts_now, repairs):
         bad.extend(seq[out].tolist())
     if not bad:
         return src, dst
-    bad = set(bad)
     repairs["GPU tasks out of launch order on their stream (launch edge dropped)"] += len(bad)
-    keep = [k for k, d in enumerate(dst) if d not in bad]
-    return [src[k] for k in keep], [dst[k] for k in keep]
+    keep = ~np.isin(dst, bad)
+    return src[keep], dst[keep]
 
 
 def _longest_nondecreasing(xs: list) -> list:
@@ -386,22 +418,19 @@ def _leaf_within(g, gl, t_rel, starts_now):
     return g.lane_tasks[gl][p] if p < len(st) else -1
 
 
-def _enqueue_times(g, launched, starts_now, sc):
+def _enqueue_times(g, launch_of, starts_now, sc):
     """When each GPU task reached its stream's queue (its launch's start).
 
     Builds, per GPU lane, a lookup for "last task enqueued by time t".
     """
-    start_of = {}
-    for gl, st in starts_now.items():
-        start_of.update(zip(g.lane_tasks[gl], st.tolist()))
-    sc.start_of = start_of
+    start = g.tasks["traced_start_ns"]
     sc.lookup = {}
     for gl, st in starts_now.items():
         if g.lanes[gl].kind != LaneKind.GPU_STREAM or not len(st):
             continue
-        seq = g.lane_tasks[gl]
-        enq = np.array([start_of[launched[t]] if t in launched else s
-                        for t, s in zip(seq, st.tolist())], np.int64)
+        seq = sc.ids[gl]
+        by = launch_of[seq - sc.base]
+        enq = np.where(by >= 0, start[np.maximum(by, 0)], st)
         order = np.argsort(enq, kind="stable")
         sc.lookup[gl] = (enq[order], np.maximum.accumulate(order), seq)
 
@@ -412,93 +441,133 @@ def _last_enqueued(g, sc, gl, t_ns):
         return -1
     enq, prefmax, seq = sc.lookup[gl]
     k = int(np.searchsorted(enq, t_ns, side="right"))
-    return seq[prefmax[k - 1]] if k else -1
+    return int(seq[prefmax[k - 1]]) if k else -1
 
 
-def _thread_semantics(g, r, lane_map, launched, sc, starts_now):
+# name flags of the calls _thread_semantics acts on
+_RECORD, _WAIT, _ASYNC, _STREAM_SYNC, _DEVICE_SYNC, _EVENT_SYNC, _BLOCKING = (1 << k for k in range(7))
+_FLAG_SETS = ((_RECORD, _RECORD_CALLS), (_WAIT, _WAIT_CALLS), (_ASYNC, _ASYNC_COPY_CALLS),
+              (_STREAM_SYNC, STREAM_SYNC_CALLS), (_DEVICE_SYNC, DEVICE_SYNC_CALLS),
+              (_EVENT_SYNC, EVENT_SYNC_CALLS), (_BLOCKING, BLOCKING_COPY_CALLS))
+
+
+def _name_flags(strings: list) -> np.ndarray:
+    flags = np.zeros(len(strings), np.int64)
+    for i, name in enumerate(strings):
+        for bit, names in _FLAG_SETS:
+            if name in names:
+                flags[i] |= bit
+    return flags
+
+
+def _thread_semantics(g, r, lane_map, launch_of, sc):
     """Syncs, event records and cross-stream waits, scanning each CPU thread."""
-    launches_of = defaultdict(list)
-    for k, v in launched.items():
-        launches_of[v].append(k)
+    launched = np.flatnonzero(launch_of >= 0)
+    # GPU tasks grouped by their launching call, in trace order within a call
+    by_call = launched[np.lexsort((g.tasks["event"][launched + sc.base], launch_of[launched]))]
+    call_keys = launch_of[by_call]
+    by_call += sc.base
     lane_col, kind_col, name_col = g.tasks["lane"], g.tasks["kind"], g.tasks["name"]
+    start = g.tasks["traced_start_ns"]
     strings = g.names.strings
+    flags = _name_flags(strings)
     sync = int(EventKind.SYNC)
     gpu_lanes = [gl for gl in lane_map.values() if g.lanes[gl].kind == LaneKind.GPU_STREAM]
-    for li, gl in lane_map.items():
+    es, ed, ek, et = [], [], [], []          # edges, added at the end in this order
+
+    def edge(a, b, kind, target=Anchor.START):
+        es.append(a)
+        ed.append(b)
+        ek.append(kind)
+        et.append(target)
+
+    for gl in lane_map.values():
         if g.lanes[gl].kind != LaneKind.CPU_THREAD:
             continue
         last_gpu, record, pending = -1, None, []
-        seq = np.asarray(g.lane_tasks[gl], np.int64)
+        seq = sc.ids[gl]
         calls = seq[np.isin(kind_col[seq], (EventKind.RUNTIME, EventKind.SYNC))]
-        for t, k, name_id in zip(calls.tolist(), kind_col[calls].tolist(), name_col[calls].tolist()):
-            name = strings[name_id]
-            ts = sc.start_of[t]
-            for x in launches_of.get(t, ()):
+        lo = np.searchsorted(call_keys, calls, side="left")
+        hi = np.searchsorted(call_keys, calls, side="right")
+        acts = (hi > lo) | (flags[name_col[calls]] != 0)     # the others change nothing
+        calls, lo, hi = calls[acts], lo[acts], hi[acts]
+        for t, k, name_id, a, b in zip(calls.tolist(), kind_col[calls].tolist(), name_col[calls].tolist(),
+                                       lo.tolist(), hi.tolist()):
+            f = int(flags[name_id])
+            ts = int(start[t])
+            xs = by_call[a:b].tolist()
+            for x in xs:
                 last_gpu = int(lane_col[x])
                 for target in pending:
                     if lane_col[target] != lane_col[x]:
-                        g.add_edges(target, x, EdgeKind.WAIT)
+                        edge(target, x, EdgeKind.WAIT)
                 pending = []
-            if name in _RECORD_CALLS and last_gpu >= 0:
+            if f & _RECORD and last_gpu >= 0:
                 record = (last_gpu, ts)
-            elif name in _WAIT_CALLS and record is not None:
+            elif f & _WAIT and record is not None:
                 target = _last_enqueued(g, sc, record[0], record[1])
                 if target >= 0:
                     pending.append(target)
-            if name in _ASYNC_COPY_CALLS:      # pageable host memory: the call returns when the copy is done
-                for x in launches_of.get(t, ()):
+            if f & _ASYNC:      # pageable host memory: the call returns when the copy is done
+                for x in xs:
                     if _PAGEABLE in strings[name_col[x]]:
-                        g.add_edges(x, t, EdgeKind.SYNC, target=Anchor.END)
+                        edge(x, t, EdgeKind.SYNC, Anchor.END)
             if k != sync:
                 continue
-            if name in STREAM_SYNC_CALLS and last_gpu >= 0:
+            if f & _STREAM_SYNC and last_gpu >= 0:
                 g.tasks["wait_kind"][t] = WaitKind.STREAM
                 g.tasks["wait_lane"][t] = last_gpu
                 x = _last_enqueued(g, sc, last_gpu, ts)
                 if x >= 0:
                     sc.waits.append((t, x))
-            elif name in DEVICE_SYNC_CALLS:
+            elif f & _DEVICE_SYNC:
                 g.tasks["wait_kind"][t] = WaitKind.DEVICE
                 for lane in gpu_lanes:
                     x = _last_enqueued(g, sc, lane, ts)
                     if x >= 0:
                         sc.waits.append((t, x))
-            elif name in EVENT_SYNC_CALLS and record is not None:
+            elif f & _EVENT_SYNC and record is not None:
                 x = _last_enqueued(g, sc, record[0], record[1])
                 if x >= 0:
-                    g.add_edges(x, t, EdgeKind.SYNC, target=Anchor.END)
-            elif name in BLOCKING_COPY_CALLS:
-                for x in launches_of.get(t, ()):
-                    g.add_edges(x, t, EdgeKind.SYNC, target=Anchor.END)
+                    edge(x, t, EdgeKind.SYNC, Anchor.END)
+            elif f & _BLOCKING:
+                for x in xs:
+                    edge(x, t, EdgeKind.SYNC, Anchor.END)
+    if es:
+        g.add_edges(es, ed, np.asarray(ek, np.int8), target=np.asarray(et, np.int8))
 
 
-def _handoffs(g, r, lane_map, starts_now):
+def _handoffs(g, r, sc, lane_map, starts_now):
     """Main thread <-> worker threads (e.g. autograd) per iteration."""
     main = lane_map.get(r.main_lane)
     if main is None:
         return
-    mseq = np.asarray(g.lane_tasks[main])
+    mseq = sc.ids[main]
     if not len(mseq):
         return
     ms = starts_now[main]
     me = ms + g.tasks["dur_ns"][mseq]
     it_col = g.tasks["iteration"]
     for gl in lane_map.values():
-        if gl == main or g.lanes[gl].kind != LaneKind.CPU_THREAD or not g.lane_tasks[gl]:
+        seq = sc.ids[gl]
+        if gl == main or g.lanes[gl].kind != LaneKind.CPU_THREAD or not len(seq):
             continue
-        seq = np.asarray(g.lane_tasks[gl])
         st = starts_now[gl]
         en = st + g.tasks["dur_ns"][seq]
-        its = it_col[seq]
-        for k in np.unique(its[its >= 0]):
-            on = np.flatnonzero(its == k)
-            f, l = on[0], on[-1]
-            p = np.searchsorted(me, st[f], side="right") - 1
+        on = np.flatnonzero(it_col[seq] >= 0)
+        its = it_col[seq][on]
+        first = on[np.unique(its, return_index=True)[1]]               # per iteration: first task
+        last = on[len(on) - 1 - np.unique(its[::-1], return_index=True)[1]]   # and last task
+        ps = np.searchsorted(me, st[first], side="right") - 1
+        qs = np.searchsorted(ms, en[last], side="left")
+        es, ed, ek = [], [], []
+        for f, l, p, q in zip(first.tolist(), last.tolist(), ps.tolist(), qs.tolist()):
             if p >= 0:
-                g.add_edges(int(mseq[p]), int(seq[f]), EdgeKind.FWD_BWD)
-            q = np.searchsorted(ms, en[l], side="left")
+                es.append(mseq[p]), ed.append(seq[f]), ek.append(EdgeKind.FWD_BWD)
             if q < len(mseq):
-                g.add_edges(int(seq[l]), int(mseq[q]), EdgeKind.THREAD)
+                es.append(seq[l]), ed.append(mseq[q]), ek.append(EdgeKind.THREAD)
+        if es:
+            g.add_edges(es, ed, np.asarray(ek, np.int8))
 
 
 def _coll_key(name: str) -> str:
@@ -537,11 +606,10 @@ def _join_collectives(g, collectives, start, dur, repairs):
 
 
 # --------------------------------------------------------------- calibration
-def _lane_prev_end(g, start, dur):
+def _lane_prev_end(g, sc, start, dur):
     prev_end = np.zeros(g.n_tasks, np.int64)
-    for seq in g.lane_tasks:
-        if seq:
-            a = np.asarray(seq)
+    for a in sc.ids.values():
+        if len(a):
             e = start[a] + dur[a]
             prev_end[a[1:]] = e[:-1]
     return prev_end
@@ -550,17 +618,16 @@ def _lane_prev_end(g, start, dur):
 def _natural(offsets, binding, groups, n_groups):
     """Median releasing offset per group (0 where a group never released)."""
     out = np.zeros(n_groups, np.int64)
-    for k in range(n_groups):
-        sel = binding & (groups == k)
-        if sel.any():
-            out[k] = int(np.median(offsets[sel]))
+    offsets, groups = offsets[binding], groups[binding]
+    for k in np.flatnonzero(np.bincount(groups, minlength=n_groups)).tolist():
+        out[k] = int(np.median(offsets[groups == k]))
     return out
 
 
-def _calibrate_starts(g, start, dur):
+def _calibrate_starts(g, sc, start, dur):
     t, e = g.tasks, g.edges
-    lane_off = start - _lane_prev_end(g, start, dur)
-    lane_kind = np.array([g.lanes[l].kind for l in t["lane"]], np.int64) if g.n_tasks else np.zeros(0, np.int64)
+    lane_off = start - _lane_prev_end(g, sc, start, dur)
+    lane_kind = np.array([int(ln.kind) for ln in g.lanes], np.int64)[t["lane"]] if g.n_tasks else np.zeros(0, np.int64)
     on_start = e["target"] == Anchor.START
     src, dst = e["src"], e["dst"]
     anchor_t = start[src] + np.where(e["anchor"] == Anchor.END, dur[src], 0)

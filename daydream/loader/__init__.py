@@ -120,25 +120,31 @@ def _workers(files, workers):
     return max_workers_for(files, min(max(1, workers), len(files)))
 
 
-def _load_files(files, marker, workers, progress):
+def _load_files(files, marker, workers, progress, on_rank):
     jobs = [(p, i, marker) for i, p in enumerate(files)]
+    ranks = []
+
+    def got(r):
+        ranks.append(r)
+        if on_rank is not None:
+            on_rank(r)
+
     if workers <= 1:
-        ranks, index = [], 0
         for path in files:
             for src, data in read_documents([path], raw=True):
-                ranks.append(_rank_from(src, data, index, marker))
-                index += 1
+                got(_rank_from(src, data, len(ranks), marker))
                 progress.step(note=os.path.basename(src))
         return ranks
-    ranks = []
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        for got, path in zip(pool.map(_load_file, jobs), files):   # results in order, as they come
-            ranks.extend(got)
+        for loaded, path in zip(pool.map(_load_file, jobs), files):   # results in order, as they come
+            for r in loaded:
+                got(r)
             progress.step(note=os.path.basename(path))
     return ranks
 
 
-def load_trace(paths, iteration_marker: str | None = None, workers: int | None = None) -> Trace:
+def load_trace(paths, iteration_marker: str | None = None, workers: int | None = None,
+               on_rank=None) -> Trace:
     """Load Kineto/Chrome traces, one file per rank.
 
     Parameters
@@ -155,6 +161,10 @@ def load_trace(paths, iteration_marker: str | None = None, workers: int | None =
         JSON, else 1.  Capped so that the files parsed at once fit in memory
         (peak memory stays bounded as ranks grow: only columnar results are
         kept).
+    on_rank : callable, optional
+        Called with each :class:`~daydream.model.RankTrace` as soon as it is
+        loaded, in file order, while workers go on parsing the next files
+        (e.g. :meth:`daydream.graph.GraphBuilder.add_rank`).
 
     Raises
     ------
@@ -170,7 +180,7 @@ def load_trace(paths, iteration_marker: str | None = None, workers: int | None =
     check_memory(files, n_workers)
     progress = Progress(f"loading {len(files)} trace file(s)" + (f" on {n_workers} processes" if n_workers > 1 else ""),
                         total=len(files) if not any(is_archive(p) for p in files) else None, unit="files")
-    ranks = _load_files(files, iteration_marker, n_workers, progress)
+    ranks = _load_files(files, iteration_marker, n_workers, progress, on_rank)
     progress.finish()
     if not ranks:
         raise TraceError(", ".join(map(str, paths)), "no traces found")
