@@ -13,7 +13,8 @@ import json
 
 from .errors import DaydreamError
 
-__all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "float_inputs", "cast_ns"]
+__all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "float_inputs", "cast_ns",
+           "scaled_signature", "batch_time_ratios"]
 
 _TENSOR_TYPES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
                  "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8",
@@ -57,11 +58,12 @@ def call_for(signature: str, dtype: str | None = None):
         if dtype and tdt.is_floating_point:
             tdt = getattr(torch, dtype)
         st = strides[i] if i < len(strides) and isinstance(strides[i], list) and len(strides[i]) == len(d) else None
-        x = torch.empty_strided(d, st, dtype=tdt) if st else torch.empty(d, dtype=tdt)
-        if tdt.is_floating_point:
-            x.normal_()
+        if st:     # over the whole storage: expanded inputs (stride 0) share elements
+            n = 1 + sum((k - 1) * abs(s) for k, s in zip(d, st)) if all(k > 0 for k in d) else 0
+            base = torch.randn(n).to(tdt) if tdt.is_floating_point else torch.zeros(n, dtype=tdt)
+            x = torch.as_strided(base, d, st)
         else:
-            x.zero_()
+            x = torch.randn(d).to(tdt) if tdt.is_floating_point else torch.zeros(d, dtype=tdt)
         args.append(x)
     return op, args
 
@@ -106,6 +108,80 @@ def dtype_time_ratios(signatures, dtype: str, threads: int | None = None) -> dic
     for sig in set(signatures):
         try:
             out[sig] = time_signature_ns(sig, dtype) / max(time_signature_ns(sig), 1.0)
+        except DaydreamError:
+            continue
+    return out
+
+
+def _layout_strides(dims, strides) -> list:
+    """Contiguous strides for ``dims`` in the memory order of ``strides`` (a transposed input stays transposed)."""
+    order = sorted(range(len(dims)), key=lambda i: (-strides[i], i)) if strides else range(len(dims))
+    out, step = [0] * len(dims), 1
+    for i in reversed(list(order)):
+        if strides and strides[i] == 0:     # an expanded (broadcast) dimension stays expanded
+            continue
+        out[i] = step
+        step *= max(int(dims[i]), 1)
+    return out
+
+
+def scaled_signature(signature: str, batch_values, factor: float) -> str | None:
+    """``signature`` with every tensor dimension in ``batch_values`` multiplied by ``factor``.
+
+    The call at another batch size: strides are rebuilt in the traced memory
+    order.  ``None`` when no dimension is a batch value or a scaled one is not
+    a positive integer.
+
+    >>> sig = json.dumps(["aten::mm", [[64, 512], [512, 1024]], ["float", "float"], [[512, 1], [1, 512]], ["", ""]])
+    >>> json.loads(scaled_signature(sig, {64}, 0.25))[1:4]
+    [[[16, 512], [512, 1024]], ['float', 'float'], [[512, 1], [1, 512]]]
+    >>> scaled_signature(sig, {64}, 0.3) is None
+    True
+    """
+    name, dims, types, strides, concrete = json.loads(signature)
+    if not isinstance(dims, list):
+        return None
+    strides = strides if isinstance(strides, list) else [None] * len(dims)
+    new_dims, new_strides, changed = [], [], False
+    for d, st in zip(dims, strides + [None] * (len(dims) - len(strides))):
+        if not isinstance(d, list) or not d:
+            new_dims.append(d)
+            new_strides.append(st)
+            continue
+        nd = []
+        for x in d:
+            if x in batch_values:
+                y = x * factor
+                if y < 1 or abs(y - round(y)) > 1e-9:
+                    return None
+                nd.append(int(round(y)))
+                changed = True
+            else:
+                nd.append(x)
+        new_dims.append(nd)
+        ok = isinstance(st, list) and len(st) == len(d)
+        new_strides.append(_layout_strides(nd, st if ok else None) if ok else st)
+    if not changed:
+        return None
+    return json.dumps([name, new_dims, types, new_strides, concrete])
+
+
+def batch_time_ratios(signatures, batch_values, factor: float, threads: int | None = None) -> dict:
+    """Per signature: ``t(at factor x the batch) / t(as traced)``, both re-run now.
+
+    Signatures without a batch dimension, or that fail to run, are left out.
+    """
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    out = {}
+    for sig in set(signatures):
+        scaled = scaled_signature(sig, batch_values, factor)
+        if scaled is None:
+            continue
+        try:
+            out[sig] = time_signature_ns(scaled) / max(time_signature_ns(sig), 1.0)
         except DaydreamError:
             continue
     return out

@@ -24,7 +24,7 @@ from daydream.primitives import check_acyclic
 from ._common import launch_of
 
 __all__ = ["meta", "ALLREDUCE_RE", "allreduce_tasks", "FAMILIES", "Instance", "op_figures", "layer_instances", "world_size", "work_mask",
-           "add_edges_checked", "lane_position"]
+           "add_edges_checked", "lane_position", "signatures_of"]
 
 #: Layer families: regexes matched against layer names (op names of both the
 #: forward op and its autograd node, e.g. ``aten::relu_`` / ``ReluBackward1``)
@@ -234,3 +234,16 @@ def layer_instances(ctx, families: dict) -> list:
             out.append(Instance(fam[layer], layer, rank, it, run, pairs.get(id(run), []), b))
     return out
 
+
+def signatures_of(ctx, tasks) -> dict:
+    """task -> its op's call signature (traces recorded with shapes; CPU ops only)."""
+    T = ctx.graph.tasks
+    ranks = {r.rank: r for r in getattr(ctx.trace, "ranks", None) or []}
+    out = {}
+    for t in tasks.tolist():
+        r = ranks.get(int(T["rank"][t]))
+        ev = int(T["event"][t])
+        if r is not None and ev >= 0 and T["kind"][t] == EventKind.CPU_OP and r.cols.get("sig") is not None \
+                and r.cols["sig"][ev] >= 0:
+            out[t] = r.signatures[int(r.cols["sig"][ev])]
+    return out

@@ -33,6 +33,7 @@ from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import insert, select
 
 from ._common import OPTIMIZER_STEP_RE, by_rank_iteration
+from ._layers import signatures_of
 from .base import NotApplicable, Optimization, Param
 
 __all__ = ["AMP", "OPTIMIZATION"]
@@ -157,15 +158,9 @@ class AMP(Optimization):
         return elementwise_ns(dev, 1.5 * nbytes), 0.0
 
     def _signatures(self, ctx, tasks) -> dict:
-        T = ctx.graph.tasks
-        ranks = {r.rank: r for r in ctx.trace}
-        out = {}
-        for t in tasks.tolist():
-            r = ranks[int(T["rank"][t])]
-            ev = int(T["event"][t])
-            if ctx.device.kind == "cpu" and self.remeasure and ev >= 0 and "sig" in r.cols and r.cols["sig"][ev] >= 0:
-                out[t] = r.signatures[int(r.cols["sig"][ev])]
-        return out
+        if ctx.device.kind != "cpu" or not self.remeasure:
+            return {}
+        return signatures_of(ctx, tasks)
 
     @staticmethod
     def _first_backward_by_layer(g) -> dict:

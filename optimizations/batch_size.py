@@ -23,6 +23,17 @@ ops the device's per-op overhead.  On GPU traces CPU tasks are unchanged
 except the input pipeline's (DataLoader ops: per-sample decoding scales).
 The multiplier ``factor * speed / speed'`` is kept between 1 and ``factor``.
 
+On CPU traces recorded with shapes (``remeasure=1``, the default), each
+distinct compute op is instead re-run on this machine as traced and at the
+new batch (:func:`daydream.opbench.scaled_signature`: every dimension equal
+to the batch size, or to batch x the second input dimension (tokens of a
+sequence model), scaled), and the measured time ratio is the multiplier: a
+matmul's speed depends on its shape, not only its FLOPs (a batch of 16 rows
+against a 512 x 1024 weight runs at 0.6x the FLOP rate of 64 rows here).  The
+batch comes from the root module's recorded input shapes; a batch value that
+is also a parameter dimension is ambiguous, and ops showing it keep the
+curve-based multiplier.
+
 Assumptions: the larger batch fits in memory and the framework picks the
 same kernels (cuDNN may choose other algorithms); published device profiles
 have flat curves, so there compute and memory tasks scale by ``factor``
@@ -40,11 +51,11 @@ import numpy as np
 from daydream.cost import compute_mask
 from daydream.model import EventKind, Phase
 
-from ._layers import meta, op_figures, work_mask
+from ._layers import meta, op_figures, signatures_of, work_mask
 from .base import NotApplicable, Optimization, Param
 from daydream.primitives import set_duration
 
-__all__ = ["BatchSize", "OPTIMIZATION", "WEIGHT_ONLY_RE", "scaled_ns"]
+__all__ = ["BatchSize", "OPTIMIZATION", "WEIGHT_ONLY_RE", "scaled_ns", "batch_values"]
 
 #: Layers/ops whose work depends on the parameters, not the batch.
 WEIGHT_ONLY_RE = re.compile(r"AccumulateGrad|^Optimizer\.|zero_grad|multi_tensor_apply|all.?reduce|nccl", re.I)
@@ -64,11 +75,39 @@ def scaled_ns(dur, fixed, factor, speed_now, speed_new):
     return fixed + (dur - fixed) * mult
 
 
+def batch_values(metadata: dict) -> set:
+    """Dimension sizes that are the batch, from the trace's module table (``daydream trace``).
+
+    The first root module's first tensor argument gives the batch ``B`` (its
+    leading dimension) and, when it has two or more dimensions, ``B x`` its
+    second (the tokens of a sequence model, which ops see flattened).  Values
+    that are also a parameter dimension are left out: there a dimension could
+    be either.
+
+    >>> sorted(batch_values({"modules": [{"depth": 0, "input_shapes": [[64, 512]], "param_shapes": []},
+    ...                                  {"depth": 1, "param_shapes": [[1024, 512], [1024]]}]}))
+    [64, 32768]
+    >>> sorted(batch_values({"modules": [{"depth": 0, "input_shapes": [[8, 64]], "param_shapes": [[512, 128]]}]}))
+    [8]
+    """
+    rows = metadata.get("modules") or []
+    roots = [r for r in rows if isinstance(r, dict) and r.get("input_shapes")]
+    shape = next((s for s in (roots[0]["input_shapes"] if roots else []) if isinstance(s, list) and s), None)
+    if not shape or not all(isinstance(x, int) and x > 0 for x in shape):
+        return set()
+    values = {shape[0]} | ({shape[0] * shape[1]} if len(shape) >= 2 else set())
+    params = {x for r in rows if isinstance(r, dict) for p in (r.get("param_shapes") or []) if isinstance(p, list)
+              for x in p}
+    return values - params
+
+
 class BatchSize(Optimization):
     name = "batch-size"
     summary = "per-op scaling to a new batch size (compute by FLOPs, memory by bytes; weights fixed)"
     params = (Param("factor", 2.0, "new batch size / traced batch size"),
-              Param("fixed_ns", -1, "fixed cost per GPU kernel, ns (-1: the trace's shortest kernel per rank)", int))
+              Param("fixed_ns", -1, "fixed cost per GPU kernel, ns (-1: the trace's shortest kernel per rank)", int),
+              Param("remeasure", True, "CPU traces with shapes: re-run compute ops at the new batch on this machine",
+                    bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -96,10 +135,34 @@ class BatchSize(Optimization):
             elif not comp[i] and nbytes[t] > 0:
                 now[i], new[i] = dev.mem_bw_bytes_per_s(nbytes[t], dtype), dev.mem_bw_bytes_per_s(nbytes[t] * f, dtype)
         dur = T["dur_ns"][tasks].astype(float)
-        set_duration(g, tasks, np.rint(scaled_ns(dur, fixed, f, now, new)).astype(np.int64))
+        scaled = scaled_ns(dur, fixed, f, now, new)
+        measured = self._measured_ratios(ctx, tasks[comp & (flops[tasks] > 0)])
+        if measured:
+            at = np.array([measured.get(t, np.nan) for t in tasks.tolist()])
+            ok = ~np.isnan(at)
+            scaled[ok] = dur[ok] * np.clip(at[ok], min(1.0, f), max(1.0, f))
+        set_duration(g, tasks, np.rint(scaled).astype(np.int64))
         ctx.note(f"batch-size x{f}: {len(tasks)} tasks scaled ({int(comp.sum())} compute-bound, "
                  f"{int((flops[tasks] > 0).sum() + (nbytes[tasks] > 0).sum())} with known FLOPs/bytes); "
                  "optimizer, gradient accumulation/all-reduce and CPU overhead unchanged")
+
+    def _measured_ratios(self, ctx, tasks) -> dict:
+        """task -> t(new batch) / t(traced) of its op re-run here (CPU traces with shapes)."""
+        if ctx.device.kind != "cpu" or not self.remeasure or not len(tasks):
+            return {}
+        values = batch_values(meta(ctx))
+        sig_of = signatures_of(ctx, tasks)
+        if not values or not sig_of:
+            return {}
+        try:
+            from daydream.opbench import batch_time_ratios
+            ratios = batch_time_ratios(sig_of.values(), values, self.factor, ctx.device.threads or None)
+        except ImportError:    # no torch here
+            return {}
+        if ratios:
+            ctx.note(f"batch-size: {len(ratios)} distinct compute ops re-run at x{self.factor} of batch "
+                     f"{'/'.join(map(str, sorted(values)))} on this machine")
+        return {t: ratios[s] for t, s in sig_of.items() if s in ratios}
 
     @staticmethod
     def _scaled_tasks(g) -> np.ndarray:

@@ -64,6 +64,9 @@ def test_with_block_writes_steps_and_metadata(tmp_path):
     assert rows["Sequential.0"]["param_bytes"] == (8 * 16 + 16) * 4
     assert rows["Sequential.0"]["output_bytes"] == 4 * 16 * 4
     assert rows["Sequential"]["param_bytes_total"] == sum(p.numel() * 4 for p in model.parameters())
+    assert rows["Sequential"]["input_shapes"] == [[4, 8]]            # the batch (root modules only)
+    assert "input_shapes" not in rows["Sequential.0"]
+    assert rows["Sequential.0"]["param_shapes"] == [[16, 8], [16]]
     assert "cpu" in meta["device"] and meta["activities"]["recorded"] == ["cpu"]
     # torch's own ranges for optimizer and zero_grad are there
     assert len(_names(events, "Optimizer.step#SGD.step")) == 3

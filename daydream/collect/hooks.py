@@ -129,6 +129,8 @@ class LayerMarkers:
         self.enabled = False
         self.record_output_bytes = record_output_bytes
         self.output_bytes: dict[str, int] = {}
+        #: shapes of the tensor arguments of each root module's first call (the batch)
+        self.input_shapes: dict[str, list] = {}
         self._roots: list[weakref.ref] = []
         self._root_names: set[str] = set()
         self._all_open_bwd: list[list] = []  # every thread's open backward ranges
@@ -224,6 +226,8 @@ class LayerMarkers:
             return None
         first = args[0] if args else None
         in_node = first.grad_fn if isinstance(first, torch.Tensor) else None
+        if not self._local.fwd_stack and names[2] not in self.input_shapes:
+            self.input_shapes[names[2]] = [list(a.shape) for a in args if isinstance(a, torch.Tensor)]
         self._local.fwd_stack.append((module, enter_range(names[0]), in_node))
         return None
 

@@ -39,7 +39,7 @@ def _param_bytes(params) -> int:
     return sum(p.numel() * p.element_size() for p in params)
 
 
-def module_table(roots, output_bytes: dict[str, int]) -> list[dict]:
+def module_table(roots, output_bytes: dict[str, int], input_shapes: dict | None = None) -> list[dict]:
     """One row per module reachable from ``roots``, parents before children.
 
     Parameters
@@ -48,6 +48,9 @@ def module_table(roots, output_bytes: dict[str, int]) -> list[dict]:
         Root modules with their paths already assigned by the layer markers.
     output_bytes : dict
         Output size per module path, where the markers observed it.
+    input_shapes : dict, optional
+        Shapes of the tensor arguments of a root module's first call, per path
+        (``input_shapes`` of the root rows: where the batch size shows).
     """
     rows: list[dict] = []
     seen: set[int] = set()
@@ -68,6 +71,8 @@ def module_table(roots, output_bytes: dict[str, int]) -> list[dict]:
                     "trainable_param_bytes": _param_bytes(p for p in own if p.requires_grad),
                     "buffer_bytes": _param_bytes(mod.buffers(recurse=False)),
                     "output_bytes": output_bytes.get(sub),
+                    "param_shapes": [list(p.shape) for p in own],
+                    **({"input_shapes": input_shapes[sub]} if input_shapes and sub in input_shapes else {}),
                 }
             )
     return rows

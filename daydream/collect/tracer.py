@@ -362,7 +362,7 @@ class Tracer:
             "optimizers": [md.optimizer_info(o) for o in optimizers],
             "optimizer": md.optimizer_info(optimizers[0]) if optimizers else None,
             "parameter_dtype": md.parameter_dtype(optimizers, roots),
-            "modules": md.module_table(roots, self.markers.output_bytes),
+            "modules": md.module_table(roots, self.markers.output_bytes, self.markers.input_shapes),
             "layer_markers": {"forward_prefix": "daydream.fwd:", "backward_prefix": "daydream.bwd:"},
             "record_shapes": self.options.record_shapes,
         }
