@@ -10,8 +10,8 @@ A third row runs the whole model as one stage on one process with the same
 micro-batches (``ScheduleGPipe``, ``--nproc 1``): the micro-batch cost model
 checked without cross-process effects.
 With ``repeat`` > 1, baseline traces and 2-process runs are taken in turns
-(:func:`alternate`) and each keeps its fastest (least disturbed) run: on a
-shared machine they then see the same load.
+(:func:`alternate`) and each side keeps its median round: on a shared
+machine they then see the same load.
 """
 from __future__ import annotations
 
@@ -83,28 +83,33 @@ def action_overhead_us(repeat: int = 1, progress=print) -> float:
     return us
 
 
-def alternate(repeat: int, tdir: Path, runs: dict, progress=print):
-    """Fastest 1-process baseline trace and fastest measurement of each run, taken in turns.
+def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "pipeline"):
+    """Baseline traces and measurements of each run, taken in turns; the median of each.
 
-    Each of ``repeat`` rounds traces the baseline once and calls every run in
-    ``runs`` (name -> callable returning ms) once, so that baseline and
-    variants see the same machine load; the least disturbed (fastest) of each
-    is kept.  Returns ``(baseline trace path, {name: ms})``.
+    Each of ``repeat`` rounds traces the 1-process baseline once (file
+    ``mlp.TAG-base.rK.json.gz``) and calls every run in ``runs`` (name ->
+    callable returning ms) once, so that baseline and variants see the same
+    machine load.  Both sides keep their median round: the baseline trace whose
+    measured iteration is the median, and per run its median measurement.  (The
+    fastest of each is biased here: a 5-iteration 1-process trace catches a
+    quiet spell of this machine far more often than a 14-step 2-process run.)
+    Returns ``(baseline trace path, {name: ms})``.
     """
+    import statistics
+
     from ..analysis import replay
     from ..validate import trace_workload
 
-    base, base_ms, best = None, float("inf"), {k: float("inf") for k in runs}
+    bases, got = [], {k: [] for k in runs}
     for k in range(max(repeat, 1)):
-        progress(f"pipeline: round {k + 1}/{max(repeat, 1)}: tracing the 1-process baseline (mlp)")
-        path = trace_workload("mlp", tdir / f"mlp.pipeline-base.r{k}.json.gz", MODEL_ARGS)
-        ms = replay(path)[0].measured_ms
-        if ms < base_ms:
-            base, base_ms = path, ms
+        progress(f"{tag}: round {k + 1}/{max(repeat, 1)}: tracing the 1-process baseline (mlp)")
+        path = trace_workload("mlp", tdir / f"mlp.{tag}-base.r{k}.json.gz", MODEL_ARGS)
+        bases.append((replay(path)[0].measured_ms, str(path)))
         for name, fn in runs.items():
-            progress(f"pipeline: round {k + 1}/{max(repeat, 1)}: running {name}")
-            best[name] = min(best[name], fn())
-    return base, best
+            progress(f"{tag}: round {k + 1}/{max(repeat, 1)}: running {name}")
+            got[name].append(fn())
+    bases.sort()
+    return Path(bases[(len(bases) - 1) // 2][1]), {k: statistics.median(v) for k, v in got.items()}
 
 
 def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) -> list:

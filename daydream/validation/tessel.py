@@ -8,7 +8,7 @@ workload runs that CSV on 2 gloo processes with ``_PipelineScheduleRuntime``
 (``--schedule csv``, the model cut into as many stages as the CSV names).
 The schedules are searched on a first baseline trace; baseline traces and
 runs then alternate (:func:`daydream.validation.pipeline.alternate`) and the
-prediction from the fastest baseline is compared with the fastest run (a row
+prediction from the median baseline is compared with the median run (a row
 is marked "other schedule" if the search on that baseline picks another).
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) 
                  f"1F1B on the same stages {rep.metrics.get('1f1b_ms', float('nan')):.2f} ms)")
     runs = {tag: (lambda tag=tag: measure_pipeline("csv", ("--csv", str(out_dir / f"tessel-{tag}.csv"))))
             for tag in specs}
-    base, best = alternate(repeat, tdir, runs, progress)
+    base, best = alternate(repeat, tdir, runs, progress, tag="tessel")
     rows = []
     for tag, spec in specs.items():
         again = out_dir / f"tessel-{tag}.check.csv"
