@@ -2,11 +2,13 @@
 
 Checks whether two 1-thread processes slow each other down on this machine (shared
 caches, memory bandwidth, SMT siblings presented as cores).  Each process reports the
-best of 10-product blocks over ``--seconds``.
+best and the median of 10-product blocks over ``--seconds`` (the median also shows
+intermittent slow-downs that the best hides).  A size is ``n`` (square) or ``MxKxN``.
 
 Usage::
 
     python benchmarks/corun_matmul.py --sizes 256,1024,2048
+    python benchmarks/corun_matmul.py --sizes 16x1024x1024   # a pipeline micro-batch's matmul
 """
 from __future__ import annotations
 
@@ -18,25 +20,28 @@ import time
 __all__ = ["throughput_gflops", "main"]
 
 
-def throughput_gflops(n: int, seconds: float) -> float:
-    """Best fp32 ``n x n`` matmul throughput of one thread over ``seconds``."""
+def throughput_gflops(size: str, seconds: float) -> tuple[float, float]:
+    """Best and median fp32 matmul throughput (GFLOP/s) of one thread over ``seconds``."""
+    import statistics
+
     import torch
 
+    m, k, n = (int(x) for x in size.split("x")) if "x" in size else (int(size),) * 3
     torch.set_num_threads(1)
-    a, b = torch.randn(n, n), torch.randn(n, n)
+    a, b = torch.randn(m, k), torch.randn(k, n)
     for _ in range(5):
         a @ b
-    best, end = float("inf"), time.time() + seconds
+    blocks, end = [], time.time() + seconds
     while time.time() < end:
         t = time.perf_counter()
         for _ in range(10):
             a @ b
-        best = min(best, (time.perf_counter() - t) / 10)
-    return 2 * n ** 3 / best / 1e9
+        blocks.append((time.perf_counter() - t) / 10)
+    return 2 * m * k * n / min(blocks) / 1e9, 2 * m * k * n / statistics.median(blocks) / 1e9
 
 
-def _spawn(n: int, seconds: float) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, __file__, "--one", str(n), "--seconds", str(seconds)],
+def _spawn(size: str, seconds: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, __file__, "--one", size, "--seconds", str(seconds)],
                             stdout=subprocess.PIPE, text=True)
 
 
@@ -44,17 +49,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="256,1024,2048")
     ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(f"{throughput_gflops(args.one, args.seconds):.1f}")
+        best, med = throughput_gflops(args.one, args.seconds)
+        print(f"{best:.1f}/{med:.1f}")
         return 0
-    print(f"{'n':>6}{'alone GFLOP/s':>16}{'paired GFLOP/s':>22}")
-    for n in map(int, args.sizes.split(",")):
-        alone = _spawn(n, args.seconds).communicate()[0].strip()
-        pair = [_spawn(n, args.seconds) for _ in range(2)]
-        paired = " / ".join(p.communicate()[0].strip() for p in pair)
-        print(f"{n:>6}{alone:>16}{paired:>22}")
+    print(f"{'size':>14}{'alone best/median':>22}{'paired best/median (2 processes)':>36}")
+    for size in args.sizes.split(","):
+        alone = _spawn(size, args.seconds).communicate()[0].strip()
+        pair = [_spawn(size, args.seconds) for _ in range(2)]
+        paired = "  ".join(p.communicate()[0].strip() for p in pair)
+        print(f"{size:>14}{alone:>22}{paired:>36}")
     return 0
 
 
