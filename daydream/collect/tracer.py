@@ -183,6 +183,7 @@ class Tracer:
             pass
 
     def _step(self, source: MarkerSource) -> None:
+        self.markers.report_pending()      # a hook failure inside the last backward pass
         if self.state is not TracerState.WAITING and self.state is not TracerState.RECORDING:
             return
         if source is MarkerSource.OPTIMIZER:
@@ -249,6 +250,8 @@ class Tracer:
         a ``with daydream.trace(...)`` block and at interpreter exit.
         Idempotent.
         """
+        if self.result is None:
+            self.markers.report_pending()   # a hook failed in the last backward pass: finishes via _fail
         if self.result is not None:
             return self.result
         self.state = TracerState.DONE

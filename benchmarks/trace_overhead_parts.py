@@ -1,0 +1,120 @@
+"""Where tracing overhead comes from: torch.profiler (Kineto) alone, shapes, daydream's layer markers.
+
+One process per workload.  Each round runs every condition once, in alternating order, for
+``--block`` iterations (the first of each block left out); a condition's overhead is the median
+over rounds of its block time divided by the plain block of the same round (paired: slow drift
+of a shared machine cancels), and the ratio of the least disturbed blocks.  Also reports the
+layer markers' own cost per module call on a chain of 200 tiny linears (forward, backward; hooks
+installed but disabled, and enabled without a profiler).
+
+Usage::
+
+    python benchmarks/trace_overhead_parts.py --workloads cnn,transformer --rounds 30
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import statistics
+import sys
+import time
+
+__all__ = ["parts", "hook_cost_us", "main"]
+
+
+def _conditions():
+    from torch.profiler import ProfilerActivity, profile
+
+    from daydream.collect.hooks import LayerMarkers
+
+    @contextlib.contextmanager
+    def markers():
+        m = LayerMarkers()
+        m.install()
+        m.enabled = True
+        try:
+            yield
+        finally:
+            m.enabled = False
+            m.remove()
+
+    @contextlib.contextmanager
+    def kineto(shapes=False, with_markers=False):
+        with markers() if with_markers else contextlib.nullcontext():
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=shapes):
+                yield
+
+    return {"plain": contextlib.nullcontext, "markers": markers, "kineto": kineto,
+            "kineto+shapes": lambda: kineto(True), "kineto+shapes+markers": lambda: kineto(True, True)}
+
+
+def parts(name: str, rounds: int, block: int) -> dict:
+    """Per condition: (paired median overhead %, least-disturbed-block overhead %)."""
+    from daydream.workloads.common import prepare
+
+    mod = importlib.import_module(f"daydream.workloads.{name}")
+    w = prepare(name, mod.build, ["--quiet", "--threads", "1"], mod.add_args, mod.BATCH_SIZE)
+    w.train(3)
+    conds = _conditions()
+    got = {k: [] for k in conds}
+    for r in range(rounds):
+        order = list(conds.items()) if r % 2 == 0 else list(conds.items())[::-1]
+        for k, make in order:
+            with make():
+                times = w.train(block + 1)
+            got[k].append(statistics.fmean(times[1:]))
+    plain = got["plain"]
+    return {k: (100 * (statistics.median(a / b for a, b in zip(v, plain)) - 1), 100 * (min(v) / min(plain) - 1))
+            for k, v in got.items()}
+
+
+def hook_cost_us(modules: int = 200, rounds: int = 60) -> dict:
+    """Per module call, us: forward and backward with no hooks, hooks disabled, hooks enabled."""
+    import torch
+    from torch import nn
+
+    from daydream.collect.hooks import LayerMarkers
+
+    torch.set_num_threads(1)
+    model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(modules)])
+    x = torch.randn(4, 8)
+
+    def once():
+        t0 = time.perf_counter()
+        y = model(x)
+        t1 = time.perf_counter()
+        y.sum().backward()
+        return t1 - t0, time.perf_counter() - t1
+
+    res = {"none": [], "disabled": [], "enabled": []}
+    m = LayerMarkers()
+    for _ in range(rounds):
+        for k in res:
+            if k == "none":
+                m.remove()
+            else:
+                m.install()
+                m.enabled = k == "enabled"
+            once()
+            res[k].append(once())
+    m.remove()
+    return {k: tuple(min(x[i] for x in v) * 1e6 / modules for i in (0, 1)) for k, v in res.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default="cnn,transformer")
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--block", type=int, default=2, help="iterations timed per condition and round")
+    a = ap.parse_args(argv)
+    for k, (fwd, bwd) in hook_cost_us().items():
+        print(f"layer markers, {k:9s}: forward {fwd:6.2f} us, backward {bwd:6.2f} us per module call")
+    for name in a.workloads.split(","):
+        for k, (paired, best) in parts(name, a.rounds, a.block).items():
+            print(f"{name:12s} {k:24s} paired median {paired:+6.1f} %   least disturbed {best:+6.1f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
