@@ -14,7 +14,7 @@ import json
 from .errors import DaydreamError
 
 __all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "float_inputs", "cast_ns",
-           "scaled_signature", "batch_time_ratios"]
+           "scaled_signature", "batch_time_ratios", "fused_signature", "fused_time_ratios"]
 
 _TENSOR_TYPES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
                  "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8",
@@ -182,6 +182,83 @@ def batch_time_ratios(signatures, batch_values, factor: float, threads: int | No
             continue
         try:
             out[sig] = time_signature_ns(scaled) / max(time_signature_ns(sig), 1.0)
+        except DaydreamError:
+            continue
+    return out
+
+
+#: Convolution ops: position of ``groups`` among their arguments.
+_CONV_GROUPS_ARG = {"aten::conv2d": 6, "aten::convolution": 8, "aten::_convolution": 8,
+                    "aten::mkldnn_convolution": 6}
+
+
+def _times(dims: list, axis: int, n: int) -> list:
+    out = list(dims)
+    out[axis] = out[axis] * n
+    return out
+
+
+def fused_signature(signature: str, copies: int) -> str | None:
+    """The call computing ``copies`` copies of a traced op at once, as HFTA fuses them.
+
+    A convolution (forward or ``convolution_backward``) becomes a grouped one
+    (channels and ``groups`` x N); ``mm`` becomes ``bmm`` and ``addmm``
+    ``baddbmm`` over N stacked operands.  ``None`` for any other op.
+
+    >>> sig = json.dumps(["aten::mm", [[16, 64], [64, 10]], ["float", "float"], [[64, 1], [1, 64]], ["", ""]])
+    >>> json.loads(fused_signature(sig, 4))[:4]
+    ['aten::bmm', [[4, 16, 64], [4, 64, 10]], ['float', 'float'], [[1024, 64, 1], [640, 1, 64]]]
+    """
+    name, dims, types, strides, concrete = json.loads(signature)
+    if not isinstance(dims, list) or not isinstance(concrete, list):
+        return None
+    strides = strides if isinstance(strides, list) and len(strides) == len(dims) else [None] * len(dims)
+    new = [list(d) if isinstance(d, list) else d for d in dims]
+    concrete = list(concrete) + [""] * (len(dims) - len(concrete))
+    n = copies
+    try:
+        if name in _CONV_GROUPS_ARG and len(new) > _CONV_GROUPS_ARG[name]:
+            k = _CONV_GROUPS_ARG[name]
+            new[0], new[1] = _times(new[0], 1, n), _times(new[1], 0, n)
+            if isinstance(new[2], list) and new[2]:
+                new[2] = _times(new[2], 0, n)
+            concrete[k] = str(int(concrete[k] or 1) * n)
+        elif name == "aten::convolution_backward" and len(new) > 9:
+            new[0], new[1], new[2] = _times(new[0], 1, n), _times(new[1], 1, n), _times(new[2], 0, n)
+            bias = _scalar(concrete[3])
+            if isinstance(bias, list) and bias and bias[0]:
+                concrete[3] = str([bias[0] * n])
+            concrete[9] = str(int(concrete[9] or 1) * n)
+        elif name == "aten::mm" and len(new) == 2:
+            name, new = "aten::bmm", [[n] + new[0], [n] + new[1]]
+        elif name == "aten::addmm" and len(new) >= 3 and len(new[0]) == 1:
+            name, new[:3] = "aten::baddbmm", [[n, 1, new[0][0]], [n] + new[1], [n] + new[2]]
+        else:
+            return None
+    except (TypeError, ValueError, IndexError):
+        return None
+    st = []
+    for d, old, s in zip(new, dims, strides):
+        # stacked operands: a new leading dimension outermost, the traced layout inside
+        cand = (([max(s) * max(old) + 1] if len(d) == len(s) + 1 else []) + s
+                if isinstance(d, list) and d and isinstance(s, list) and len(s) == len(old) and s else None)
+        st.append(_layout_strides(d, cand) if cand and len(cand) == len(d) else None)
+    return json.dumps([name, new, types, st, concrete])
+
+
+def fused_time_ratios(signatures, copies: int, threads: int | None = None) -> dict:
+    """Per signature: ``t(N copies fused) / t(one)``, both re-run now; ops without a fused form left out."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    out = {}
+    for sig in set(signatures):
+        fused = fused_signature(sig, copies)
+        if fused is None:
+            continue
+        try:
+            out[sig] = time_signature_ns(fused) / max(time_signature_ns(sig), 1.0)
         except DaydreamError:
             continue
     return out

@@ -43,6 +43,14 @@ Metrics: ``fused_iteration_ms`` (the predicted iteration time, one step of
 all N models), ``sequential_ms`` (N x the baseline iteration: the N jobs
 one after another), ``throughput_gain`` (their ratio).
 
+On a CPU trace recorded with shapes (``remeasure=1``, the default) each
+distinct convolution (forward and ``convolution_backward``) and matmul is
+instead re-run on this machine as traced and fused as HFTA runs it
+(:func:`daydream.opbench.fused_signature`: a grouped convolution with N x
+the channels, ``bmm`` / ``baddbmm`` over N stacked operands), and the measured
+time ratio scales it: oneDNN's grouped convolutions here often take more
+than N times one group's time, which a FLOP-indexed curve cannot know.
+
 Where it stops being valid: models whose operators do not fuse
 horizontally (data-dependent control flow, ops without a batched or grouped
 form); memory (N copies of parameters, gradients, optimizer state and
@@ -60,6 +68,7 @@ import numpy as np
 from daydream.model import EventKind, LaneKind, Phase
 from daydream.sim import simulate
 
+from ._layers import signatures_of
 from .base import NotApplicable, Optimization, OptionError, Param
 
 __all__ = ["HFTA", "OPTIMIZATION", "TaskClass", "classify", "fused_durations", "MAX_MODELS", "MOVED_PER_INPUT_BYTE"]
@@ -113,8 +122,11 @@ def _is_conv(g) -> np.ndarray:
     return conv[np.where(g.tasks["name"] >= 0, g.tasks["name"], len(g.names.strings))]
 
 
-def fused_durations(g, device, models: int, dtype: str = "float32") -> np.ndarray:
+def fused_durations(g, device, models: int, dtype: str = "float32", measured: dict | None = None) -> np.ndarray:
     """Per task: its duration (ns) when ``models`` copies are fused into one op.
+
+    ``measured`` (task -> fused / single time ratio of its op re-run on this
+    machine) replaces the curve model for the compute tasks it names.
 
     >>> from daydream.device import Curve, DeviceProfile
     >>> from daydream.graph.graph import DependencyGraph
@@ -135,7 +147,11 @@ def fused_durations(g, device, models: int, dtype: str = "float32") -> np.ndarra
     out = dur.copy()
     cls = classify(g)
     conv = _is_conv(g)
+    measured = measured or {}
     for t in np.flatnonzero(cls == TaskClass.COMPUTE).tolist():
+        if t in measured:
+            out[t] = dur[t] * measured[t]
+            continue
         f = float(T["flops"][t])
         if conv[t]:
             fused = device.gconv_flops_per_s(dtype, models * f, models)
@@ -160,7 +176,9 @@ class HFTA(Optimization):
     summary = "N copies of the model fused horizontally into one job (HFTA) vs. N jobs one after another"
     params = (Param("models", 4, "copies of the model fused into one job (a sweep of N configurations)", int),
               Param("dtype", "float32", "dtype of the fused ops' throughput curves", str,
-                    ("float32", "bfloat16", "float16")))
+                    ("float32", "bfloat16", "float16")),
+              Param("remeasure", True, "CPU traces with shapes: re-run each convolution and matmul fused "
+                    "(grouped / batched) on this machine", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -176,7 +194,8 @@ class HFTA(Optimization):
             raise NotApplicable("hfta: the trace has no compute or memory-bound ops to fuse "
                                 "(no FLOPs or tensor sizes recorded; trace with `daydream trace`)")
         base_ms = simulate(g).mean_iteration_ns()[1] / 1e6
-        g.tasks["dur_ns"][:] = fused_durations(g, ctx.device, n, self.dtype)
+        measured = self._measured_ratios(ctx, np.flatnonzero(cls == TaskClass.COMPUTE))
+        g.tasks["dur_ns"][:] = fused_durations(g, ctx.device, n, self.dtype, measured)
         fused_ms = simulate(g).mean_iteration_ns()[1] / 1e6
         seq_ms = n * base_ms
         ctx.metrics.update({"fused_iteration_ms": fused_ms, "sequential_ms": seq_ms,
@@ -185,6 +204,23 @@ class HFTA(Optimization):
         ctx.note(f"hfta: {n} models fused: {counts[TaskClass.COMPUTE]} compute, "
                  f"{counts[TaskClass.MEMORY]} memory-bound, {counts[TaskClass.GPU_SCALED]} GPU kernel task(s) "
                  f"grow with N; dispatch, views and Python time are paid once; data loading is shared")
+
+
+    def _measured_ratios(self, ctx, tasks) -> dict:
+        """task -> t(N fused) / t(one) of its op re-run here (CPU traces recorded with shapes)."""
+        if ctx.device.kind != "cpu" or not self.remeasure or self.models < 2 or not len(tasks):
+            return {}
+        sig_of = signatures_of(ctx, tasks)
+        if not sig_of:
+            return {}
+        try:
+            from daydream.opbench import fused_time_ratios
+            ratios = fused_time_ratios(sig_of.values(), self.models, ctx.device.threads or None)
+        except ImportError:    # no torch here
+            return {}
+        if ratios:
+            ctx.note(f"hfta: {len(ratios)} distinct convolutions/matmuls re-run fused x{self.models} on this machine")
+        return {t: ratios[s] for t, s in sig_of.items() if s in ratios}
 
 
 OPTIMIZATION = HFTA

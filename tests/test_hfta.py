@@ -72,7 +72,7 @@ def test_whatif_on_mlp_trace(own_trace):
     dev = flat_profile(matmul=1e10, bw=1e10, overhead_ns=1000)
     base = build_graph(own_trace("mlp"))
     n = 4
-    report, res = predict(own_trace("mlp"), [f"hfta:models={n}"], device=dev)
+    report, res = predict(own_trace("mlp"), [f"hfta:models={n},remeasure=0"], device=dev)   # curves only
     # one CPU thread, nothing overlaps: the iteration grows by exactly the added task time
     its = [1, 2, 3, 4]
     m = np.isin(base.tasks["iteration"], its)
@@ -86,6 +86,15 @@ def test_whatif_on_mlp_trace(own_trace):
     assert report.baseline_ms < report.predicted_ms < n * report.baseline_ms   # fixed costs are paid once
     one, _ = predict(own_trace("mlp"), ["hfta:models=1"], device=dev)
     assert one.predicted_ms == pytest.approx(one.baseline_ms)
+
+
+def test_cpu_trace_convolutions_and_matmuls_rerun_fused(own_trace, profile):
+    """On a CPU trace with shapes the compute ops are timed fused on this machine (all of them here)."""
+    rep, _ = predict(own_trace("cnn"), ["hfta:models=2"], device=profile)
+    note = next(n for n in rep.notes if "re-run fused" in n)
+    assert "x2 on this machine" in note and int(note.split()[1]) >= 16     # 8 convolutions x (fwd, bwd) + matmuls
+    curve, _ = predict(own_trace("cnn"), ["hfta:models=2,remeasure=0"], device=profile)
+    assert not any("re-run" in n for n in curve.notes) and curve.predicted_ms != rep.predicted_ms
 
 
 def test_bad_input_is_refused_with_the_reason(own_trace, maker):
