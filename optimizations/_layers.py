@@ -24,7 +24,7 @@ from daydream.primitives import check_acyclic
 from ._common import launch_of
 
 __all__ = ["meta", "ALLREDUCE_RE", "allreduce_tasks", "FAMILIES", "Instance", "op_figures", "layer_instances", "world_size", "work_mask",
-           "add_edges_checked", "lane_position", "signatures_of"]
+           "add_edges_checked", "lane_position", "signatures_of", "rerun_ratios"]
 
 #: Layer families: regexes matched against layer names (op names of both the
 #: forward op and its autograd node, e.g. ``aten::relu_`` / ``ReluBackward1``)
@@ -247,3 +247,26 @@ def signatures_of(ctx, tasks) -> dict:
                 and r.cols["sig"][ev] >= 0:
             out[t] = r.signatures[int(r.cols["sig"][ev])]
     return out
+
+
+def rerun_ratios(ctx, tasks, measure, note: str) -> dict:
+    """task -> time ratio of its op re-run on this machine (CPU traces recorded with shapes).
+
+    ``measure(signatures) -> {signature: ratio}`` is one of :mod:`daydream.opbench`'s
+    ``*_time_ratios``; ``note`` (with ``{n}``, the ops re-run) is left on ``ctx``.
+    Empty where the device is not a CPU, the tasks have no signatures, or torch
+    is missing.
+    """
+    if ctx.device.kind != "cpu" or not len(tasks):
+        return {}
+    sig_of = signatures_of(ctx, tasks)
+    if not sig_of:
+        return {}
+    try:
+        ratios = measure(sig_of.values())
+    except ImportError:    # no torch here
+        return {}
+    if ratios:
+        ctx.note(note.format(n=len(ratios)))
+    return {t: ratios[s] for t, s in sig_of.items() if s in ratios}
+

@@ -33,7 +33,9 @@ from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import insert, select
 
 from ._common import OPTIMIZER_STEP_RE, by_rank_iteration
-from ._layers import signatures_of
+from daydream.opbench import dtype_time_ratios
+
+from ._layers import rerun_ratios, signatures_of
 from .base import NotApplicable, Optimization, Param
 
 __all__ = ["AMP", "OPTIMIZATION"]
@@ -73,19 +75,10 @@ class AMP(Optimization):
 
     def _measured_ratios(self, ctx, tasks) -> dict:
         """task -> t(dtype)/t(fp32) of its op re-run on this machine (CPU traces with shapes)."""
-        if ctx.device.kind != "cpu" or not self.remeasure:
+        if not self.remeasure:
             return {}
-        try:
-            from daydream.opbench import dtype_time_ratios
-        except ImportError:
-            return {}
-        sig_of = self._signatures(ctx, tasks)
-        try:
-            ratios = dtype_time_ratios(sig_of.values(), self.dtype, ctx.device.threads or None)
-        except ImportError:
-            return {}
-        ctx.note(f"amp: {len(ratios)} distinct compute ops re-measured in {self.dtype} on this machine")
-        return {t: ratios[s] for t, s in sig_of.items() if s in ratios}
+        return rerun_ratios(ctx, tasks, lambda sigs: dtype_time_ratios(sigs, self.dtype, ctx.device.threads or None),
+                            "amp: {n} distinct compute ops re-measured in " f"{self.dtype} on this machine")
 
     def _scale_compute(self, g, dev, dt, tasks, measured):
         T = g.tasks

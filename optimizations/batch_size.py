@@ -51,7 +51,9 @@ import numpy as np
 from daydream.cost import compute_mask
 from daydream.model import EventKind, Phase
 
-from ._layers import meta, op_figures, signatures_of, work_mask
+from daydream.opbench import batch_time_ratios
+
+from ._layers import meta, op_figures, rerun_ratios, work_mask
 from .base import NotApplicable, Optimization, Param
 from daydream.primitives import set_duration
 
@@ -148,21 +150,13 @@ class BatchSize(Optimization):
 
     def _measured_ratios(self, ctx, tasks) -> dict:
         """task -> t(new batch) / t(traced) of its op re-run here (CPU traces with shapes)."""
-        if ctx.device.kind != "cpu" or not self.remeasure or not len(tasks):
+        values = batch_values(meta(ctx)) if self.remeasure else set()
+        if not values:
             return {}
-        values = batch_values(meta(ctx))
-        sig_of = signatures_of(ctx, tasks)
-        if not values or not sig_of:
-            return {}
-        try:
-            from daydream.opbench import batch_time_ratios
-            ratios = batch_time_ratios(sig_of.values(), values, self.factor, ctx.device.threads or None)
-        except ImportError:    # no torch here
-            return {}
-        if ratios:
-            ctx.note(f"batch-size: {len(ratios)} distinct compute ops re-run at x{self.factor} of batch "
-                     f"{'/'.join(map(str, sorted(values)))} on this machine")
-        return {t: ratios[s] for t, s in sig_of.items() if s in ratios}
+        return rerun_ratios(ctx, tasks, lambda sigs: batch_time_ratios(sigs, values, self.factor,
+                                                                        ctx.device.threads or None),
+                            "batch-size: {n} distinct compute ops re-run at "
+                            f"x{self.factor} of batch {'/'.join(map(str, sorted(values)))} on this machine")
 
     @staticmethod
     def _scaled_tasks(g) -> np.ndarray:

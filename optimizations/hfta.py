@@ -68,7 +68,9 @@ import numpy as np
 from daydream.model import EventKind, LaneKind, Phase
 from daydream.sim import simulate
 
-from ._layers import signatures_of
+from daydream.opbench import fused_time_ratios
+
+from ._layers import rerun_ratios
 from .base import NotApplicable, Optimization, OptionError, Param
 
 __all__ = ["HFTA", "OPTIMIZATION", "TaskClass", "classify", "fused_durations", "MAX_MODELS", "MOVED_PER_INPUT_BYTE"]
@@ -208,19 +210,10 @@ class HFTA(Optimization):
 
     def _measured_ratios(self, ctx, tasks) -> dict:
         """task -> t(N fused) / t(one) of its op re-run here (CPU traces recorded with shapes)."""
-        if ctx.device.kind != "cpu" or not self.remeasure or self.models < 2 or not len(tasks):
+        if not self.remeasure or self.models < 2:
             return {}
-        sig_of = signatures_of(ctx, tasks)
-        if not sig_of:
-            return {}
-        try:
-            from daydream.opbench import fused_time_ratios
-            ratios = fused_time_ratios(sig_of.values(), self.models, ctx.device.threads or None)
-        except ImportError:    # no torch here
-            return {}
-        if ratios:
-            ctx.note(f"hfta: {len(ratios)} distinct convolutions/matmuls re-run fused x{self.models} on this machine")
-        return {t: ratios[s] for t, s in sig_of.items() if s in ratios}
+        return rerun_ratios(ctx, tasks, lambda sigs: fused_time_ratios(sigs, self.models, ctx.device.threads or None),
+                            "hfta: {n} distinct convolutions/matmuls re-run fused " f"x{self.models} on this machine")
 
 
 OPTIMIZATION = HFTA
