@@ -10,7 +10,7 @@ import pytest
 
 from daydream.errors import TraceError
 from daydream.graph.graph import DependencyGraph, EdgeKind
-from daydream.loader import load_trace, memory
+from daydream.loader import fast, load_trace, memory
 from daydream.loader.io import _parse_json
 from daydream.model import Lane, LaneKind
 from daydream.progress import Progress, Stages
@@ -40,15 +40,33 @@ def test_parallel_loading_gives_the_serial_result():
     _same_trace(load_trace(ps, workers=2), load_trace(ps, workers=1))
 
 
-def test_too_large_for_memory_is_one_clear_error(tmp_path, monkeypatch):
+@pytest.mark.parametrize("fast_loader", ["1", "0"])
+def test_too_large_for_memory_is_one_clear_error(tmp_path, monkeypatch, fast_loader):
+    monkeypatch.setenv("DAYDREAM_FAST_LOADER", fast_loader)
     p = tmp_path / "big.json"
     p.write_text(json.dumps({"traceEvents": []}) + " " * 100_000)
-    monkeypatch.setattr(memory, "available_bytes", lambda: 1_000_000)
+    need = memory.needed_bytes(str(p))          # the compiled scanner needs far less than Python objects
+    assert need == p.stat().st_size * (memory.FAST_BYTES_PER_JSON_BYTE if fast.enabled() else
+                                       memory.BYTES_PER_JSON_BYTE)
+    monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)
     with pytest.raises(TraceError) as exc:
         load_trace(p)
     msg = str(exc.value)
     assert msg.startswith(str(p)) and "too large for memory" in msg
-    assert "1.3 MiB" in msg and "available" in msg and "\n" not in msg
+    assert memory.format_bytes(need) in msg and "available" in msg and "\n" not in msg
+
+
+def test_a_document_the_scanner_declines_is_checked_again_for_the_reference_parse(tmp_path, monkeypatch):
+    if not fast.enabled():
+        pytest.skip("the compiled loader is not built")
+    p = tmp_path / "nan.json"     # NaN: the scanner declines, the reference loader parses
+    p.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": NaN, "dur": 1, "pid": 1, "tid": 1}]}'
+                 + " " * 100_000)
+    size = p.stat().st_size
+    monkeypatch.setattr(memory, "available_bytes", lambda: size * memory.FAST_BYTES_PER_JSON_BYTE + 1)
+    with pytest.raises(TraceError, match="compiled loader declined it") as exc:
+        load_trace(p)
+    assert str(exc.value).startswith(str(p)) and "\n" not in str(exc.value)
 
 
 def test_memory_check_can_be_turned_off(tmp_path, monkeypatch):

@@ -258,12 +258,15 @@ def load_rank_bytes(source: str, data: bytes, index: int = 0, iteration_marker: 
     """
     from . import assemble_rank, load_rank
     from .io import decode_document, inflate
+    from .memory import check_bytes
 
     got = None
     if enabled():
         raw = inflate(source, data)
         if raw[:2] != b"\x1f\x8b":   # gzip in gzip: left to the reference
             got = scan_columns(source, raw)
+        if got is None:       # memory was checked for the scanner: the reference needs more
+            check_bytes(source, len(raw))
     if got is None:
         return load_rank(source, decode_document(source, data), index, iteration_marker)
     p, cols, meta, flows = got
