@@ -52,18 +52,12 @@ def _daydream_lines(err: str) -> list:
     return [ln for ln in err.splitlines() if ln.startswith("daydream:")]
 
 
-@pytest.mark.parametrize("inner", ["enter_range", "_tensor_bytes", "_current_node"])
-def test_exception_in_a_module_hook_does_not_break_training(tmp_path, capfd, monkeypatch, inner):
-    """A bug inside a hook (forward pre-hook opening a range; forward hook sizing an output;
-    the autograd node pre-hook finding its node) stops tracing, never the model."""
-    real = getattr(hooks_mod, inner)
-
-    def broken(*args):
-        if inner == "_current_node" and real() is None:   # fail in backward only (forward asks too)
-            return None
+@pytest.mark.parametrize("hook", ["_pre_hook", "_post_hook"])
+def test_exception_in_a_module_hook_does_not_break_training(tmp_path, capfd, monkeypatch, hook):
+    def broken(self, *args):
         raise RuntimeError("hook bug")
 
-    monkeypatch.setattr(hooks_mod, inner, broken)
+    monkeypatch.setattr(hooks_mod.LayerMarkers, hook, broken)
     expected = _train()
     out = tmp_path / "t.json"
     with daydream.trace(out, warmup=1, iterations=3) as session:
@@ -248,3 +242,29 @@ def test_cupti_requested_without_gpu_traces_cpu_with_a_note(tmp_path):
         _train(4)
     acts = json.loads(out.read_text())["daydream"]["activities"]
     assert acts["notes"] and acts.get("dropped_records", 0) == 0
+
+
+def test_a_hook_failure_inside_backward_is_told_after_it():
+    """Told inside backward, the owner would stop the profiler there, and the autograd engine would
+    switch it back on when it restores the thread's state: the failure is told afterwards."""
+    from torch.profiler import ProfilerActivity, profile
+
+    m = hooks_mod.LayerMarkers()
+    prof = profile(activities=[ProfilerActivity.CPU])
+    prof.start()
+    told = []
+    m.on_error = lambda exc: (told.append(exc), prof.stop())
+
+    def broken(grads):
+        raise RuntimeError("hook bug")
+
+    x = torch.ones(3, requires_grad=True)
+    y = (x * 2).sin()
+    y.grad_fn.register_prehook(m._guard(broken))
+    y.sum().backward()                       # the model never sees the failure
+    assert m.failed and told == [] and x.grad is not None
+    m.report_pending()
+    assert [str(e) for e in told] == ["hook bug"]
+    assert not torch._C._autograd._profiler_enabled()     # stopped for good
+    m.report_pending()
+    assert len(told) == 1

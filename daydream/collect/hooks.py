@@ -55,8 +55,11 @@ def exit_range(handle) -> None:
         torch.ops.profiler._record_function_exit._RecordFunction(handle)
 
 
-_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
-_current_node = torch._C._current_autograd_node
+def _is_compiling() -> bool:
+    try:
+        return torch.compiler.is_compiling()
+    except AttributeError:  # pragma: no cover
+        return False
 
 
 def _names(path: str) -> tuple[str, str, str, str]:
@@ -72,6 +75,16 @@ def _tensor_bytes(value) -> int:
     if isinstance(value, dict):
         return sum(_tensor_bytes(v) for v in value.values())
     return 0
+
+
+class _BwdRange:
+    """One module call's backward range (mutable state, not a value)."""
+
+    __slots__ = ("name", "path", "prefix", "handle")
+
+    def __init__(self, names: tuple):
+        self.name, self.path, self.prefix = names[1], names[2], names[3]
+        self.handle = None
 
 
 def _first_grad_node(value):
@@ -93,7 +106,7 @@ class _PerThread(threading.local):
 
     def __init__(self, owner: "LayerMarkers"):
         self.fwd_stack: list[tuple] = []
-        self.open_bwd: list[list] = []     # [names, handle] of open backward ranges
+        self.open_bwd: list[_BwdRange] = []
         owner._all_open_bwd.append(self.open_bwd)
 
 
@@ -129,21 +142,30 @@ class LayerMarkers:
         self.failed = False
         self._pending = None
 
-    def _fail(self, exc: Exception) -> None:
-        """A hook raised: hooks go inert, the owner is told once; the user's model never sees it.
+    def _guard(self, fn, report: bool = False):
+        """``fn`` wrapped so that an exception never reaches the user's model.
 
-        Inside a backward pass the owner is told later (:meth:`report_pending`):
-        a profiler stopped there is re-enabled when the autograd engine restores
-        the thread's state on return.
+        The failure is reported later (:meth:`report_pending`): a hook may run
+        inside a backward pass, where a profiler stopped by the owner would be
+        re-enabled when the autograd engine restores the thread's state.
+        ``report``: this hook runs in forward, where a pending failure is told.
         """
-        self.failed = True
-        self.enabled = False
-        self._pending = exc
-        if torch._C._current_autograd_node() is None:
-            self.report_pending()
+        def guarded(*args):
+            if self.failed:
+                if report and self._pending is not None and torch._C._current_autograd_node() is None:
+                    self.report_pending()
+                return None
+            try:
+                return fn(*args)
+            except Exception as exc:  # noqa: BLE001 - a profiler must never break training
+                self.failed = True
+                self.enabled = False
+                self._pending = exc
+                return None
+        return guarded
 
     def report_pending(self) -> None:
-        """Tell ``on_error`` about a hook failure not yet reported (outside any backward pass)."""
+        """Tell ``on_error`` about a hook failure not told yet (call outside any backward pass)."""
         exc, self._pending = self._pending, None
         if exc is not None and self.on_error is not None:
             try:
@@ -157,8 +179,8 @@ class LayerMarkers:
         if self._handles:
             return
         self._handles = [
-            _nn_module.register_module_forward_pre_hook(self._pre_hook),
-            _nn_module.register_module_forward_hook(self._post_hook, always_call=True),
+            _nn_module.register_module_forward_pre_hook(self._guard(self._pre_hook, report=True)),
+            _nn_module.register_module_forward_hook(self._guard(self._post_hook), always_call=True),
         ]
 
     def remove(self) -> None:
@@ -207,95 +229,70 @@ class LayerMarkers:
         return module.__dict__[_NAMES_ATTR]
 
     # -- forward ------------------------------------------------------------
-    # The hooks run on every module call: kept lean (one try block, no helper
-    # frames), each failure handed to _fail.
     def _pre_hook(self, module, args):
-        if not self.enabled or self.failed:
-            if self._pending is not None:
-                self.report_pending()
+        if not self.enabled or _is_compiling():
             return None
-        try:
-            if _is_compiling():
-                return None
-            names = module.__dict__.get(_NAMES_ATTR) or self._assign(module)
-            stack = self._local.fwd_stack
-            if _current_node() is not None:
-                # activation-checkpoint recompute inside backward: belongs to the
-                # enclosing backward range, so no forward range.
-                stack.append((module, None, None))
-                return None
-            first = args[0] if args else None
-            in_node = first.grad_fn if isinstance(first, torch.Tensor) else None
-            if not stack and names[2] not in self.input_shapes:
-                self.input_shapes[names[2]] = [list(a.shape) for a in args if isinstance(a, torch.Tensor)]
-            stack.append((module, enter_range(names[0]), in_node))
-        except Exception as exc:  # noqa: BLE001 - a profiler must never break training
-            self._fail(exc)
+        names = module.__dict__.get(_NAMES_ATTR) or self._assign(module)
+        if torch._C._current_autograd_node() is not None:
+            # activation-checkpoint recompute inside backward: belongs to the
+            # enclosing backward range, so no forward range.
+            self._local.fwd_stack.append((module, None, None))
+            return None
+        first = args[0] if args else None
+        in_node = first.grad_fn if isinstance(first, torch.Tensor) else None
+        if not self._local.fwd_stack and names[2] not in self.input_shapes:
+            self.input_shapes[names[2]] = [list(a.shape) for a in args if isinstance(a, torch.Tensor)]
+        self._local.fwd_stack.append((module, enter_range(names[0]), in_node))
         return None
 
     def _post_hook(self, module, args, output):
-        try:
-            stack = self._local.fwd_stack
-            if not stack or stack[-1][0] is not module:
-                return None
-            _, handle, in_node = stack.pop()
-            if handle is None:
-                return None
-            exit_range(handle)
-            names = module.__dict__[_NAMES_ATTR]
-            if self.record_output_bytes and names[2] not in self.output_bytes:
-                self.output_bytes[names[2]] = _tensor_bytes(output)
-            node = output.grad_fn if type(output) is torch.Tensor else _first_grad_node(output)
-            if node is None or node is in_node or not self.enabled:
-                return None  # no grad, or a pass-through module (Identity) with no backward of its own
-            meta = node.metadata
-            enters = meta.get(_NODE_KEY)
-            if enters is None:
-                enters = meta[_NODE_KEY] = []
-                node.register_prehook(self._node_prehook)
-            enters.append([names, None])       # (names, open handle) of one module call's backward
-        except Exception as exc:  # noqa: BLE001
-            self._fail(exc)
+        stack = self._local.fwd_stack
+        if not stack or stack[-1][0] is not module:
+            return None
+        _, handle, in_node = stack.pop()
+        if handle is None:
+            return None
+        exit_range(handle)
+        names = module.__dict__[_NAMES_ATTR]
+        if self.record_output_bytes and names[2] not in self.output_bytes:
+            self.output_bytes[names[2]] = _tensor_bytes(output)
+        node = _first_grad_node(output)
+        if node is None or node is in_node or not self.enabled:
+            return None  # no grad, or a pass-through module (Identity) with no backward of its own
+        meta = node.metadata
+        enters = meta.get(_NODE_KEY)
+        if enters is None:
+            enters = meta[_NODE_KEY] = []
+            node.register_prehook(self._make_prehook(enters))
+        enters.append(_BwdRange(names))
         return None
 
     # -- backward -----------------------------------------------------------
-    def _node_prehook(self, grad_outputs):
-        """Shared by every hooked node: the node running is the engine's current one."""
-        if not self.enabled or self.failed:
-            return None
-        try:
-            node = _current_node()
-            enters = node.metadata.get(_NODE_KEY) if node is not None else None
-            if not enters:
+    def _make_prehook(self, enters: list):
+        def prehook(grad_outputs):
+            if not self.enabled:
                 return None
             if not self._callback_queued:
                 self._callback_queued = True
-                torch.autograd.Variable._execution_engine.queue_callback(self._backward_done_safe)
+                torch.autograd.Variable._execution_engine.queue_callback(self._guard(self._backward_done))
             open_ = self._local.open_bwd
             # children registered before parents: open parents first
             for rng in reversed(enters):
                 # the module's backward begins: ranges of modules that are not
                 # its ancestors have finished
-                path = rng[0][2]
-                while open_ and not path.startswith(open_[-1][0][3]):
+                while open_ and not rng.path.startswith(open_[-1].prefix):
                     self._exit_bwd(open_.pop())
-                rng[1] = enter_range(rng[0][1])
+                rng.handle = enter_range(rng.name)
                 open_.append(rng)
-        except Exception as exc:  # noqa: BLE001
-            self._fail(exc)
-        return None
+            return None
+
+        return self._guard(prehook)
 
     @staticmethod
-    def _exit_bwd(rng: list) -> None:
-        if rng[1] is not None:
-            exit_range(rng[1])
-            rng[1] = None
-
-    def _backward_done_safe(self) -> None:
-        try:
-            self._backward_done()
-        except Exception as exc:  # noqa: BLE001
-            self._fail(exc)
+    def _exit_bwd(rng: _BwdRange) -> None:
+        if rng.handle is not None:
+            exit_range(rng.handle)
+            rng.handle = None
 
     def _backward_done(self) -> None:
         self._callback_queued = False
