@@ -98,8 +98,12 @@ def time_signature_ns(signature: str, dtype: str | None = None, min_time_s: floa
         raise DaydreamError(f"cannot re-run {json.loads(signature)[0]}: {str(exc).splitlines()[0]}") from None
 
 
-def dtype_time_ratios(signatures, dtype: str, threads: int | None = None) -> dict:
-    """Per signature: ``t(dtype) / t(as traced)`` measured now; signatures that fail are left out."""
+def _ratios(signatures, other_ns, threads: int | None = None) -> dict:
+    """Per signature: ``other_ns(sig) / t(sig as traced)``, both re-run now.
+
+    ``other_ns`` returns None where the signature has no variant; those and
+    signatures that fail to run are left out.
+    """
     import torch
 
     if threads:
@@ -107,10 +111,17 @@ def dtype_time_ratios(signatures, dtype: str, threads: int | None = None) -> dic
     out = {}
     for sig in set(signatures):
         try:
-            out[sig] = time_signature_ns(sig, dtype) / max(time_signature_ns(sig), 1.0)
+            other = other_ns(sig)
+            if other is not None:
+                out[sig] = other / max(time_signature_ns(sig), 1.0)
         except DaydreamError:
             continue
     return out
+
+
+def dtype_time_ratios(signatures, dtype: str, threads: int | None = None) -> dict:
+    """Per signature: ``t(dtype) / t(as traced)`` measured now; signatures that fail are left out."""
+    return _ratios(signatures, lambda sig: time_signature_ns(sig, dtype), threads)
 
 
 def _layout_strides(dims, strides) -> list:
@@ -171,20 +182,7 @@ def batch_time_ratios(signatures, batch_values, factor: float, threads: int | No
 
     Signatures without a batch dimension, or that fail to run, are left out.
     """
-    import torch
-
-    if threads:
-        torch.set_num_threads(threads)
-    out = {}
-    for sig in set(signatures):
-        scaled = scaled_signature(sig, batch_values, factor)
-        if scaled is None:
-            continue
-        try:
-            out[sig] = time_signature_ns(scaled) / max(time_signature_ns(sig), 1.0)
-        except DaydreamError:
-            continue
-    return out
+    return _ratios(signatures, lambda sig: _time_or_none(scaled_signature(sig, batch_values, factor)), threads)
 
 
 #: Convolution ops: position of ``groups`` among their arguments.
@@ -248,20 +246,11 @@ def fused_signature(signature: str, copies: int) -> str | None:
 
 def fused_time_ratios(signatures, copies: int, threads: int | None = None) -> dict:
     """Per signature: ``t(N copies fused) / t(one)``, both re-run now; ops without a fused form left out."""
-    import torch
+    return _ratios(signatures, lambda sig: _time_or_none(fused_signature(sig, copies)), threads)
 
-    if threads:
-        torch.set_num_threads(threads)
-    out = {}
-    for sig in set(signatures):
-        fused = fused_signature(sig, copies)
-        if fused is None:
-            continue
-        try:
-            out[sig] = time_signature_ns(fused) / max(time_signature_ns(sig), 1.0)
-        except DaydreamError:
-            continue
-    return out
+
+def _time_or_none(signature: str | None) -> float | None:
+    return None if signature is None else time_signature_ns(signature)
 
 
 def float_inputs(signature: str) -> list:

@@ -232,7 +232,7 @@ def _repair_overlaps(s, e, repairs):
 def _build_rank(g: DependencyGraph, r, sc: _Scratch, repairs: Counter):
     """Tasks and edges of one rank, times absolute; returns its collective tasks."""
     cols = r.cols
-    lane_map, lane_starts = {}, {}
+    lane_map, starts_now = {}, {}   # GPU/CPU lane -> traced starts of its tasks
     task_of_event = np.full(len(r), -1, np.int64)
     sc.base = g.n_tasks
     name_lut = np.full(len(r.names), -1, np.int64)
@@ -256,11 +256,10 @@ def _build_rank(g: DependencyGraph, r, sc: _Scratch, repairs: Counter):
         task_of_event[idx[real]] = ids[real]
         g.lane_tasks[gl] = ids.tolist()
         sc.ids[gl] = ids
-        lane_starts[gl] = (s, ids)
+        starts_now[gl] = s
         if li == r.main_lane:
             g.markers[r.rank] = ids[idx < 0].tolist()
     g.measured_boundaries_ns[r.rank] = r.boundaries_ns
-    starts_now = {gl: st for gl, (st, _) in lane_starts.items()}
     launch_of = _launch_edges(g, r, sc, task_of_event, lane_map, starts_now, repairs)
     _enqueue_times(g, launch_of, starts_now, sc)
     _thread_semantics(g, r, lane_map, launch_of, sc)
