@@ -26,3 +26,25 @@ def test_single_run_keeps_the_given_name(monkeypatch, tmp_path):
     monkeypatch.setattr(validate, "replay", lambda p: (SimpleNamespace(measured_ms=1.0), None))
     path, _ = validate.fastest_run(1, "mlp", tmp_path / "x.json.gz")
     assert Path(path).name == "x.json.gz"
+
+
+def test_pipeline_rounds_keep_the_median_of_each_side(monkeypatch, tmp_path):
+    """Baseline trace and runs alternate; each side keeps its median round, files named by tag."""
+    import daydream.analysis as analysis
+    from daydream.validation import pipeline
+
+    traced_ms = iter([30.0, 50.0, 40.0])
+    paths = []
+
+    def trace_workload(name, path, args):
+        paths.append(Path(path).name)
+        return path
+
+    monkeypatch.setattr(validate, "trace_workload", trace_workload)
+    measured = {}
+    monkeypatch.setattr(analysis, "replay", lambda p: (SimpleNamespace(measured_ms=measured.setdefault(p, next(traced_ms))),))
+    runs = iter([70.0, 90.0, 60.0])
+    base, got = pipeline.alternate(3, tmp_path, {"gpipe": lambda: next(runs)}, progress=lambda m: None, tag="tessel")
+    assert paths == [f"mlp.tessel-base.r{k}.json.gz" for k in range(3)]
+    assert base.name == "mlp.tessel-base.r2.json.gz"       # 40 ms: the median of 30 / 50 / 40
+    assert got == {"gpipe": 70.0}                           # median of 70 / 90 / 60
