@@ -13,7 +13,7 @@ import json
 
 from .errors import DaydreamError
 
-__all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "float_inputs", "cast_ns",
+__all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "dtype_time_pairs", "float_inputs", "cast_ns",
            "scaled_signature", "batch_time_ratios", "fused_signature", "fused_time_ratios"]
 
 _TENSOR_TYPES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
@@ -98,8 +98,8 @@ def time_signature_ns(signature: str, dtype: str | None = None, min_time_s: floa
         raise DaydreamError(f"cannot re-run {json.loads(signature)[0]}: {str(exc).splitlines()[0]}") from None
 
 
-def _ratios(signatures, other_ns, threads: int | None = None) -> dict:
-    """Per signature: ``other_ns(sig) / t(sig as traced)``, both re-run now.
+def _pairs(signatures, other_ns, threads: int | None = None) -> dict:
+    """Per signature: ``(t(sig as traced), other_ns(sig))``, both re-run now.
 
     ``other_ns`` returns None where the signature has no variant; those and
     signatures that fail to run are left out.
@@ -113,15 +113,25 @@ def _ratios(signatures, other_ns, threads: int | None = None) -> dict:
         try:
             other = other_ns(sig)
             if other is not None:
-                out[sig] = other / max(time_signature_ns(sig), 1.0)
+                out[sig] = (max(time_signature_ns(sig), 1.0), other)
         except DaydreamError:
             continue
     return out
 
 
+def _ratios(signatures, other_ns, threads: int | None = None) -> dict:
+    """Per signature: ``other_ns(sig) / t(sig as traced)`` (see :func:`_pairs`)."""
+    return {s: b / a for s, (a, b) in _pairs(signatures, other_ns, threads).items()}
+
+
 def dtype_time_ratios(signatures, dtype: str, threads: int | None = None) -> dict:
     """Per signature: ``t(dtype) / t(as traced)`` measured now; signatures that fail are left out."""
     return _ratios(signatures, lambda sig: time_signature_ns(sig, dtype), threads)
+
+
+def dtype_time_pairs(signatures, dtype: str, threads: int | None = None) -> dict:
+    """Per signature: ``(t(as traced), t(dtype))`` in ns, measured now; failures left out."""
+    return _pairs(signatures, lambda sig: time_signature_ns(sig, dtype), threads)
 
 
 def _layout_strides(dims, strides) -> list:

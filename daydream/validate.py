@@ -21,7 +21,7 @@ from .analysis import replay
 from .errors import DaydreamError
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "fastest_run", "fastest_pair", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "fastest_run", "paired_rounds", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -109,20 +109,80 @@ class ValidationRow:
         return abs(self.predicted_ms - self.measured_ms) / self.measured_ms * 100.0
 
 
-def trace_workload(name: str, path: Path, args=(), warmup: int = 2, iterations: int = 5, nproc: int = 1) -> Path:
-    """Trace a bundled workload with ``daydream trace``; returns the (rank 0) trace path."""
+#: glibc malloc settings for every measured run: keep freed memory in the
+#: process (no mmap per large block, no trimming).  By default glibc hands
+#: the blocks of one iteration back to the kernel and faults them in again in
+#: the next: ~800 page faults per iteration of the bundled MLP, a third of its
+#: time on this VM and the main source of run-to-run spread
+#: (``/usr/bin/time -f %R`` over 100 vs 400 steps).  The calibration loops,
+#: which reuse their buffers, never fault: these settings measure the
+#: workloads the way the device profile measured the machine.
+STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**40),
+                 "MALLOC_TOP_PAD_": str(64 * 2**20)}
+
+
+def run_env(**extra) -> dict:
+    """Environment for a measured run: this one, :data:`STEADY_MALLOC`, ``extra``."""
+    return {**os.environ, **STEADY_MALLOC, **extra}
+
+
+def _trace_cmd(name: str, path: Path, args=(), warmup: int = 2, iterations: int = 5, nproc: int = 1) -> list:
     cmd = [sys.executable, "-m", "daydream", "trace", "-o", str(path), "--force", "--warmup", str(warmup),
            "--iterations", str(iterations)]
     if nproc > 1:
         cmd += ["--nproc", str(nproc)]
-    cmd += ["--", sys.executable, "-m", f"daydream.workloads.{name}", "--steps", str(warmup + iterations + 2),
-            "--quiet", *WORKLOAD_ARGS.get(name, ()), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    return cmd + ["--", sys.executable, "-m", f"daydream.workloads.{name}", "--steps", str(warmup + iterations + 2),
+                  "--quiet", *WORKLOAD_ARGS.get(name, ()), *args]
+
+
+def _traced(name: str, path: Path, args, nproc: int, returncode: int, stderr: str) -> Path:
     out = path if nproc == 1 else _rank0(path)
-    if proc.returncode != 0 or not out.exists():
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    if returncode != 0 or not out.exists():
+        tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
         raise DaydreamError(f"tracing {name} {' '.join(args)} failed: {tail}")
     return out
+
+
+def trace_workload(name: str, path: Path, args=(), warmup: int = 2, iterations: int = 5, nproc: int = 1) -> Path:
+    """Trace a bundled workload with ``daydream trace``; returns the (rank 0) trace path."""
+    proc = subprocess.run(_trace_cmd(name, path, args, warmup, iterations, nproc), capture_output=True, text=True,
+                          env=run_env())
+    return _traced(name, path, args, nproc, proc.returncode, proc.stderr)
+
+
+#: Least length of a turn (s): long enough that starting on caches the other
+#: process left cold is a small share, short against the machine's drift.
+TURN_S = 0.1
+
+
+def trace_in_turns(configs, iterations: int = 5, warmup: int = 2, quantum_s: float = TURN_S) -> list:
+    """Trace ``configs`` (``(workload, path, args, nproc)``) at once, iterations taken in turns.
+
+    The processes run their recorded iterations alternately (one iteration of
+    the first, one of the second, ...; the ranks of a multi-process config
+    together), so all of them see the machine in the same state: on a shared
+    machine whose speed drifts by 10-20 % from second to second, runs made
+    one after the other are not comparable (:mod:`daydream.collect.turns`).
+    Returns the (rank 0) trace paths.
+    """
+    import tempfile
+
+    from .collect.turns import TurnTaker
+
+    with tempfile.TemporaryDirectory(prefix="daydream-turns-") as tmp, \
+            TurnTaker(Path(tmp) / "turns", {f"c{i}": c[3] for i, c in enumerate(configs)}, quantum_s) as turns:
+        errs = [open(Path(tmp) / f"c{i}.stderr", "w+") for i in range(len(configs))]   # no pipe to fill up
+        procs = [subprocess.Popen(_trace_cmd(name, path, args, warmup, iterations, nproc), text=True,
+                                  stdout=subprocess.DEVNULL, stderr=err, env=run_env(**turns.env(f"c{i}")))
+                 for i, ((name, path, args, nproc), err) in enumerate(zip(configs, errs))]
+        codes = [p.wait() for p in procs]
+        texts = []
+        for err in errs:
+            err.seek(0)
+            texts.append(err.read())
+            err.close()
+    return [_traced(name, path, args, nproc, code, text)
+            for (name, path, args, nproc), code, text in zip(configs, codes, texts)]
 
 
 def _rank0(path: Path) -> Path:
@@ -133,37 +193,42 @@ def _rank0(path: Path) -> Path:
     return path
 
 
+def _round_path(path: Path, k: int, repeat: int) -> Path:
+    return path.with_name(path.name.replace(".json", f".r{k}.json")) if repeat > 1 else path
+
+
 def fastest_run(repeat: int, name: str, path: Path, args=(), iterations: int = 5, nproc: int = 1):
     """Trace ``repeat`` times; keep the run with the lowest mean iteration time.
 
-    Interference from other work on the machine (a VM here: iteration times of
-    identical runs vary by up to 2x) only ever adds time, so the fastest run is
-    the least disturbed.  Returns (path, report).
+    For a single configuration with nothing to compare against in the same
+    rounds.  Returns (path, report).
     """
-    return fastest_pair(repeat, [(name, path, args, nproc)], iterations)[0]
+    runs = [trace_workload(name, _round_path(path, k, repeat), args, iterations=iterations, nproc=nproc)
+            for k in range(max(repeat, 1))]
+    return min(((p, replay(p)[0]) for p in runs), key=lambda x: x[1].measured_ms)
 
 
-def fastest_pair(repeat: int, configs, iterations: int = 5) -> list:
-    """Trace each of ``configs`` (``(workload, path, args, nproc)``) ``repeat`` times, in turns.
+def paired_rounds(repeat: int, configs, iterations: int = 5) -> list:
+    """``repeat`` rounds of :func:`trace_in_turns` over ``configs``.
 
-    Baseline and variant alternate (A B A B ...) so that load which drifts over
-    minutes hits both alike; each keeps its fastest run.  Returns one
-    (path, report) per config.
+    Returns one list per round of (path, report), one per config, in order:
+    the runs of a round are comparable with each other.
     """
-    runs = [[] for _ in configs]
+    rounds = []
     for k in range(max(repeat, 1)):
-        for i, (name, path, args, nproc) in enumerate(configs):
-            p = path.with_name(path.name.replace(".json", f".r{k}.json")) if repeat > 1 else path
-            p = trace_workload(name, p, args, iterations=iterations, nproc=nproc)
-            runs[i].append((p, replay(p)[0]))
-    return [min(r, key=lambda x: x[1].measured_ms) for r in runs]
+        paths = trace_in_turns([(n, _round_path(p, k, repeat), a, np_) for n, p, a, np_ in configs], iterations)
+        rounds.append([(p, replay(p)[0]) for p in paths])
+    return rounds
 
 
 def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_path=None, progress=print,
                    repeat: int = 1):
     """Run the matrix; returns the rows (failed cases are reported and skipped).
 
-    Each case traces its baseline and its real variant in turns (:func:`fastest_pair`).
+    Each case traces its baseline and its real variant in turns
+    (:func:`paired_rounds`), ``repeat`` rounds; a row's times are the means
+    over the rounds of the prediction from each round's baseline and of the
+    variant measured in the same round.
     """
     tdir = out_dir / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
@@ -176,15 +241,16 @@ def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_
             try:
                 progress(f"{w}: {key}: tracing baseline {' '.join(case.baseline) or '(defaults)'} and the real "
                          f"variant {' '.join(case.variant) or ''}{f' on {case.nproc} processes' if case.nproc > 1 else ''}"
-                         f", in turns x{max(repeat, 1)}")
-                (base, _), (_, measured) = fastest_pair(
-                    repeat, [(w, tdir / f"{w}.{key}.base.json.gz", case.baseline, 1),
-                             (w, tdir / f"{w}.{key}.json.gz", case.variant, case.nproc)], iterations)
-                report, _ = predict(base, [case.opt], profile_path=profile_path)
+                         f", iterations in turns, x{max(repeat, 1)}")
+                rounds = paired_rounds(repeat, [(w, tdir / f"{w}.{key}.base.json.gz", case.baseline, 1),
+                                                (w, tdir / f"{w}.{key}.json.gz", case.variant, case.nproc)], iterations)
+                reports = [predict(base, [case.opt], profile_path=profile_path)[0] for (base, _), _ in rounds]
             except DaydreamError as exc:
                 progress(f"{w}: {key}: skipped ({exc})")
                 continue
-            row = ValidationRow(w, case.opt, report.baseline_ms, report.predicted_ms, measured.measured_ms)
+            row = ValidationRow(w, case.opt, statistics.fmean(r.baseline_ms for r in reports),
+                                statistics.fmean(r.predicted_ms for r in reports),
+                                statistics.fmean(m.measured_ms for _, (_, m) in rounds))
             rows.append(row)
             progress(f"{w}: {key}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
                      f"error {row.error_pct:.1f}% ({time.time() - t0:.0f} s)")

@@ -235,25 +235,51 @@ def layer_instances(ctx, families: dict) -> list:
     return out
 
 
+#: Backend-specific kernels (op name) re-run as the portable op that chose them (its name):
+#: in another dtype or size the portable op may pick another backend (bf16
+#: convolutions on a CPU without bf16 units leave oneDNN for ``_slow_conv2d``).
+BACKEND_OPS = (re.compile(r"^aten::(mkldnn_|cudnn_|miopen_|_slow_conv|thnn_conv|_nnpack_).*conv"), "aten::convolution")
+_PARENT_LOOKBACK = 8
+
+
 def signatures_of(ctx, tasks) -> dict:
-    """task -> its op's call signature (traces recorded with shapes; CPU ops only)."""
+    """task -> its op's call signature (traces recorded with shapes; CPU ops only).
+
+    A backend-specific op (:data:`BACKEND_OPS`) gets the signature of the
+    portable op that encloses it on its thread, when there is one.
+    """
     T = ctx.graph.tasks
     ranks = {r.rank: r for r in getattr(ctx.trace, "ranks", None) or []}
     out = {}
     for t in tasks.tolist():
         r = ranks.get(int(T["rank"][t]))
         ev = int(T["event"][t])
-        if r is not None and ev >= 0 and T["kind"][t] == EventKind.CPU_OP and r.cols.get("sig") is not None \
-                and r.cols["sig"][ev] >= 0:
-            out[t] = r.signatures[int(r.cols["sig"][ev])]
+        if r is not None and ev >= 0 and T["kind"][t] == EventKind.CPU_OP and r.cols.get("sig") is not None:
+            ev = _portable_parent(r, ev)
+            if r.cols["sig"][ev] >= 0:
+                out[t] = r.signatures[int(r.cols["sig"][ev])]
     return out
 
 
-def rerun_ratios(ctx, tasks, measure, note: str) -> dict:
-    """task -> time ratio of its op re-run on this machine (CPU traces recorded with shapes).
+def _portable_parent(r, ev: int) -> int:
+    """The enclosing portable op of a backend-specific op ``ev`` (else ``ev``)."""
+    pattern, parent = BACKEND_OPS
+    if not pattern.match(r.names[int(r.cols["name"][ev])]):
+        return ev
+    c = r.cols
+    end = c["start_ns"][ev] + c["dur_ns"][ev]
+    for p in range(ev - 1, max(ev - _PARENT_LOOKBACK, -1), -1):
+        if c["lane"][p] == c["lane"][ev] and r.names[int(c["name"][p])] == parent \
+                and c["start_ns"][p] + c["dur_ns"][p] >= end:
+            return p
+    return ev
 
-    ``measure(signatures) -> {signature: ratio}`` is one of :mod:`daydream.opbench`'s
-    ``*_time_ratios``; ``note`` (with ``{n}``, the ops re-run) is left on ``ctx``.
+
+def rerun_ratios(ctx, tasks, measure, note: str) -> dict:
+    """task -> what ``measure`` found for its op re-run on this machine (CPU traces with shapes).
+
+    ``measure(signatures) -> {signature: value}`` is one of :mod:`daydream.opbench`'s
+    ``*_time_ratios`` (or ``dtype_time_pairs``); ``note`` (with ``{n}``, the ops re-run) is left on ``ctx``.
     Empty where the device is not a CPU, the tasks have no signatures, or torch
     is missing.
     """

@@ -4,11 +4,16 @@ Model
 -----
 * Compute-bound tasks (matmul/convolution CPU ops with FLOPs from their
   shapes, GEMM/convolution kernels) in the forward and backward phases run
-  at the device's throughput for the new dtype: each is scaled by
-  ``t(dtype)/t(fp32)``.  On a CPU trace with recorded shapes the ratio is
-  measured by re-running each distinct op (same shapes and strides) on this
-  machine in both dtypes (:mod:`daydream.opbench`); otherwise it comes from
-  the device's throughput curves at that op's size.  A device without fast
+  at the device's throughput for the new dtype.  On a CPU trace with
+  recorded shapes each distinct op (same shapes and strides) is re-run on
+  this machine in both dtypes (:mod:`daydream.opbench`) and the task gains
+  the difference, ``t(dtype) - t(fp32)``: what the op costs in training
+  beyond the re-run (inputs coming cold from memory, other work in the
+  caches: up to 3x a warm re-run of a weight-gradient matmul here) is
+  not arithmetic and does not grow with it; bf16 matmuls on a CPU without
+  bf16 units take up to 60x fp32, and scaling that by the in-training
+  surplus over-predicted by up to 40 %.  Otherwise each task is scaled by
+  ``t(dtype)/t(fp32)`` from the device's throughput curves at its size.  A device without fast
   low-precision math (most CPUs without AMX/avx512-bf16) therefore predicts
   a slowdown.
 * Memory-bound tasks of the layers that contain compute ops move half the
@@ -33,7 +38,7 @@ from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import insert, select
 
 from ._common import OPTIMIZER_STEP_RE, by_rank_iteration
-from daydream.opbench import dtype_time_ratios
+from daydream.opbench import dtype_time_pairs
 
 from ._layers import rerun_ratios, signatures_of
 from .base import NotApplicable, Optimization, Param
@@ -60,7 +65,7 @@ class AMP(Optimization):
         if not comp.any():
             raise NotApplicable("the trace has no matmul/convolution work with known sizes; record op shapes "
                                 "(daydream trace records them; torch.profiler(record_shapes=True))")
-        measured = self._measured_ratios(ctx, np.flatnonzero(comp))
+        measured = self._rerun_times(ctx, np.flatnonzero(comp))
         self._scale_compute(g, dev, dt, np.flatnonzero(comp), measured)
         self._scale_memory(g, dev, dt, comp, in_model)
         if self.cast_overhead:
@@ -73,11 +78,11 @@ class AMP(Optimization):
     def _is_conv(g, tasks):
         return np.array([any(k in g.task_name(t).lower() for k in _CONV_NAMES) for t in tasks], bool)
 
-    def _measured_ratios(self, ctx, tasks) -> dict:
-        """task -> t(dtype)/t(fp32) of its op re-run on this machine (CPU traces with shapes)."""
+    def _rerun_times(self, ctx, tasks) -> dict:
+        """task -> (t(fp32), t(dtype)) of its op re-run on this machine (CPU traces with shapes)."""
         if not self.remeasure:
             return {}
-        return rerun_ratios(ctx, tasks, lambda sigs: dtype_time_ratios(sigs, self.dtype, ctx.device.threads or None),
+        return rerun_ratios(ctx, tasks, lambda sigs: dtype_time_pairs(sigs, self.dtype, ctx.device.threads or None),
                             "amp: {n} distinct compute ops re-measured in " f"{self.dtype} on this machine")
 
     def _scale_compute(self, g, dev, dt, tasks, measured):
@@ -87,8 +92,10 @@ class AMP(Optimization):
         if unknown.any():     # GPU kernels: infer FLOPs from time at the fp32 rate (fixed point of t = f / rate(f))
             flops[unknown] = self._flops_from_time(dev, T["dur_ns"][tasks][unknown])
         ratio = dtype_time_ratio(dev, flops, "float32", dt, self._is_conv(g, tasks))
-        ratio = np.array([measured.get(t, r) for t, r in zip(tasks.tolist(), ratio)])
-        T["dur_ns"][tasks] = np.rint(T["dur_ns"][tasks] * ratio).astype(np.int64)
+        dur = T["dur_ns"][tasks].astype(float)
+        new = np.array([d + measured[t][1] - measured[t][0] if t in measured else d * r
+                        for t, d, r in zip(tasks.tolist(), dur, ratio)])
+        T["dur_ns"][tasks] = np.rint(np.maximum(new, 1.0)).astype(np.int64)
 
     @staticmethod
     def _flops_from_time(dev, dur_ns):

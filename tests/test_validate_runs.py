@@ -1,4 +1,4 @@
-"""``daydream validate``'s run protocol: baseline and variant traced in turns, fastest of each kept."""
+"""``daydream validate``'s run protocol: baseline and variant traced in turns, every round kept."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,18 +7,17 @@ from types import SimpleNamespace
 from daydream import validate
 
 
-def test_fastest_pair_alternates_and_keeps_each_fastest(monkeypatch, tmp_path):
-    order, times = [], iter([30.0, 12.0, 20.0, 15.0, 25.0, 11.0])   # A B A B A B
-    monkeypatch.setattr(validate, "trace_workload",
-                        lambda name, p, args, iterations, nproc: order.append((name, p.name, nproc)) or p)
+def test_rounds_trace_every_config_in_turns_and_keep_every_round(monkeypatch, tmp_path):
+    calls, times = [], iter([30.0, 12.0, 20.0, 15.0])
+    monkeypatch.setattr(validate, "trace_in_turns",
+                        lambda configs, iterations: calls.append([(c[1].name, c[3]) for c in configs]) or
+                        [c[1] for c in configs])
     monkeypatch.setattr(validate, "replay", lambda p: (SimpleNamespace(measured_ms=next(times)), None))
-    (a, ra), (b, rb) = validate.fastest_pair(3, [("mlp", tmp_path / "a.json.gz", (), 1),
-                                                 ("mlp", tmp_path / "b.json.gz", ("--x",), 2)])
-    assert [o[1] for o in order] == ["a.r0.json.gz", "b.r0.json.gz", "a.r1.json.gz", "b.r1.json.gz",
-                                     "a.r2.json.gz", "b.r2.json.gz"]
-    assert [o[2] for o in order] == [1, 2] * 3
-    assert (Path(a).name, ra.measured_ms) == ("a.r1.json.gz", 20.0)
-    assert (Path(b).name, rb.measured_ms) == ("b.r2.json.gz", 11.0)
+    rounds = validate.paired_rounds(2, [("mlp", tmp_path / "a.json.gz", (), 1),
+                                        ("mlp", tmp_path / "b.json.gz", ("--x",), 2)])
+    assert calls == [[("a.r0.json.gz", 1), ("b.r0.json.gz", 2)], [("a.r1.json.gz", 1), ("b.r1.json.gz", 2)]]
+    assert [[(Path(p).name, r.measured_ms) for p, r in rnd] for rnd in rounds] == [
+        [("a.r0.json.gz", 30.0), ("b.r0.json.gz", 12.0)], [("a.r1.json.gz", 20.0), ("b.r1.json.gz", 15.0)]]
 
 
 def test_single_run_keeps_the_given_name(monkeypatch, tmp_path):

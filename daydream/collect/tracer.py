@@ -28,6 +28,7 @@ from .errors import CollectionError
 from .hooks import LayerMarkers, enter_range, exit_range
 from .normalize import normalize_marker_events
 from .steps import MarkerSource, OptimizerWatcher
+from .turns import PAUSE_RANGE, Turns
 from .writer import add_metadata, rank_path, write_trace_atomic
 
 __all__ = ["TraceOptions", "Tracer", "TracerState", "TraceResult", "current_tracer"]
@@ -144,6 +145,7 @@ class Tracer:
         self._notes: list[str] = []
         self.error: str | None = None
         self.markers.on_error = lambda exc: self._fail("in a module hook", exc)
+        self._turns = Turns.from_env()  # run in turns with other traced processes (daydream validate)
 
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> "Tracer":
@@ -216,13 +218,23 @@ class Tracer:
         if (b == self._first_record - 1 and not lazy_start) or (b == self._first_record and not self._prepared):
             self._prepare()
         if b == self._first_record:
+            self._take_turn()
             self._prof.start_trace()
             self._start_collector()
             self.markers.enabled = True
             self.state = TracerState.RECORDING
+        elif self.state is TracerState.RECORDING and self._turns is not None and self._turns.due():
+            paused = enter_range(PAUSE_RANGE)   # cut out of the timeline by the loader
+            self._take_turn()
+            exit_range(paused)
         if self.state is TracerState.RECORDING:
             self._step_range = enter_range(f"ProfilerStep#{b}")
             self._t_boundary_ns = time.perf_counter_ns()
+
+    def _take_turn(self) -> None:
+        """Wait until this process's turn (only under ``DAYDREAM_TURNS``; see :mod:`.turns`)."""
+        if self._turns is not None:
+            self._turns.wait()
 
     def _start_collector(self) -> None:
         if self._collector is None:
@@ -292,6 +304,8 @@ class Tracer:
                 iteration_ns=tuple(self._iter_ns),
                 error=self.error,
             )
+            if self._turns is not None:
+                self._turns.leave()        # after writing: the others' iterations ran undisturbed
             if self.on_finish is not None:
                 try:
                     self.on_finish(self)

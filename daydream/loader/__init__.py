@@ -17,6 +17,7 @@ from .memory import check_memory, json_bytes, max_workers_for
 from .kineto import parse_events
 from .iterations import find_iterations
 from .layers import assign_layers_and_phases
+from .pauses import cut_pauses
 
 __all__ = ["load_trace", "load_rank", "assemble_rank", "read_documents", "expand_paths", "PARALLEL_MIN_BYTES"]
 
@@ -68,6 +69,7 @@ def assemble_rank(source, meta, p, cols, fwdbwd, index=0, iteration_marker=None,
     the fast path (:mod:`daydream.loader.fast`, which passes its compiled
     ``assign``).
     """
+    cut_pauses(cols, p.names, fwdbwd)       # waits for the turn (daydream validate), not training
     its = find_iterations(source, cols, p.names, p.lanes, iteration_marker)
     layers = StringTable()
     assign(cols, p.names, p.lanes, layers, its.boundaries_ns)

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from ..errors import DaydreamError
-from ..validate import THREADS, ValidationRow
+from ..validate import THREADS, ValidationRow, run_env
 from ..whatif import predict
 
 __all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us", "alternate"]
@@ -39,7 +39,7 @@ def _run(schedule: str, extra=(), steps: int = 14, warmup: int = 4, microbatches
     cmd = [sys.executable, "-m", "daydream.workloads.pipeline", "--schedule", schedule, "--microbatches",
            str(microbatches), "--steps", str(steps), "--warmup", str(warmup), "--threads", str(THREADS),
            *model, *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=run_env())
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
             return json.loads(line)

@@ -1,0 +1,285 @@
+"""Taking turns: traced processes that run their iterations alternately.
+
+Two runs compared on a shared or virtual machine see it at different
+speeds: on the 2-core VM this project is developed on, a fixed piece of work
+runs 10-20 % faster or slower from one second to the next
+(``benchmarks/machine_noise.py``), so a baseline and a variant traced one
+after the other differ by more than most optimizations change.  Run
+together *in turns* instead (the baseline's iteration, then the variant's,
+then the baseline's ...), both see the same machine within a fraction of a
+second of each other, and slow spells hit both alike.
+
+A :class:`TurnTaker` (in the process that launches the runs) hands out the
+turns; each traced process is a participant (:class:`Turns`, used by the
+tracer at every iteration boundary while it records).  Participants are
+grouped: every process of one group (the ranks of one data-parallel job)
+runs at the same time; groups alternate.  The waits happen between two
+``ProfilerStep`` ranges, inside a ``daydream: paused`` range that the
+loader cuts out of the timeline (:mod:`daydream.loader.pauses`), so
+iteration times and replays exclude them.
+
+The rendezvous is a directory of named pipes named by ``DAYDREAM_TURNS``
+(``DAYDREAM_TURNS_GROUP`` names the participant's group).  It is POSIX
+only, stdlib only, and never blocks training for good: a participant that
+hears nothing for ``timeout_s`` goes on without turns.
+
+>>> TurnTaker.__name__
+'TurnTaker'
+"""
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from pathlib import Path
+
+__all__ = ["ENV_DIR", "ENV_GROUP", "PAUSE_RANGE", "Turns", "TurnTaker"]
+
+#: Environment variable naming the rendezvous directory.
+ENV_DIR = "DAYDREAM_TURNS"
+#: Environment variable naming the participant's group.
+ENV_GROUP = "DAYDREAM_TURNS_GROUP"
+
+#: Name of the range that covers a wait for the turn (cut out by the loader).
+PAUSE_RANGE = "daydream: paused"
+_CTL = "ctl"
+
+
+def _read_ready(fd: int, timeout_s: float) -> bytes:
+    """Bytes from ``fd`` once readable, or b"" after ``timeout_s``."""
+    ready, _, _ = select.select([fd], [], [], timeout_s)
+    return os.read(fd, 4096) if ready else b""
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+class Turns:
+    """A participant: wait for the turn before each recorded iteration.
+
+    Parameters
+    ----------
+    directory : path
+        The :class:`TurnTaker`'s rendezvous directory.
+    group : str
+        Processes of one group run together.
+    timeout_s : float
+        Give up on turns (run freely) after this long without a turn.
+
+    A turn lasts as many iterations as the :class:`TurnTaker` says with it
+    (the same for every process of the group, so that ranks which
+    synchronise with each other stop at the same boundary).
+    """
+
+    def __init__(self, directory, group: str, timeout_s: float = 60.0):
+        self.dir = Path(directory)
+        self.group = group
+        self.timeout_s = timeout_s
+        self._left = 0
+        self.active = False
+        self._ctl = self._go = None
+        self._holding = False
+
+    @classmethod
+    def from_env(cls) -> "Turns | None":
+        """The participant the environment asks for (``DAYDREAM_TURNS``), or None."""
+        d = os.environ.get(ENV_DIR)
+        return cls(d, os.environ.get(ENV_GROUP, "default")) if d else None
+
+    def due(self) -> bool:
+        """Called at each iteration boundary: whether the turn ends here."""
+        self._left -= 1
+        return self.active and self._left <= 0
+
+    def _say(self, word: str) -> None:
+        os.write(self._ctl, f"{word} {self.group} {os.getpid()}\n".encode())
+
+    def wait(self) -> bool:
+        """End this process's turn (if it held one) and wait for the next.
+
+        Returns True when the turn came, False when turns are off (never
+        joined, or given up after a timeout or an error).
+        """
+        try:
+            if self._ctl is None:
+                return self._join()
+            if not self.active:
+                return False
+            if self._holding:
+                self._say("done")
+            return self._await_go()
+        except OSError:
+            self.active = False
+            return False
+
+    def _join(self) -> bool:
+        go = self.dir / f"go.{os.getpid()}"
+        os.mkfifo(go)
+        self._go = os.open(go, os.O_RDWR | os.O_NONBLOCK)
+        self._ctl = os.open(self.dir / _CTL, os.O_WRONLY | os.O_NONBLOCK)
+        self.active = True
+        self._say("ready")
+        return self._await_go()
+
+    def _await_go(self) -> bool:
+        msg = _read_ready(self._go, self.timeout_s)
+        self._holding = self.active = bool(msg)
+        self._left = int(msg[1:] or b"1") if msg[1:].isdigit() else 1
+        return self._holding
+
+    def leave(self) -> None:
+        """Give the turn back for good (after the trace is written)."""
+        if self._ctl is None:
+            return
+        try:
+            if self.active:
+                self._say("bye")
+        except OSError:
+            pass
+        for fd in (self._ctl, self._go):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._ctl = self._go = None
+        self.active = False
+
+
+class TurnTaker:
+    """Hand out turns to groups of participants, alternating in a fixed order.
+
+    Parameters
+    ----------
+    directory : path
+        An empty directory for the named pipes (created if missing).
+    groups : dict of str to int
+        Group name -> number of processes in it, in turn order.
+    quantum_s : float
+        A turn lasts whole iterations, as many as make about this long
+        (estimated from the group's last turn; the first turn is one
+        iteration).  A process that comes back to a core after another
+        ran there starts on cold caches; longer turns make that a smaller
+        share of its time, shorter ones follow the machine's drift closer.
+    timeout_s : float
+        Stop handing out turns when nothing is heard for this long.  A process
+    that dies counts as gone.
+
+    Use as a context manager around launching the participants, with
+    ``DAYDREAM_TURNS=<directory>`` and ``DAYDREAM_TURNS_GROUP=<name>`` in
+    their environment (:meth:`env`).  Turns begin once every process of
+    every group is ready; a group whose processes all left is skipped.
+    """
+
+    def __init__(self, directory, groups: dict, quantum_s: float = 0.0, timeout_s: float = 60.0):
+        self.dir = Path(directory)
+        self.groups = dict(groups)
+        self.quantum_s = quantum_s
+        self.timeout_s = timeout_s
+        self.turns_given = 0
+        self._stop = threading.Event()
+        self._thread = None
+
+    def env(self, group: str) -> dict:
+        """Environment entries that make a traced process a participant of ``group``."""
+        return {ENV_DIR: str(self.dir), ENV_GROUP: group}
+
+    def __enter__(self) -> "TurnTaker":
+        self.dir.mkdir(parents=True, exist_ok=True)
+        ctl = self.dir / _CTL
+        if not ctl.exists():
+            os.mkfifo(ctl)
+        self._fd = os.open(ctl, os.O_RDWR | os.O_NONBLOCK)
+        self._thread = threading.Thread(target=self._run, name="daydream-turns", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        os.close(self._fd)
+
+    # -- the hand-out loop ----------------------------------------------------
+    def _messages(self, buf: bytearray):
+        """Complete lines received so far: (word, group, pid)."""
+        data = _read_ready(self._fd, 0.2)
+        buf.extend(data)
+        *lines, rest = bytes(buf).split(b"\n")
+        buf[:] = rest
+        return [tuple(ln.decode().split()) for ln in lines if ln.count(b" ") == 2]
+
+    def _run(self) -> None:
+        members = {g: set() for g in self.groups}     # ready and not left
+        left = {g: 0 for g in self.groups}
+        waiting: set = set()                          # pids whose turn ended (or not begun)
+        running: set = set()
+        order = list(self.groups)
+        current = -1
+        plan = {g: [1, 0.0] for g in self.groups}    # iterations per turn, when the turn began
+        buf = bytearray()
+        heard = time.monotonic()
+        started = False
+        while not self._stop.is_set():
+            msgs = self._messages(buf)
+            if msgs:
+                heard = time.monotonic()
+            elif time.monotonic() - heard > self.timeout_s:
+                self._release(members)
+                return
+            msgs += [("bye", g, pid) for g, pids in members.items() for pid in pids if not _alive(pid)]
+            for word, group, pid in msgs:
+                if group not in members:
+                    continue
+                if word == "ready":
+                    members[group].add(pid)
+                    waiting.add(pid)
+                elif word == "done":
+                    running.discard(pid)
+                    waiting.add(pid)
+                elif word == "bye" and pid in members[group]:
+                    members[group].discard(pid)
+                    running.discard(pid)
+                    waiting.discard(pid)
+                    left[group] += 1
+            if not started:
+                started = all(len(members[g]) + left[g] >= n for g, n in self.groups.items())
+            if not started or running:
+                continue
+            live = [i for i, g in enumerate(order) if members[order[i]]]
+            if not live:
+                if all(left[g] >= n for g, n in self.groups.items()):
+                    return
+                continue
+            if current >= 0 and plan[order[current]][1]:
+                self._replan(plan[order[current]])
+            current = next((i for i in live if i > current), live[0])
+            n = plan[order[current]]
+            n[1] = time.monotonic()
+            for pid in members[order[current]]:
+                self._go(pid, n[0])
+                running.add(pid)
+                waiting.discard(pid)
+            self.turns_given += 1
+
+    def _replan(self, n: list) -> None:
+        """Iterations for the group's next turn from how long its last one took."""
+        per_iteration = (time.monotonic() - n[1]) / n[0]
+        n[0] = max(1, round(self.quantum_s / per_iteration)) if per_iteration > 0 else 1
+
+    def _go(self, pid: str, iterations: int = 1) -> None:
+        try:
+            fd = os.open(self.dir / f"go.{pid}", os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, b"g%d" % iterations)
+            os.close(fd)
+        except OSError:
+            pass
+
+    def _release(self, members) -> None:
+        for pids in members.values():
+            for pid in pids:
+                self._go(pid)

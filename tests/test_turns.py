@@ -1,0 +1,109 @@
+"""Taking turns (``daydream.collect.turns``) and cutting the waits out (``daydream.loader.pauses``)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from daydream.collect.turns import TurnTaker, Turns
+from daydream.loader.pauses import cut_pauses, shift_times
+from daydream.model import StringTable
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="named pipes are POSIX")
+
+_PARTICIPANT = textwrap.dedent("""
+    import sys, time
+    from daydream.collect.turns import Turns
+    turns = Turns.from_env()
+    log = open(sys.argv[1], "a")
+    for k in range(int(sys.argv[2])):
+        if k == 0 or turns.due():
+            turns.wait()
+        log.write(f"{time.monotonic_ns()} {sys.argv[3]} {k}\\n"); log.flush()
+        time.sleep(0.01)
+    turns.leave()
+""")
+
+
+def _run_group(tmp_path, groups, iterations, quantum_s=0.0):
+    log = tmp_path / "log"
+    with TurnTaker(tmp_path / "turns", {g: n for g, n in groups.items()}, quantum_s) as tt:
+        procs = [subprocess.Popen([sys.executable, "-c", _PARTICIPANT, str(log), str(iterations[g]), f"{g}{i}"],
+                                  env={**__import__("os").environ, **tt.env(g)})
+                 for g, n in groups.items() for i in range(n)]
+        assert [p.wait(timeout=60) for p in procs] == [0] * len(procs)
+    lines = sorted(ln.split() for ln in log.read_text().splitlines())
+    return [who for _, who, _ in sorted(lines, key=lambda x: int(x[0]))], tt
+
+
+def test_groups_alternate_one_iteration_at_a_time(tmp_path):
+    order, tt = _run_group(tmp_path, {"a": 1, "b": 1}, {"a": 3, "b": 3})
+    assert order == ["a0", "b0", "a0", "b0", "a0", "b0"]
+    assert tt.turns_given == 6
+
+
+def test_the_processes_of_a_group_run_together_and_a_finished_group_is_skipped(tmp_path):
+    order, _ = _run_group(tmp_path, {"a": 1, "b": 2}, {"a": 4, "b": 2})
+    assert order[0] == "a0" and sorted(order[1:3]) == ["b0", "b1"] and order[3] == "a0"
+    assert sorted(order[4:6]) == ["b0", "b1"] and order[6:] == ["a0", "a0"]
+
+
+def test_a_longer_quantum_gives_several_iterations_per_turn(tmp_path):
+    order, _ = _run_group(tmp_path, {"a": 1, "b": 1}, {"a": 8, "b": 8}, quantum_s=0.035)
+    runs = [len(list(g)) for _, g in __import__("itertools").groupby(order)]
+    assert runs[:2] == [1, 1] and max(runs) >= 3      # first turn one iteration, then ~35 ms of 10 ms ones
+
+
+def test_a_participant_without_a_turn_taker_runs_freely(tmp_path):
+    turns = Turns(tmp_path / "nobody-here", "a")
+    assert turns.wait() is False and turns.active is False
+    turns.leave()
+
+
+def test_shift_times_cuts_spans_and_maps_inside_points_to_the_span_start():
+    spans = np.array([[10, 20], [30, 35]])
+    got = shift_times(np.array([0, 10, 15, 20, 25, 30, 40]), spans)
+    assert got.tolist() == [0, 10, 10, 10, 15, 20, 25]
+
+
+def test_cut_pauses_removes_the_ranges_and_moves_later_events_and_flows():
+    names = StringTable(["ProfilerStep#1", "daydream: paused", "aten::mm"])
+    cols = {"name": np.array([0, 2, 1, 0, 2]), "start_ns": np.array([0, 5, 100, 300, 310]),
+            "dur_ns": np.array([100, 50, 200, 50, 20]), "kind": np.zeros(5, np.int8)}
+    flows = np.array([[5, 0, 310, 0]], np.int64)
+    assert cut_pauses(cols, names, flows) == 1
+    assert cols["name"].tolist() == [0, 2, 0, 2]
+    assert cols["start_ns"].tolist() == [0, 5, 100, 110] and cols["dur_ns"].tolist() == [100, 50, 50, 20]
+    assert flows.tolist() == [[5, 0, 110, 0]]
+
+
+def test_a_trace_without_pauses_is_untouched():
+    names = StringTable(["aten::mm"])
+    cols = {"name": np.array([0]), "start_ns": np.array([7]), "dur_ns": np.array([3])}
+    assert cut_pauses(cols, names, np.zeros((0, 4), np.int64)) == 0
+    assert cols["start_ns"].tolist() == [7]
+
+
+def test_two_traced_workloads_in_turns_give_traces_without_the_waits(tmp_path):
+    import gzip
+    import json
+
+    from daydream import validate
+    from daydream.analysis import as_trace
+
+    paths = validate.trace_in_turns([("mlp", tmp_path / "a.json.gz", (), 1),
+                                     ("mlp", tmp_path / "b.json.gz", ("--optimizer", "adam"), 1)],
+                                    iterations=4, quantum_s=0.0)
+    for p in paths:
+        raw = json.loads(gzip.decompress(p.read_bytes()))
+        pauses = [e for e in raw["traceEvents"] if e.get("name") == "daydream: paused"]
+        assert len(pauses) == 3                           # between the 4 recorded iterations
+        rank = as_trace([p]).ranks[0]
+        assert rank.n_iterations == 4 and "daydream: paused" not in {rank.names[i] for i in rank.cols["name"]}
+        steps = sorted(e["ts"] for e in raw["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
+        waited_us = sum(e["dur"] for e in pauses)
+        cut_us = (rank.boundaries_ns[-2] - rank.boundaries_ns[0]) / 1e3     # first to last iteration start
+        assert abs(cut_us - (steps[-1] - steps[0] - waited_us)) < 5
