@@ -30,6 +30,8 @@ def _work(op: str):
 
 
 def _reps(fn, chunk_s: float) -> int:
+    for _ in range(20):     # warm up (first calls allocate, load kernels)
+        fn()
     n, t = 1, 0.0
     while t < chunk_s / 4:
         n *= 2

@@ -178,30 +178,65 @@ def _gloo_allreduce(sizes):
     return (1e9 / slope, intercept / 2.0)
 
 
-def _loader_fetch(torch, sizes=(2 ** 12, 2 ** 18), batches: int = 40):
+def _loader_fetch(torch, sizes=(2 ** 12, 2 ** 18), batches: int = 40, busy_s: float = 0.005):
     """Main-process cost of one batch from a DataLoader worker: fit fixed + per-byte.
 
-    The main loop sleeps between batches so the worker is always ahead: what
-    is timed is only the hand-over (queue, unpickling, shared-memory mapping).
+    Between batches the main loop computes (matmuls for ``busy_s``), as a
+    training loop does, so the workers are always ahead: what is timed is
+    the hand-over (queue, unpickling, mapping the shared memory) and the
+    first read of the batch, which faults its shared pages in.  The mean
+    (without the slowest 5 %) is kept: a training loop pays every hand-over,
+    and a low quantile under-predicted it by a third.
     """
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
 
+    a, b = torch.randn(64, 256), torch.randn(256, 256)
     pts = []
-    for numel in sizes:
+    for numel in sizes:     # whole batches indexed at once: the worker's own work is negligible
         ds = TensorDataset(torch.randn(batches * 4, numel // 4), torch.zeros(batches * 4, dtype=torch.long))
-        it = iter(DataLoader(ds, batch_size=4, num_workers=1, prefetch_factor=4))
+        it = iter(DataLoader(ds, batch_size=None, sampler=BatchSampler(SequentialSampler(ds), 4, drop_last=True),
+                             num_workers=2, prefetch_factor=2))
         next(it)
         samples = []
         for _ in range(batches - 2):
-            time.sleep(0.002)
+            end = time.perf_counter() + busy_s
+            while time.perf_counter() < end:
+                torch.mm(a, b)
             t0 = time.perf_counter()
-            next(it)
+            x, _ = next(it)
+            float(x.sum())
             samples.append((time.perf_counter() - t0) * 1e9)
         del it
-        pts.append((numel * 4.0, sorted(samples)[len(samples) // 4]))
+        kept = sorted(samples)[: max(int(len(samples) * 0.95), 1)]
+        pts.append((numel * 4.0, sum(kept) / len(kept)))
     (x0, y0), (x1, y1) = pts[0], pts[-1]
     per_byte = max((y1 - y0) / (x1 - x0), 0.0)
     return (max(y0 - per_byte * x0, 0.0), per_byte)
+
+
+def _checkpoint_call_ns(torch, device) -> tuple:
+    """Extra CPU time of a ``torch.utils.checkpoint`` call over the plain one: (forward, backward) ns.
+
+    On a tiny module (its own work negligible): forward with checkpoint minus
+    plain forward; forward + backward with checkpoint minus plain forward +
+    backward, minus the recomputed (no-grad) forward and the forward part.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).to(device)
+    x = torch.randn(4, 8, device=device, requires_grad=True)
+
+    def no_grad():
+        with torch.no_grad():
+            m(x)
+
+    plain_f = time_call_ns(lambda: m(x), device, 0.1)
+    ckpt_f = time_call_ns(lambda: checkpoint(m, x, use_reentrant=False), device, 0.1)
+    plain = time_call_ns(lambda: m(x).sum().backward(), device, 0.1)
+    ckpt = time_call_ns(lambda: checkpoint(m, x, use_reentrant=False).sum().backward(), device, 0.1)
+    recompute = time_call_ns(no_grad, device, 0.1)
+    fwd = max(ckpt_f - plain_f, 0.0)
+    return (int(fwd), int(max(ckpt - plain - recompute - fwd, 0.0)))
 
 
 def _compiled_call_ns(torch, device) -> int:
@@ -267,6 +302,8 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
     overhead = _op_overhead_ns(torch, dev, min_time_s)
     say("DataLoader worker hand-over")
     fetch = _loader_fetch(torch)
+    say("activation checkpointing call overhead")
+    ckpt = _checkpoint_call_ns(torch, dev)
     compiled = 0
     if not quick:
         say("torch.compile call overhead (compiles a tiny model, ~10 s)")
@@ -282,5 +319,6 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
                          bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
+                         checkpoint_call_ns=ckpt,
                          source=f"measured on {socket.gethostname()} {time.strftime('%Y-%m-%d %H:%M')}"
                                 f" torch {torch.__version__}")

@@ -130,6 +130,9 @@ class DeviceProfile:
     #: torch.compile: extra cost of one compiled forward + backward call over eager
     #: (guards, AOTAutograd wrappers), measured by calibration; 0 if unknown.
     compiled_call_ns: int = 0
+    #: Activation checkpointing: extra CPU time of one ``torch.utils.checkpoint``
+    #: call over the plain call (forward ns, backward ns), measured by calibration.
+    checkpoint_call_ns: tuple = (0, 0)
 
     def loader_fetch_ns(self, nbytes: float) -> float:
         """Main-process time to receive one batch of ``nbytes`` from a DataLoader worker."""
@@ -175,6 +178,7 @@ class DeviceProfile:
             d[k] = {dt: [list(p) for p in c.points] for dt, c in getattr(self, k).items()}
         d["collective"] = {k: list(v) for k, v in self.collective.items()}
         d["loader_fetch"] = list(self.loader_fetch)
+        d["checkpoint_call_ns"] = list(self.checkpoint_call_ns)
         return d
 
     @classmethod
@@ -185,7 +189,8 @@ class DeviceProfile:
                    collective={k: tuple(v) for k, v in d.get("collective", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
-                   compiled_call_ns=int(d.get("compiled_call_ns", 0)), **curves)
+                   compiled_call_ns=int(d.get("compiled_call_ns", 0)),
+                   checkpoint_call_ns=tuple(int(x) for x in d.get("checkpoint_call_ns", (0, 0))), **curves)
 
 
 def _gpu(name, fp32_tflops, tensor_tflops, bw_gbs, link_gbs, launch_us=4.0):
@@ -283,4 +288,6 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
         return "loader_fetch needs two non-negative numbers"
     if prof.op_overhead_ns < 0:
         return "op_overhead_ns must be >= 0"
+    if len(prof.checkpoint_call_ns) != 2 or any(x < 0 for x in prof.checkpoint_call_ns):
+        return "checkpoint_call_ns needs two numbers >= 0"
     return None

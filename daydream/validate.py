@@ -77,10 +77,13 @@ def runner(name: str):
 #: (multi-threaded ops stall when a core is taken), and two data-parallel
 #: workers get a core each.
 THREADS = 1
+#: ``--dataset-batches 64``: an epoch (a DataLoader iterator restarting, its
+#: workers' queues empty) every 64 steps, not every 8: training runs see one
+#: per thousands of steps, and the ``dataloader`` model is of the steady state.
 WORKLOAD_ARGS = {
-    "mlp": ("--hidden", "512", "--batch-size", "64", "--threads", str(THREADS)),
-    "cnn": ("--batch-size", "16", "--threads", str(THREADS)),
-    "transformer": ("--batch-size", "8", "--threads", str(THREADS)),
+    "mlp": ("--hidden", "512", "--batch-size", "64", "--threads", str(THREADS), "--dataset-batches", "64"),
+    "cnn": ("--batch-size", "16", "--threads", str(THREADS), "--dataset-batches", "64"),
+    "transformer": ("--batch-size", "8", "--threads", str(THREADS), "--dataset-batches", "64"),
 }
 
 
@@ -211,12 +214,19 @@ def fastest_run(repeat: int, name: str, path: Path, args=(), iterations: int = 5
 def paired_rounds(repeat: int, configs, iterations: int = 5) -> list:
     """``repeat`` rounds of :func:`trace_in_turns` over ``configs``.
 
-    Returns one list per round of (path, report), one per config, in order:
-    the runs of a round are comparable with each other.
+    A config of several processes (``nproc > 1``) is not run in turns: its
+    ranks lose more at every turn than the drift costs (the MLP's 2-rank
+    data-parallel job measured 36-43 ms in turns, 27-31 ms alone; gloo
+    hand-overs resume cold), so each round traces the configs one after
+    the other instead.  Returns one list per round of (path, report), one
+    per config, in order: the runs of a round are comparable.
     """
     rounds = []
+    together = all(c[3] == 1 for c in configs)
     for k in range(max(repeat, 1)):
-        paths = trace_in_turns([(n, _round_path(p, k, repeat), a, np_) for n, p, a, np_ in configs], iterations)
+        cfgs = [(n, _round_path(p, k, repeat), a, np_) for n, p, a, np_ in configs]
+        paths = trace_in_turns(cfgs, iterations) if together else \
+            [trace_workload(n, p, a, iterations=iterations, nproc=np_) for n, p, a, np_ in cfgs]
         rounds.append([(p, replay(p)[0]) for p in paths])
     return rounds
 

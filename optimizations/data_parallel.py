@@ -14,6 +14,12 @@ bucket buffers are CPU tasks (2 x bucket bytes at measured bandwidth) on the
 thread that runs backward.  ``overlap=false`` starts all all-reduces after
 backward.
 
+Buffers (BatchNorm running statistics; ``buffer_bytes`` of the module
+table) are broadcast from rank 0 at the start of every forward, as DDP does
+by default (``broadcast_buffers``): a blocking collective on the training
+thread lasting half a ring all-reduce of those bytes (one pass around the
+ring).
+
 On a CPU device, gloo's reduction needs a core: when the machine has no
 spare core per worker (cores - workers x threads < workers, from the trace
 metadata), the all-reduces run in turn with the training thread instead of
@@ -68,7 +74,9 @@ class DataParallel(Optimization):
     params = (Param("workers", 8, "number of workers", int),
               Param("bucket_mb", 25.0, "DDP bucket size in MB"),
               Param("backend", "auto", "collective figures to use: auto, gloo, nccl", str, ("auto", "gloo", "nccl")),
-              Param("overlap", True, "overlap all-reduce with backward", bool))
+              Param("overlap", True, "overlap all-reduce with backward", bool),
+              Param("broadcast_buffers", True, "broadcast module buffers from rank 0 every forward (DDP default)",
+                    bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -109,11 +117,24 @@ class DataParallel(Optimization):
                                   iteration=it, deps=[cp], bytes_=nbytes)
             if last is not None:
                 g.add_edges(last, first, EdgeKind.DATA)
+        if self.broadcast_buffers:
+            self._broadcast_buffers(g, dev, sum(m.get("buffer_bytes") or 0 for m in table.values()), backend)
         ctx.workers = self.workers
         if not comm:
             raise NotApplicable("the trace has no optimizer step inside its iterations to synchronise on")
         ctx.note(f"data-parallel: {len(groups)} bucket(s) of <= {self.bucket_mb} MB, {self.workers} workers, "
                  f"{sum(sizes.values()) / 1e6:.2f} MB of gradients per step")
+
+    def _broadcast_buffers(self, g, dev, nbytes: int, backend) -> None:
+        """DDP's buffer broadcast: a blocking collective before each iteration's forward."""
+        if nbytes <= 0 or self.workers <= 1:
+            return
+        dur = int(dev.allreduce_ns(nbytes, self.workers, backend) / 2)
+        fwd = select(g, phase="forward", lane="cpu_thread")
+        for (rank, it), tasks in by_rank_iteration(g, fwd[g.tasks["iteration"][fwd] >= 0]).items():
+            first = tasks[int(np.argmin(g.tasks["traced_start_ns"][tasks]))]
+            insert(g, int(g.tasks["lane"][first]), dur_ns=dur, name="DDP: broadcast buffers", kind=6,
+                   phase=Phase.FORWARD, iteration=it, before=first, bytes_=nbytes)
 
     def _collectives_share_core(self, ctx) -> bool:
         """On a CPU, gloo reduces with CPU cores: without a spare core per worker, the

@@ -7,17 +7,32 @@ from types import SimpleNamespace
 from daydream import validate
 
 
-def test_rounds_trace_every_config_in_turns_and_keep_every_round(monkeypatch, tmp_path):
-    calls, times = [], iter([30.0, 12.0, 20.0, 15.0])
+def _record_runs(monkeypatch, calls, times):
+    monkeypatch.setattr(validate, "trace_workload",
+                        lambda name, p, args, iterations, nproc: calls.append(("alone", p.name, nproc)) or p)
     monkeypatch.setattr(validate, "trace_in_turns",
-                        lambda configs, iterations: calls.append([(c[1].name, c[3]) for c in configs]) or
+                        lambda configs, iterations: calls.append(("turns", [c[1].name for c in configs])) or
                         [c[1] for c in configs])
     monkeypatch.setattr(validate, "replay", lambda p: (SimpleNamespace(measured_ms=next(times)), None))
+
+
+def test_rounds_trace_single_process_configs_in_turns_and_keep_every_round(monkeypatch, tmp_path):
+    calls = []
+    _record_runs(monkeypatch, calls, iter([30.0, 12.0, 20.0, 15.0]))
     rounds = validate.paired_rounds(2, [("mlp", tmp_path / "a.json.gz", (), 1),
-                                        ("mlp", tmp_path / "b.json.gz", ("--x",), 2)])
-    assert calls == [[("a.r0.json.gz", 1), ("b.r0.json.gz", 2)], [("a.r1.json.gz", 1), ("b.r1.json.gz", 2)]]
+                                        ("mlp", tmp_path / "b.json.gz", ("--x",), 1)])
+    assert calls == [("turns", ["a.r0.json.gz", "b.r0.json.gz"]), ("turns", ["a.r1.json.gz", "b.r1.json.gz"])]
     assert [[(Path(p).name, r.measured_ms) for p, r in rnd] for rnd in rounds] == [
         [("a.r0.json.gz", 30.0), ("b.r0.json.gz", 12.0)], [("a.r1.json.gz", 20.0), ("b.r1.json.gz", 15.0)]]
+
+
+def test_rounds_with_a_multi_process_config_run_one_after_the_other(monkeypatch, tmp_path):
+    calls = []
+    _record_runs(monkeypatch, calls, iter([30.0, 12.0]))
+    rounds = validate.paired_rounds(1, [("mlp", tmp_path / "a.json.gz", (), 1),
+                                        ("mlp", tmp_path / "b.json.gz", (), 2)])
+    assert calls == [("alone", "a.json.gz", 1), ("alone", "b.json.gz", 2)]
+    assert [r.measured_ms for _, r in rounds[0]] == [30.0, 12.0]
 
 
 def test_single_run_keeps_the_given_name(monkeypatch, tmp_path):
