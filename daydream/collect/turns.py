@@ -44,6 +44,9 @@ ENV_GROUP = "DAYDREAM_TURNS_GROUP"
 #: Name of the range that covers a wait for the turn (cut out by the loader).
 PAUSE_RANGE = "daydream: paused"
 _CTL = "ctl"
+#: Waits longer than this end the turns (a peer that hangs; torch.compile's
+#: first compilation during another process's warm-up takes tens of seconds).
+TIMEOUT_S = 300.0
 
 
 def _read_ready(fd: int, timeout_s: float) -> bytes:
@@ -77,7 +80,7 @@ class Turns:
     synchronise with each other stop at the same boundary).
     """
 
-    def __init__(self, directory, group: str, timeout_s: float = 60.0):
+    def __init__(self, directory, group: str, timeout_s: float = TIMEOUT_S):
         self.dir = Path(directory)
         self.group = group
         self.timeout_s = timeout_s
@@ -167,8 +170,8 @@ class TurnTaker:
         ran there starts on cold caches; longer turns make that a smaller
         share of its time, shorter ones follow the machine's drift closer.
     timeout_s : float
-        Stop handing out turns when nothing is heard for this long.  A process
-    that dies counts as gone.
+        Stop handing out turns when nothing is heard for this long.  A
+        process that dies counts as gone.
 
     Use as a context manager around launching the participants, with
     ``DAYDREAM_TURNS=<directory>`` and ``DAYDREAM_TURNS_GROUP=<name>`` in
@@ -176,7 +179,7 @@ class TurnTaker:
     every group is ready; a group whose processes all left is skipped.
     """
 
-    def __init__(self, directory, groups: dict, quantum_s: float = 0.0, timeout_s: float = 60.0):
+    def __init__(self, directory, groups: dict, quantum_s: float = 0.0, timeout_s: float = TIMEOUT_S):
         self.dir = Path(directory)
         self.groups = dict(groups)
         self.quantum_s = quantum_s
@@ -216,8 +219,7 @@ class TurnTaker:
     def _run(self) -> None:
         members = {g: set() for g in self.groups}     # ready and not left
         left = {g: 0 for g in self.groups}
-        waiting: set = set()                          # pids whose turn ended (or not begun)
-        running: set = set()
+        running: set = set()                          # pids in their turn
         order = list(self.groups)
         current = -1
         plan = {g: [1, 0.0] for g in self.groups}    # iterations per turn, when the turn began
@@ -237,14 +239,11 @@ class TurnTaker:
                     continue
                 if word == "ready":
                     members[group].add(pid)
-                    waiting.add(pid)
                 elif word == "done":
                     running.discard(pid)
-                    waiting.add(pid)
                 elif word == "bye" and pid in members[group]:
                     members[group].discard(pid)
                     running.discard(pid)
-                    waiting.discard(pid)
                     left[group] += 1
             if not started:
                 started = all(len(members[g]) + left[g] >= n for g, n in self.groups.items())
@@ -263,7 +262,6 @@ class TurnTaker:
             for pid in members[order[current]]:
                 self._go(pid, n[0])
                 running.add(pid)
-                waiting.discard(pid)
             self.turns_given += 1
 
     def _replan(self, n: list) -> None:
