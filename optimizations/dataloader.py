@@ -15,7 +15,10 @@ The simulator then resolves whether the loop waits (loader bound) or not.
 
 Assumptions: workers have cores of their own (no contention with the
 training process); a worker loads a batch as fast as the training thread
-did; the batch bytes are the inputs of the collate ops in the trace.
+did; the batch bytes are the inputs of the collate ops in the trace;
+steady state: the start of an epoch (a new iterator, the workers' queues
+empty until they catch up) is not modelled -- with a dataset of 8 batches
+it cost the bundled MLP ~5 ms per step on average.
 """
 from __future__ import annotations
 
