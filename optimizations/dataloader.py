@@ -18,7 +18,7 @@ training process); a worker loads a batch as fast as the training thread
 did; the batch bytes are the inputs of the collate ops in the trace;
 steady state: the start of an epoch (a new iterator, the workers' queues
 empty until they catch up) is not modelled -- with a dataset of 8 batches
-it cost the bundled MLP ~5 ms per step on average.
+the bundled MLP waited 2.5-4.6 ms per step in ``__next__``, 1.5 ms with 64.
 """
 from __future__ import annotations
 
