@@ -114,7 +114,7 @@ def main(out_dir, workload, to_validate, shared):
         val_rows = []
         if opts:
             _say("4/6 validate", f"running {', '.join(opts)} for real on {workload} ...")
-            val_rows = run_validation([workload], opts, out / "validate", profile_path=profile,
+            val_rows = run_validation([workload], opts, out / "validate", profile_path=profile, iterations=20,
                                       progress=lambda m: _say("4/6 validate", m))
             write_results(val_rows, out)
         public = _public_traces(Path(shared))
