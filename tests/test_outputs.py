@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from daydream import fileio
 from daydream.cli import main
+from daydream.errors import DaydreamError
 
 REPO = Path(__file__).resolve().parents[1]
 MLP = REPO / "traces" / "mlp.trace.json.gz"
@@ -105,6 +106,20 @@ def test_saved_profile_records_provenance_and_still_loads(tmp_path):
     doc = json.loads(Path(p).read_text())
     _assert_provenance(doc["daydream"], "calibrate")
     assert load_profile(p).name == PUBLISHED["A100"].name
+
+
+def test_profile_keeps_the_checkpoint_call_cost_and_refuses_a_negative_one(tmp_path):
+    import dataclasses
+
+    from daydream.device import PUBLISHED, load_profile, save_profile
+
+    p = save_profile(dataclasses.replace(PUBLISHED["A100"], checkpoint_call_ns=(120_000, 80_000)), str(tmp_path / "c.json"))
+    assert load_profile(p).checkpoint_call_ns == (120_000, 80_000)
+    doc = json.loads(Path(p).read_text())
+    doc["checkpoint_call_ns"] = [-1, 0]
+    Path(p).write_text(json.dumps(doc))
+    with pytest.raises(DaydreamError, match="checkpoint_call_ns needs two numbers >= 0"):
+        load_profile(p)
 
 
 @pytest.mark.parametrize("fail_at", ["fsync", "replace"])

@@ -35,6 +35,19 @@ def test_rounds_with_a_multi_process_config_run_one_after_the_other(monkeypatch,
     assert [r.measured_ms for _, r in rounds[0]] == [30.0, 12.0]
 
 
+def test_traced_runs_get_the_steady_malloc_settings(monkeypatch, tmp_path):
+    seen = {}
+
+    def run(cmd, **kw):
+        seen.update(kw["env"])
+        (tmp_path / "x.json.gz").write_bytes(b"")
+        return SimpleNamespace(returncode=0, stderr="")
+
+    monkeypatch.setattr(validate.subprocess, "run", run)
+    validate.trace_workload("mlp", tmp_path / "x.json.gz")
+    assert {k: seen.get(k) for k in validate.STEADY_MALLOC} == validate.STEADY_MALLOC
+
+
 def test_single_run_keeps_the_given_name(monkeypatch, tmp_path):
     monkeypatch.setattr(validate, "trace_workload", lambda name, p, args, iterations, nproc: p)
     monkeypatch.setattr(validate, "replay", lambda p: (SimpleNamespace(measured_ms=1.0), None))

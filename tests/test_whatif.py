@@ -66,15 +66,44 @@ def test_checkpointing_adds_the_calibrated_call_bookkeeping_per_module(own_trace
     trace = own_trace("mlp")
     plain, _ = predict(trace, ["checkpointing"], device=profile)
     costly, res = predict(trace, ["checkpointing"], device=dataclasses.replace(profile, checkpoint_call_ns=(100_000, 40_000)))
-    names_ = [res.graph.task_name(t) for t in range(res.graph.n_tasks)]
-    calls, setups = names_.count("checkpoint: call"), names_.count("checkpoint: recompute set-up")
     import re
 
-    blocks = len({re.match(r"MLP\.blocks\.\d+", s).group(0) for s in res.graph.layers.strings
-                  if re.match(r"MLP\.blocks\.\d+", s)})
+    names_ = [res.graph.task_name(t) for t in range(res.graph.n_tasks)]
+    calls, setups = names_.count("checkpoint: call"), names_.count("checkpoint: recompute set-up")
+    blocks = len({m.group(0) for m in map(re.compile(r"MLP\.blocks\.\d+").match, res.graph.layers.strings) if m})
     assert calls == setups == blocks * trace.ranks[0].n_iterations > 0
     # one CPU thread: each checkpointed module adds 0.1 ms to its forward and 0.04 ms to its backward
     assert costly.predicted_ms - plain.predicted_ms == pytest.approx(blocks * 0.14, rel=0.01)
+
+
+def test_amp_adds_the_remeasured_time_difference_to_each_traced_op(own_trace, profile, monkeypatch):
+    import daydream.optimizations.amp as amp_module
+
+    def predicted_durations(bf16_ns):
+        monkeypatch.setattr(amp_module, "dtype_time_pairs", lambda sigs, dtype, threads=None:
+                            {s: (100_000.0, bf16_ns) for s in sigs})
+        return predict(own_trace("mlp"), ["amp:dtype=bfloat16,cast_overhead=false"], device=profile)[1].graph
+
+    same, slower = predicted_durations(100_000.0), predicted_durations(300_000.0)
+    g0 = build_graph(own_trace("mlp"))
+    comp = np.flatnonzero((g0.tasks["flops"] > 0) & np.isin(g0.tasks["phase"], (Phase.FORWARD, Phase.BACKWARD)))
+    assert len(comp)
+    # an op re-run 0.2 ms slower in bf16 gains exactly 0.2 ms, however long it took in the trace
+    assert (slower.tasks["dur_ns"][comp] - same.tasks["dur_ns"][comp]).tolist() == [200_000] * len(comp)
+
+
+def test_backend_convolutions_are_rerun_as_the_portable_op(own_trace):
+    from types import SimpleNamespace
+
+    from daydream.optimizations._layers import signatures_of
+
+    trace = own_trace("cnn")
+    g = build_graph(trace)
+    leaves = select(g, name="^aten::mkldnn_convolution$")
+    assert len(leaves)
+    sigs = signatures_of(SimpleNamespace(graph=g, trace=trace), leaves)
+    assert len(sigs) == len(leaves)
+    assert {json.loads(s)[0] for s in sigs.values()} == {"aten::convolution"}
 
 
 def test_amp_halves_compute_on_a_device_twice_as_fast_in_bf16(own_trace):

@@ -34,6 +34,8 @@ import threading
 import time
 from pathlib import Path
 
+from ..loader.pauses import PAUSE_NAME
+
 __all__ = ["ENV_DIR", "ENV_GROUP", "PAUSE_RANGE", "Turns", "TurnTaker"]
 
 #: Environment variable naming the rendezvous directory.
@@ -42,7 +44,7 @@ ENV_DIR = "DAYDREAM_TURNS"
 ENV_GROUP = "DAYDREAM_TURNS_GROUP"
 
 #: Name of the range that covers a wait for the turn (cut out by the loader).
-PAUSE_RANGE = "daydream: paused"
+PAUSE_RANGE = PAUSE_NAME
 _CTL = "ctl"
 #: Waits longer than this end the turns (a peer that hangs; torch.compile's
 #: first compilation during another process's warm-up takes tens of seconds).
@@ -87,7 +89,6 @@ class Turns:
         self._left = 0
         self.active = False
         self._ctl = self._go = None
-        self._holding = False
 
     @classmethod
     def from_env(cls) -> "Turns | None":
@@ -114,8 +115,7 @@ class Turns:
                 return self._join()
             if not self.active:
                 return False
-            if self._holding:
-                self._say("done")
+            self._say("done")
             return self._await_go()
         except OSError:
             self.active = False
@@ -132,9 +132,9 @@ class Turns:
 
     def _await_go(self) -> bool:
         msg = _read_ready(self._go, self.timeout_s)
-        self._holding = self.active = bool(msg)
-        self._left = int(msg[1:] or b"1") if msg[1:].isdigit() else 1
-        return self._holding
+        self.active = bool(msg)
+        self._left = int(msg[1:]) if msg[1:].isdigit() else 1
+        return self.active
 
     def leave(self) -> None:
         """Give the turn back for good (after the trace is written)."""

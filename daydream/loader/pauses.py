@@ -19,7 +19,7 @@ import numpy as np
 
 __all__ = ["PAUSE_NAME", "cut_pauses", "cut_spans", "shift_times"]
 
-#: Name of the range a participant waits in (``daydream.collect.turns.PAUSE_RANGE``).
+#: Name of the range a participant waits in (written by :mod:`daydream.collect.turns`).
 PAUSE_NAME = "daydream: paused"
 
 
