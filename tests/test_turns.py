@@ -24,6 +24,8 @@ _PARTICIPANT = textwrap.dedent("""
             turns.wait()
         log.write(f"{time.monotonic_ns()} {sys.argv[3]} {k}\\n"); log.flush()
         time.sleep(0.01)
+    turns.finish()
+    log.write(f"{time.monotonic_ns()} {sys.argv[3]} end\\n"); log.flush()
     turns.leave()
 """)
 
@@ -35,8 +37,10 @@ def _run_group(tmp_path, groups, iterations, quantum_s=0.0):
                                   env={**__import__("os").environ, **tt.env(g)})
                  for g, n in groups.items() for i in range(n)]
         assert [p.wait(timeout=60) for p in procs] == [0] * len(procs)
-    lines = sorted(ln.split() for ln in log.read_text().splitlines())
-    return [who for _, who, _ in sorted(lines, key=lambda x: int(x[0]))], tt
+    lines = sorted((ln.split() for ln in log.read_text().splitlines()), key=lambda x: int(x[0]))
+    ends = [i for i, (_, _, k) in enumerate(lines) if k == "end"]
+    assert ends == list(range(len(lines) - len(ends), len(lines)))   # nobody goes on while another records
+    return [who for _, who, k in lines if k != "end"], tt
 
 
 def test_groups_alternate_one_iteration_at_a_time(tmp_path):

@@ -212,6 +212,8 @@ class Tracer:
             self._iter_ns.append(now - self._t_boundary_ns)
         self._t_boundary_ns = now
         if b >= self._end:
+            if self._turns is not None:
+                self._turns.finish()       # idle until the others are done too
             self.finish()
             return
         lazy_start = self.options.skip_prelude and b == 0  # nothing known to train yet

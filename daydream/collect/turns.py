@@ -136,6 +136,22 @@ class Turns:
         self._left = int(msg[1:]) if msg[1:].isdigit() else 1
         return self.active
 
+    def finish(self) -> None:
+        """Out of iterations: wait, idle, until every participant is.
+
+        Writing a trace and exiting take a core for a second or more; done
+        while another participant still records, they would slow its last
+        iterations (a 2-rank job on 2 cores lost a third of its speed).
+        """
+        if self._ctl is None or not self.active:
+            return
+        try:
+            self._say("last")
+            _read_ready(self._go, self.timeout_s)
+        except OSError:
+            pass
+        self.active = False
+
     def leave(self) -> None:
         """Give the turn back for good (after the trace is written)."""
         if self._ctl is None:
@@ -177,6 +193,8 @@ class TurnTaker:
     ``DAYDREAM_TURNS=<directory>`` and ``DAYDREAM_TURNS_GROUP=<name>`` in
     their environment (:meth:`env`).  Turns begin once every process of
     every group is ready; a group whose processes all left is skipped.
+    Processes out of iterations (``last``) wait until all are, then all are
+    released together.
     """
 
     def __init__(self, directory, groups: dict, quantum_s: float = 0.0, timeout_s: float = TIMEOUT_S):
@@ -220,6 +238,7 @@ class TurnTaker:
         members = {g: set() for g in self.groups}     # ready and not left
         left = {g: 0 for g in self.groups}
         running: set = set()                          # pids in their turn
+        finished: set = set()                         # out of iterations, held until all are
         order = list(self.groups)
         current = -1
         plan = {g: [1, 0.0] for g in self.groups}    # iterations per turn, when the turn began
@@ -231,7 +250,7 @@ class TurnTaker:
             if msgs:
                 heard = time.monotonic()
             elif time.monotonic() - heard > self.timeout_s:
-                self._release(members)
+                self._release([*members.values(), finished])
                 return
             msgs += [("bye", g, pid) for g, pids in members.items() for pid in pids if not _alive(pid)]
             for word, group, pid in msgs:
@@ -241,10 +260,12 @@ class TurnTaker:
                     members[group].add(pid)
                 elif word == "done":
                     running.discard(pid)
-                elif word == "bye" and pid in members[group]:
+                elif word in ("bye", "last") and pid in members[group]:
                     members[group].discard(pid)
                     running.discard(pid)
                     left[group] += 1
+                    if word == "last":
+                        finished.add(pid)
             if not started:
                 started = all(len(members[g]) + left[g] >= n for g, n in self.groups.items())
             if not started or running:
@@ -252,6 +273,7 @@ class TurnTaker:
             live = [i for i, g in enumerate(order) if members[order[i]]]
             if not live:
                 if all(left[g] >= n for g, n in self.groups.items()):
+                    self._release([finished])
                     return
                 continue
             if current >= 0 and plan[order[current]][1]:
@@ -277,7 +299,7 @@ class TurnTaker:
         except OSError:
             pass
 
-    def _release(self, members) -> None:
-        for pids in members.values():
+    def _release(self, pid_sets) -> None:
+        for pids in pid_sets:
             for pid in pids:
                 self._go(pid)
