@@ -9,9 +9,11 @@ contributes to it ends.  Its all-reduce is a task on a new ``all-reduce``
 lane per rank, lasting the device's ring all-reduce time for the bucket
 (``2 (N-1)/N * bytes / bandwidth + 2 (N-1) * latency`` with the calibrated or
 published collective figures of ``backend``), and the optimizer step waits
-for the last one.  DDP's copies of gradients into and out of the flat
-bucket buffers are CPU tasks (2 x bucket bytes at measured bandwidth) on the
-thread that runs backward.  ``overlap=false`` starts all all-reduces after
+for the last one.  DDP's copies of gradients into the flat bucket buffers
+(divided by the world size on the way) and back into ``.grad`` once reduced
+are CPU tasks, a read and a write of the bucket's bytes each at measured
+bandwidth, on the thread that runs backward: copy-in when the bucket is
+ready, copy-out at the end of backward (before the optimizer step).  ``overlap=false`` starts all all-reduces after
 backward.
 
 Buffers (BatchNorm running statistics; ``buffer_bytes`` of the module
@@ -33,7 +35,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from daydream.graph import EdgeKind
 from daydream.model import Lane, LaneKind, Phase
 from daydream.primitives import insert, select
 
@@ -100,7 +101,7 @@ class DataParallel(Optimization):
             lane = comm.get(rank)
             if lane is None:
                 lane = comm[rank] = g.add_lane(Lane(rank, LaneKind.COMM, f"rank {rank}", "all-reduce", "all-reduce"))
-            last = None
+            reduced = []
             for b in groups:
                 nbytes = sum(sizes[p] for p in b)
                 ready = self._ready_task(g, b, rank, it, first)
@@ -110,13 +111,16 @@ class DataParallel(Optimization):
                             phase=Phase.BACKWARD, iteration=it)
                 dur = int(dev.allreduce_ns(nbytes, self.workers, backend))
                 if shares_core:   # the reduction runs on the core the training thread needs
-                    last = insert(g, bwd_lane, dur_ns=dur, name="all-reduce", kind=6, phase=Phase.BACKWARD,
-                                  iteration=it, after=cp, bytes_=nbytes)
+                    ar = insert(g, bwd_lane, dur_ns=dur, name="all-reduce", kind=6, phase=Phase.BACKWARD,
+                                iteration=it, after=cp, bytes_=nbytes)
                 else:
-                    last = insert(g, lane, dur_ns=dur, name="all-reduce", kind=6, phase=Phase.BACKWARD,
-                                  iteration=it, deps=[cp], bytes_=nbytes)
-            if last is not None:
-                g.add_edges(last, first, EdgeKind.DATA)
+                    ar = insert(g, lane, dur_ns=dur, name="all-reduce", kind=6, phase=Phase.BACKWARD,
+                                iteration=it, deps=[cp], bytes_=nbytes)
+                reduced.append((ar, copy_ns))
+            step_lane = int(g.tasks["lane"][first])
+            for ar, copy_ns in reduced:   # DDP's finalize: reduced buckets copied back into .grad
+                insert(g, step_lane, dur_ns=copy_ns, name="DDP bucket copy-out", before=first,
+                       phase=Phase.BACKWARD, iteration=it, deps=[ar])
         if self.broadcast_buffers:
             self._broadcast_buffers(g, dev, sum(m.get("buffer_bytes") or 0 for m in table.values()), backend)
         ctx.workers = self.workers

@@ -12,6 +12,7 @@ from daydream.device import save_profile
 from daydream.errors import DaydreamError
 from daydream.graph import build_graph
 from daydream.model import Phase
+from daydream.optimizations._common import OPTIMIZER_STEP_RE
 from daydream.optimizations import NotApplicable, OptionError, get, names
 from daydream.primitives import select
 from daydream.whatif import predict
@@ -125,6 +126,22 @@ def test_data_parallel_costs_grow_with_workers(own_trace, profile):
     r8, res = predict(own_trace("transformer"), ["data-parallel:workers=8"], device=profile)
     assert r1.baseline_ms < r1.predicted_ms < r8.predicted_ms
     assert any(ln.label == "all-reduce" for ln in res.graph.lanes)
+
+
+def test_data_parallel_copies_buckets_in_and_back_out_before_the_step(own_trace, profile):
+    _, res = predict(own_trace("mlp"), ["data-parallel:workers=2"], device=profile)
+    g = res.graph
+    named = lambda n: [t for t in range(g.n_tasks) if g.task_name(t) == n]   # noqa: E731
+    ins, outs, reduces = named("DDP bucket copy"), named("DDP bucket copy-out"), named("all-reduce")
+    assert len(ins) == len(outs) == len(reduces) > 0
+    assert sorted(g.tasks["dur_ns"][ins].tolist()) == sorted(g.tasks["dur_ns"][outs].tolist())
+    steps = select(g, layer=OPTIMIZER_STEP_RE)
+    assert len(steps)
+    for out in outs:                                   # on the step's thread, after its all-reduce, before the step
+        lane = g.lane_tasks[int(g.tasks["lane"][out])]
+        nxt = lane[lane.index(out) + 1]
+        assert g.task_name(nxt) == "DDP bucket copy-out" or nxt in set(steps.tolist())
+        assert set(g.edges["src"][g.edges["dst"] == out].tolist()) & set(reduces)
 
 
 def test_data_parallel_broadcasts_buffers_before_each_forward(own_trace, profile):
