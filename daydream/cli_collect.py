@@ -27,11 +27,15 @@ __all__ = ["COMMANDS", "trace"]
               help="Run the python command under torch.distributed.run with this many ranks.")
 @click.option("-f", "--force", is_flag=True, help="Overwrite existing trace files.")
 @click.option("--no-shapes", is_flag=True, help="Do not record op input shapes (less overhead).")
+@click.option("--backward-ranges", is_flag=True,
+              help="Also mark each module's backward pass with hooks on autograd nodes (more overhead; "
+                   "by default backward ops take their module from the forward op of the same "
+                   "autograd sequence number).")
 @click.option("--cupti", is_flag=True,
               help="GPU activity from daydream's CUPTI extension instead of torch.profiler (experimental).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @handle_errors
-def trace(output, warmup, iterations, activities, nproc, force, no_shapes, cupti, command):
+def trace(output, warmup, iterations, activities, nproc, force, no_shapes, backward_ranges, cupti, command):
     """Run COMMAND (e.g. python train.py ARGS) and record a few training iterations.
 
     \b
@@ -52,6 +56,7 @@ def trace(output, warmup, iterations, activities, nproc, force, no_shapes, cupti
         iterations=iterations,
         activities=tuple(a for a in activities.split(",") if a),
         record_shapes=not no_shapes,
+        backward_ranges=backward_ranges,
         force=force,
         nproc=nproc,
         use_cupti=cupti,

@@ -5,6 +5,7 @@ import json
 import os
 import stat
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -76,7 +77,7 @@ def test_layer_markers_nest_and_cover_ops(tmp_path):
     out = tmp_path / "t.json"
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with trace(out, warmup=1, iterations=2):
+    with trace(out, warmup=1, iterations=2, backward_ranges=True):
         _train(model, opt, 4)
     _, events = _events(out)
     fwd = _names(events, "daydream.fwd:")
@@ -105,6 +106,30 @@ def test_layer_markers_nest_and_cover_ops(tmp_path):
     assert mms and all(inside(e, "daydream.bwd:Sequential.") for e in mms)
     relu = [e for e in events if e["name"] == "aten::relu_"]
     assert relu and all(inside(e, "daydream.fwd:Sequential.2") for e in relu)
+
+
+def test_backward_ops_take_their_module_from_forward_without_backward_ranges(tmp_path):
+    from daydream.analysis import trace_and_graph
+    from daydream.model import Phase
+
+    out = tmp_path / "t.json"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace(out, warmup=1, iterations=2):
+        _train(model, opt, 4)
+    _, events = _events(out)
+    assert not _names(events, "daydream.bwd:") and _names(events, "daydream.fwd:")
+    _, g = trace_and_graph([out])
+    T = g.tasks
+    layer_of = {}
+    for t in np.flatnonzero((T["phase"] == Phase.BACKWARD) & (T["iteration"] >= 0)):
+        layer_of.setdefault(g.task_name(t), set()).add(g.layers.strings[T["layer"][t]])
+    # by autograd sequence number: each Linear's backward node belongs to that Linear
+    assert layer_of["AddmmBackward0"] == {"Sequential.0", "Sequential.3.0", "Sequential.4"}
+    assert layer_of["NativeBatchNormBackward0"] == {"Sequential.1"}
+    # gradient accumulation has no forward op: it goes with the module whose backward ran just before
+    assert layer_of["torch::autograd::AccumulateGrad"] <= {"Sequential.0", "Sequential.1", "Sequential.3.0",
+                                                            "Sequential.4"}
 
 
 def test_loader_reads_collected_trace(tmp_path):

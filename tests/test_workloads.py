@@ -48,7 +48,7 @@ def test_help_lists_variant_flags(capsys):
 def test_checkpointed_workload_traces_with_markers(tmp_path):
     out = tmp_path / "cnn.json"
     module, sizes = TINY["cnn"]
-    with trace(out, warmup=1, iterations=2):
+    with trace(out, warmup=1, iterations=2, backward_ranges=True):
         module.main(sizes + COMMON + ["--checkpoint"])
     doc = json.loads(out.read_text())
     events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]

@@ -152,6 +152,7 @@ def trace(
     iterations: int = 5,
     activities: str | tuple[str, ...] = ("cpu", "cuda"),
     record_shapes: bool = True,
+    backward_ranges: bool = False,
     force: bool = True,
     strict: bool = True,
     use_cupti: bool = False,
@@ -172,6 +173,11 @@ def trace(
         ``"cpu"``, ``"cuda"`` or both (``cuda`` is ignored without a GPU).
     record_shapes : bool
         Record op input shapes.
+    backward_ranges : bool
+        Also mark each module's backward pass (``daydream.bwd:`` ranges, from
+        hooks on autograd nodes: ~15 us per module call).  Without them the
+        loader gives backward ops the module of the forward op with the same
+        autograd sequence number.
     force : bool
         Overwrite an existing file.
     strict : bool
@@ -201,6 +207,7 @@ def trace(
         iterations=int(iterations),
         activities=acts,
         record_shapes=record_shapes,
+        backward_ranges=backward_ranges,
         use_cupti=use_cupti,
     )
     return TraceSession(options, strict=strict)

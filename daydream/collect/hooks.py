@@ -125,9 +125,10 @@ class LayerMarkers:
     cost one attribute check per module call outside recorded iterations.
     """
 
-    def __init__(self, record_output_bytes: bool = True):
+    def __init__(self, record_output_bytes: bool = True, backward_ranges: bool = True):
         self.enabled = False
         self.record_output_bytes = record_output_bytes
+        self.backward_ranges = backward_ranges
         self.output_bytes: dict[str, int] = {}
         #: shapes of the tensor arguments of each root module's first call (the batch)
         self.input_shapes: dict[str, list] = {}
@@ -256,6 +257,8 @@ class LayerMarkers:
         names = module.__dict__[_NAMES_ATTR]
         if self.record_output_bytes and names[2] not in self.output_bytes:
             self.output_bytes[names[2]] = _tensor_bytes(output)
+        if not self.backward_ranges:
+            return None
         node = _first_grad_node(output)
         if node is None or node is in_node or not self.enabled:
             return None  # no grad, or a pass-through module (Identity) with no backward of its own

@@ -38,6 +38,7 @@ class TraceRequest:
     iterations: int = 5
     activities: tuple[str, ...] = ("cpu", "cuda")
     record_shapes: bool = True
+    backward_ranges: bool = False
     force: bool = False
     nproc: int | None = None
     use_cupti: bool = False
@@ -116,6 +117,7 @@ def _child_env(req: TraceRequest, status_dir: str) -> dict:
         "iterations": req.iterations,
         "activities": ",".join(req.activities),
         "record_shapes": req.record_shapes,
+        "backward_ranges": req.backward_ranges,
         "use_cupti": req.use_cupti,
         "status_dir": status_dir,
     }

@@ -79,6 +79,10 @@ class TraceOptions:
         ``cpu`` and/or ``cuda``.
     record_shapes : bool
         Record op input shapes (needed by shape-based cost models).
+    backward_ranges : bool
+        Mark module backward passes with ``daydream.bwd:`` ranges (hooks on
+        autograd nodes); off, the loader maps backward ops to modules by
+        autograd sequence number.
     skip_prelude : bool
         The span before the first boundary is setup, not an iteration.
     use_cupti : bool
@@ -90,6 +94,7 @@ class TraceOptions:
     iterations: int = 5
     activities: tuple[str, ...] = ("cpu", "cuda")
     record_shapes: bool = True
+    backward_ranges: bool = False
     skip_prelude: bool = False
     use_cupti: bool = False
 
@@ -127,7 +132,7 @@ class Tracer:
         self.boundaries = 0
         self.marker: MarkerSource | None = None
         self.result: TraceResult | None = None
-        self.markers = LayerMarkers()
+        self.markers = LayerMarkers(backward_ranges=options.backward_ranges)
         self.watcher = OptimizerWatcher(self.step)
         first = options.warmup + (1 if options.skip_prelude else 0)
         self._first_record = first
@@ -384,4 +389,5 @@ class Tracer:
             "modules": md.module_table(roots, self.markers.output_bytes, self.markers.input_shapes),
             "layer_markers": {"forward_prefix": "daydream.fwd:", "backward_prefix": "daydream.bwd:"},
             "record_shapes": self.options.record_shapes,
+            "backward_ranges": self.options.backward_ranges,
         }

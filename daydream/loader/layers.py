@@ -137,17 +137,46 @@ def _backward_by_sequence(cols, module_paths, top_col) -> None:
     """
     seq, phase, layer = cols["seq"], cols["phase"], cols["layer"]
     fwd = (seq >= 0) & (phase != Phase.BACKWARD)
-    if (fwd & module_paths).any():
-        fwd &= module_paths
+    in_module = fwd & module_paths
+    if in_module.any():
+        fwd = in_module
     by_seq = dict(zip(seq[fwd].tolist(), layer[fwd].tolist()))
     if not by_seq:
         return
     bwd = np.flatnonzero((phase == Phase.BACKWARD) & ~module_paths & (top_col >= 0))
     top_seq = seq[top_col[bwd]]
+    mapped = module_paths.copy()
     for i, s in zip(bwd.tolist(), top_seq.tolist()):
         lay = by_seq.get(s)
         if lay is not None:
             layer[i] = lay
+            mapped[i] = True
+    if in_module.any():
+        _backward_between_modules(cols, mapped, top_col)
+
+
+def _backward_between_modules(cols, mapped, top_col) -> None:
+    """Backward ops that no module's forward explains take the module whose backward ran last.
+
+    Gradient accumulation into parameters (``AccumulateGrad``) has no forward
+    op; it runs right after the module's backward that produced the gradient.
+    So, on each thread and within each iteration, a backward op left without
+    a module takes the layer of the latest backward op with one (ops before
+    the first, such as the loss's backward, keep their own).
+    """
+    phase, layer, lane, it = cols["phase"], cols["layer"], cols["lane"], cols["iteration"]
+    rows = np.flatnonzero((phase == Phase.BACKWARD) & (top_col >= 0) & (it >= 0))
+    if not len(rows):
+        return
+    rows = rows[np.lexsort((cols["start_ns"][rows], it[rows], lane[rows]))]
+    pos = np.arange(len(rows))
+    has = mapped[rows]
+    last = np.maximum.accumulate(np.where(has, pos, -1))
+    new_group = np.ones(len(rows), bool)
+    new_group[1:] = (lane[rows][1:] != lane[rows][:-1]) | (it[rows][1:] != it[rows][:-1])
+    group_start = np.maximum.accumulate(np.where(new_group, pos, 0))
+    take = ~has & (last >= group_start)
+    layer[rows[take]] = layer[rows[last[take]]]
 
 
 def _default_phases(cols, cpu, backward_lanes) -> None:
