@@ -1,7 +1,7 @@
 """Trace collection: ``daydream.trace``, ``daydream.step`` and the ``daydream trace`` wrapper.
 
 The package records a Kineto (Chrome-trace) JSON file with ``torch.profiler``,
-adds layer markers (``daydream.fwd:PATH`` / ``daydream.bwd:PATH`` ranges) and
+adds layer markers (``daydream.fwd:PATH`` ranges; ``daydream.bwd:PATH`` on request) and
 one ``ProfilerStep#N`` range per recorded iteration, and stores model,
 optimizer and device metadata under a top-level ``"daydream"`` key (schema in
 docs/trace_format.md).  torch is imported lazily so that ``import
