@@ -13,8 +13,8 @@ import json
 
 from .errors import DaydreamError
 
-__all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "dtype_time_pairs", "float_inputs", "cast_ns",
-           "scaled_signature", "batch_time_ratios", "fused_signature", "fused_time_ratios"]
+__all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "dtype_time_pairs", "channels_last_time_pairs",
+           "float_inputs", "cast_ns", "scaled_signature", "batch_time_ratios", "fused_signature", "fused_time_ratios"]
 
 _TENSOR_TYPES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
                  "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8",
@@ -32,8 +32,11 @@ def _scalar(text):
         return text
 
 
-def call_for(signature: str, dtype: str | None = None):
+def call_for(signature: str, dtype: str | None = None, channels_last: bool = False):
     """``(op, args)`` re-creating a traced call; float tensors in ``dtype`` if given.
+
+    ``channels_last``: 4-D float tensors in the NHWC memory format (what
+    ``torch.compile`` gives convolutions on CPU).
 
     Raises
     ------
@@ -64,6 +67,8 @@ def call_for(signature: str, dtype: str | None = None):
             x = torch.as_strided(base, d, st)
         else:
             x = torch.randn(d).to(tdt) if tdt.is_floating_point else torch.zeros(d, dtype=tdt)
+        if channels_last and x.dim() == 4 and x.is_floating_point():
+            x = x.contiguous(memory_format=torch.channels_last)
         args.append(x)
     return op, args
 
@@ -85,13 +90,14 @@ def _bind(packet, args):
     raise DaydreamError(f"no overload of {packet} accepts the traced arguments")
 
 
-def time_signature_ns(signature: str, dtype: str | None = None, min_time_s: float = 0.02) -> float:
+def time_signature_ns(signature: str, dtype: str | None = None, min_time_s: float = 0.02,
+                      channels_last: bool = False) -> float:
     """Best-of-repeats time of one traced call re-run on this machine."""
     import torch
 
     from .calibrate import time_call_ns
 
-    op, args = call_for(signature, dtype)
+    op, args = call_for(signature, dtype, channels_last)
     try:
         return time_call_ns(_bind(op, args), torch.device("cpu"), min_time_s)
     except (RuntimeError, TypeError, ValueError, IndexError) as exc:
@@ -132,6 +138,11 @@ def dtype_time_ratios(signatures, dtype: str, threads: int | None = None) -> dic
 def dtype_time_pairs(signatures, dtype: str, threads: int | None = None) -> dict:
     """Per signature: ``(t(as traced), t(dtype))`` in ns, measured now; failures left out."""
     return _pairs(signatures, lambda sig: time_signature_ns(sig, dtype), threads)
+
+
+def channels_last_time_pairs(signatures, threads: int | None = None) -> dict:
+    """Per signature: ``(t(as traced), t(4-D inputs channels-last))`` in ns, measured now; failures left out."""
+    return _pairs(signatures, lambda sig: time_signature_ns(sig, channels_last=True), threads)
 
 
 def _layout_strides(dims, strides) -> list:

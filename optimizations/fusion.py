@@ -11,8 +11,14 @@ fused ops go with them.  With ``mode=compile`` (``torch.compile``), the
 Python time between the model's ops in forward and backward shrinks to one
 op's fixed cost per op (generated code calls them), and each iteration pays
 the compiled call's own overhead (guards, AOTAutograd wrappers), measured by
-``daydream calibrate`` on a tiny model.  Layout choices of the compiler
-(e.g. materialising transposes before a matmul) are not modelled.
+``daydream calibrate`` on a tiny model.  On a CPU, inductor runs every
+convolution in the channels-last memory format when oneDNN is available
+(``decide_layout_opt`` in ``torch/_inductor/graph.py``): with
+``channels_last`` (default) each traced convolution, forward and backward,
+is re-run here as traced and in channels-last, and the difference is added
+to its traced time (as ``amp`` does for dtypes).  Other layout choices of the
+compiler (e.g. materialising transposes before a matmul, GPU layout
+heuristics) are not modelled.
 
 Assumptions: fused chains are those adjacent in the trace (no reordering);
 matmuls and convolutions are not fused with their epilogues; compile time,
@@ -25,9 +31,11 @@ import re
 import numpy as np
 
 from daydream.cost import compute_mask, elementwise_ns
+from daydream.opbench import channels_last_time_pairs
 from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import insert, remove
 
+from ._layers import rerun_ratios
 from .base import NotApplicable, Optimization, Param
 
 __all__ = ["Fusion", "OPTIMIZATION", "ELEMENTWISE_RE"]
@@ -44,7 +52,9 @@ class Fusion(Optimization):
     name = "fusion"
     summary = "fuse elementwise chains (kernel fusion); mode=compile also drops framework overhead (torch.compile)"
     params = (Param("mode", "compile", "kernel: fuse elementwise chains only; compile: also compiled-graph overhead",
-                    str, ("kernel", "compile")),)
+                    str, ("kernel", "compile")),
+              Param("channels_last", True, "compile on a CPU: convolutions re-measured in channels-last "
+                    "(inductor's layout there)", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -53,6 +63,8 @@ class Fusion(Optimization):
         in_model = np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)) & (T["iteration"] >= 0)
         ok = np.array([ELEMENTWISE_RE.search(s) is not None for s in g.names.strings], bool)
         fusible = in_model & ok[T["name"]] & ~compute_mask(g) & (T["kind"] != EventKind.MARKER)
+        if self.mode == "compile" and self.channels_last:
+            self._channels_last_convolutions(ctx)
         chains = self._chains(g, fusible)
         if not chains and self.mode == "kernel":
             raise NotApplicable("no chains of two or more adjacent elementwise ops in forward/backward")
@@ -71,6 +83,19 @@ class Fusion(Optimization):
             if not self._compiled_overhead(g, dev):
                 ctx.note("fusion: no torch.compile call overhead in the device profile (run `daydream calibrate`)")
         ctx.note(f"fusion ({self.mode}): {len(chains)} elementwise chains fused ({len(dead)} tasks)")
+
+    @staticmethod
+    def _channels_last_convolutions(ctx) -> int:
+        """Each convolution's traced time plus ``t(channels-last) - t(as traced)`` re-measured here."""
+        g = ctx.graph
+        T = g.tasks
+        is_conv = np.array(["conv" in s.lower() for s in g.names.strings], bool)
+        conv = np.flatnonzero(compute_mask(g) & is_conv[T["name"]] & np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)))
+        pairs = rerun_ratios(ctx, conv, lambda sigs: channels_last_time_pairs(sigs, ctx.device.threads or None),
+                             "fusion: {n} distinct convolutions re-measured in channels-last (inductor's CPU layout)")
+        for t, (traced, cl) in pairs.items():
+            T["dur_ns"][t] = max(1, int(round(T["dur_ns"][t] + cl - traced)))
+        return len(pairs)
 
     @staticmethod
     def _chains(g, fusible):

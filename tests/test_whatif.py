@@ -167,6 +167,26 @@ def test_dataloader_workers_hide_loading(own_trace):
     assert sum(ln.label.startswith("DataLoader worker") for ln in res.graph.lanes) == 2
 
 
+def test_compile_reruns_cpu_convolutions_in_channels_last(own_trace, profile, monkeypatch):
+    import daydream.optimizations.fusion as fusion_module
+
+    def graph(channels_last_ns, spec="fusion"):
+        monkeypatch.setattr(fusion_module, "channels_last_time_pairs", lambda sigs, threads=None:
+                            {s: (50_000.0, channels_last_ns) for s in sigs})
+        return predict(own_trace("cnn"), [spec], device=profile)[1].graph
+
+    same, faster = graph(50_000.0), graph(40_000.0)
+    T = same.tasks
+    conv = [t for t in range(same.n_tasks) if "conv" in same.task_name(t) and T["flops"][t] > 0
+            and T["phase"][t] in (Phase.FORWARD, Phase.BACKWARD)]
+    assert len(conv)
+    # 10 us faster in channels-last: exactly 10 us off each traced convolution, forward and backward
+    expected = np.maximum(1, T["dur_ns"][conv] - 10_000)
+    assert faster.tasks["dur_ns"][conv].tolist() == expected.tolist()
+    assert graph(40_000.0, "fusion:channels_last=false").tasks["dur_ns"][conv].tolist() == T["dur_ns"][conv].tolist()
+    assert graph(40_000.0, "fusion:mode=kernel").tasks["dur_ns"][conv].tolist() == T["dur_ns"][conv].tolist()
+
+
 def test_fusion_fuses_chains_and_compile_pays_its_call_overhead(own_trace, profile):
     from dataclasses import replace
 
