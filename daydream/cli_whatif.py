@@ -105,9 +105,13 @@ def calibrate(device, output, quick, no_collectives, threads, force):
               help="Optimizations to validate (comma separated).  Parallelism what-ifs with their own "
                    "multi-process runs: pipeline, tensor-parallel, hfta, hydra, tessel, device (1 -> 2 threads).")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(), help="Folder for results.csv, plots, traces.")
-@click.option("--iterations", default=5, show_default=True, help="Iterations traced per run.")
+@click.option("--iterations", default=20, show_default=True,
+              help="Iterations traced per run (on a shared machine, fewer than ~20 fall within one of its "
+                   "fast or slow spells).")
 @click.option("--repeat", default=1, show_default=True,
-              help="Runs per trace; the fastest (least disturbed) run is kept, for baseline and variant alike.")
+              help="Rounds per case.  In a round the baseline and the real variant run at the same time, "
+                   "iterations in turns (multi-process variants after the baseline); a row is the mean over "
+                   "its rounds.  The parallelism runners keep each configuration's fastest round.")
 @click.option("--public/--no-public", default=True, help="Also the public ResNet-50 DataLoader pair.")
 @click.option("--shared", type=click.Path(), default=None, help="Folder of the public traces.")
 @click.option("--profile", "profile_path", type=click.Path(), help="Device profile (default: calibrated cache).")
