@@ -26,6 +26,7 @@ graph breaks and recompilation are not modelled (steady state).
 """
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -35,10 +36,10 @@ from daydream.opbench import channels_last_time_pairs
 from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import insert, remove
 
-from ._layers import rerun_ratios
+from ._layers import rerun_ratios, signatures_of
 from .base import NotApplicable, Optimization, Param
 
-__all__ = ["Fusion", "OPTIMIZATION", "ELEMENTWISE_RE"]
+__all__ = ["Fusion", "OPTIMIZATION", "ELEMENTWISE_RE", "is_layout_conversion"]
 
 #: CPU ops and GPU kernels treated as fusible pointwise work.
 ELEMENTWISE_RE = re.compile(
@@ -46,6 +47,25 @@ ELEMENTWISE_RE = re.compile(
     r"exp|log|sqrt|rsqrt|pow|where|masked_fill|dropout|native_dropout|native_dropout_backward|gelu_backward|"
     r"silu_backward|sigmoid_backward|tanh_backward|fill|zero|copy|lerp|addcmul|addcdiv|hardtanh)_?$"
     r"|elementwise|vectorized|unrolled_elementwise|pointwise", re.IGNORECASE)
+
+
+def is_layout_conversion(signature: str) -> bool:
+    """Whether a traced ``copy_(dst, src)`` only changes the memory order of a 4-D tensor.
+
+    >>> is_layout_conversion(json.dumps(["aten::copy_", [[2, 3, 4, 4], [2, 3, 4, 4], []],
+    ...     ["float", "float", "Scalar"], [[48, 16, 4, 1], [48, 1, 12, 3], []], ["", "", "False"]]))
+    True
+    """
+    try:
+        _, dims, _, strides, _ = json.loads(signature)
+        (a, b), (sa, sb) = dims[:2], strides[:2]
+    except (ValueError, TypeError):
+        return False
+    if a != b or len(a) != 4 or not (isinstance(sa, list) and isinstance(sb, list)) or len(sa) != 4 or len(sb) != 4:
+        return False
+    big = [i for i in range(4) if a[i] > 1]
+    order = lambda st: sorted(big, key=lambda i: (-st[i], i))   # noqa: E731
+    return order(sa) != order(sb)
 
 
 class Fusion(Optimization):
@@ -59,12 +79,13 @@ class Fusion(Optimization):
 
     def apply(self, ctx):
         g, dev = ctx.graph, ctx.device
+        if self.mode == "compile" and self.channels_last and dev.kind == "cpu":
+            self._channels_last_convolutions(ctx)
+            self._drop_layout_conversions(ctx)
         T = g.tasks
         in_model = np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)) & (T["iteration"] >= 0)
         ok = np.array([ELEMENTWISE_RE.search(s) is not None for s in g.names.strings], bool)
         fusible = in_model & ok[T["name"]] & ~compute_mask(g) & (T["kind"] != EventKind.MARKER)
-        if self.mode == "compile" and self.channels_last:
-            self._channels_last_convolutions(ctx)
         chains = self._chains(g, fusible)
         if not chains and self.mode == "kernel":
             raise NotApplicable("no chains of two or more adjacent elementwise ops in forward/backward")
@@ -96,6 +117,20 @@ class Fusion(Optimization):
         for t, (traced, cl) in pairs.items():
             T["dur_ns"][t] = max(1, int(round(T["dur_ns"][t] + cl - traced)))
         return len(pairs)
+
+    @staticmethod
+    def _drop_layout_conversions(ctx) -> int:
+        """Copies between the NCHW and channels-last layouts of one 4-D tensor (eager oneDNN
+        convolutions' gradients converted back) do not happen in an all-channels-last graph."""
+        g = ctx.graph
+        T = g.tasks
+        copies = np.flatnonzero((T["name"] == g.names.get("aten::copy_"))
+                                & np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)))
+        dead = [t for t, sig in signatures_of(ctx, copies).items() if is_layout_conversion(sig)]
+        if dead:
+            remove(g, dead)
+            ctx.note(f"fusion: {len(dead)} layout conversions (NCHW <-> channels-last copies) dropped")
+        return len(dead)
 
     @staticmethod
     def _chains(g, fusible):

@@ -170,21 +170,37 @@ def test_dataloader_workers_hide_loading(own_trace):
 def test_compile_reruns_cpu_convolutions_in_channels_last(own_trace, profile, monkeypatch):
     import daydream.optimizations.fusion as fusion_module
 
-    def graph(channels_last_ns, spec="fusion"):
+    def conv_ns(channels_last_ns, spec="fusion"):
         monkeypatch.setattr(fusion_module, "channels_last_time_pairs", lambda sigs, threads=None:
                             {s: (50_000.0, channels_last_ns) for s in sigs})
-        return predict(own_trace("cnn"), [spec], device=profile)[1].graph
+        g = predict(own_trace("cnn"), [spec], device=profile)[1].graph
+        T = g.tasks
+        conv = [t for t in range(g.n_tasks) if "conv" in g.task_name(t) and T["flops"][t] > 0
+                and T["phase"][t] in (Phase.FORWARD, Phase.BACKWARD)]      # in graph order
+        return T["dur_ns"][conv]
 
-    same, faster = graph(50_000.0), graph(40_000.0)
-    T = same.tasks
-    conv = [t for t in range(same.n_tasks) if "conv" in same.task_name(t) and T["flops"][t] > 0
-            and T["phase"][t] in (Phase.FORWARD, Phase.BACKWARD)]
-    assert len(conv)
+    same, faster = conv_ns(50_000.0), conv_ns(40_000.0)
+    assert len(same)
     # 10 us faster in channels-last: exactly 10 us off each traced convolution, forward and backward
-    expected = np.maximum(1, T["dur_ns"][conv] - 10_000)
-    assert faster.tasks["dur_ns"][conv].tolist() == expected.tolist()
-    assert graph(40_000.0, "fusion:channels_last=false").tasks["dur_ns"][conv].tolist() == T["dur_ns"][conv].tolist()
-    assert graph(40_000.0, "fusion:mode=kernel").tasks["dur_ns"][conv].tolist() == T["dur_ns"][conv].tolist()
+    assert faster.tolist() == np.maximum(1, same - 10_000).tolist()
+    assert conv_ns(40_000.0, "fusion:channels_last=false").tolist() == same.tolist()
+    assert conv_ns(40_000.0, "fusion:mode=kernel").tolist() == same.tolist()
+
+
+def test_compile_drops_layout_conversions_only(own_trace, profile):
+    from optimizations.fusion import is_layout_conversion
+
+    sig = lambda dst, src: json.dumps(["aten::copy_", [[2, 3, 4, 4], [2, 3, 4, 4], []],   # noqa: E731
+                                       ["float", "float", "Scalar"], [dst, src, []], ["", "", "False"]])
+    nchw, nhwc = [48, 16, 4, 1], [48, 1, 12, 3]
+    assert is_layout_conversion(sig(nchw, nhwc)) and is_layout_conversion(sig(nhwc, nchw))
+    assert not is_layout_conversion(sig(nchw, nchw)) and not is_layout_conversion(sig(nhwc, nhwc))
+    assert not is_layout_conversion(json.dumps(["aten::copy_", [[4, 4], [4, 4]], ["float", "float"],
+                                                [[4, 1], [1, 4]], None]))       # a transpose, not a layout
+    report, _ = predict(own_trace("cnn"), ["fusion"], device=profile)
+    off, _ = predict(own_trace("cnn"), ["fusion:channels_last=false"], device=profile)
+    dropped = [n for n in report.notes if "layout conversions" in n]
+    assert len(dropped) == 1 and not any("layout conversions" in n for n in off.notes)
 
 
 def test_fusion_fuses_chains_and_compile_pays_its_call_overhead(own_trace, profile):

@@ -34,7 +34,7 @@ from ..errors import TraceError
 from ..model import EVENT_COLUMNS, EventKind, StringTable
 from . import fast_layers, kineto
 from .kineto import SYNC_CALLS, input_bytes
-from .shapes import op_flops, op_signature
+from .shapes import keeps_signature, op_flops, op_signature
 
 try:
     from .. import _kineto
@@ -133,7 +133,8 @@ def _name_flags(names):
 def _shape_values(names, shapes, value, name_col, shape_col, ops):
     """Input bytes and FLOPs of the CPU ops ``ops`` (row indices), computed once per distinct (name, shape).
 
-    Returns per-op bytes, per-op FLOPs, per-op pair index and per-pair signature text.
+    Returns per-op bytes, per-op FLOPs, per-op pair index, per-pair signature text (None where the
+    loader keeps none) and per-pair whether the op keeps its signature whatever its FLOPs.
     """
     n_shapes = max(len(shapes), 1)
     pair = name_col[ops].astype(np.int64) * n_shapes + shape_col[ops]
@@ -141,20 +142,23 @@ def _shape_values(names, shapes, value, name_col, shape_col, ops):
     nbytes = np.empty(len(uniq), np.int64)
     flops = np.empty(len(uniq), np.int64)
     sig_text = []
+    named = np.zeros(len(uniq), bool)
     for k, pr in enumerate(uniq.tolist()):
         name, shape = names[pr // n_shapes], shapes[pr % n_shapes]
         args = {key: value(t) for key, t in zip(("Input Dims", "Input type", "Input Strides",
                                                   "Concrete Inputs", "flops"), shape) if t >= 0}
         nbytes[k] = input_bytes(args)
         flops[k] = f = op_flops(name, args)
-        sig_text.append(op_signature(name, args) if f else None)
-    return nbytes[inverse], flops[inverse], inverse, sig_text
+        named[k] = keeps_signature(name, 0)
+        sig_text.append(op_signature(name, args) if keeps_signature(name, f) else None)
+    return nbytes[inverse], flops[inverse], inverse, sig_text, named
 
 
-def _signatures(p, flops, pair, sig_text) -> np.ndarray:
-    """Signature ids of ops with FLOPs, interned in event order as the reference does."""
+def _signatures(p, flops, pair, sig_text, named) -> np.ndarray:
+    """Signature ids of ops with FLOPs (after clamping) or of :data:`SIGNED_OPS`, interned in
+    event order as the reference does."""
     sig = np.full(len(flops), -1, np.int32)
-    has = np.flatnonzero(flops != 0)
+    has = np.flatnonzero((flops != 0) | named[pair])
     if len(has):
         first = {}
         for k in pair[has].tolist():
@@ -223,12 +227,12 @@ def _event_columns(p, r, value, lane_of_key) -> dict:
     cpu_op = kind == EventKind.CPU_OP
     kind[cpu_op & marker[name]] = EventKind.ANNOTATION
     ops = np.flatnonzero(cpu_op & ~marker[name])
-    pair, sig_text = np.zeros(0, np.int64), []
     if len(ops):
-        nbytes[ops], flops[ops], pair, sig_text = _shape_values(names, r["shapes"], value, name, r["shape"], ops)
+        nbytes[ops], flops[ops], pair, sig_text, named = _shape_values(names, r["shapes"], value, name,
+                                                                       r["shape"], ops)
     _clamp_counts(p, nbytes, flops)
     if len(ops):
-        sig[ops] = _signatures(p, flops[ops], pair, sig_text)
+        sig[ops] = _signatures(p, flops[ops], pair, sig_text, named)
     cols = {"kind": kind.astype(EVENT_COLUMNS["kind"]), "name": name.astype(EVENT_COLUMNS["name"]),
             "lane": lane_of_key[r["lane_key"]].astype(EVENT_COLUMNS["lane"])}
     for k in ("start_ns", "dur_ns", "corr", "ext"):

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import TraceError
 from ..model import EVENT_COLUMNS, EventKind, Lane, LaneKind, StringTable
-from .shapes import clip_count, op_flops, op_signature
+from .shapes import clip_count, keeps_signature, op_flops, op_signature
 
 __all__ = ["CATEGORY_KINDS", "SYNC_CALLS", "parse_events", "ParsedEvents", "us_to_ns", "input_bytes",
            "MAX_TIME_NS", "MAX_COUNT"]
@@ -266,7 +266,7 @@ def _add_complete(p: ParsedEvents, e: dict, cat: str, source: str, thread_names:
         p.repairs["negative or implausible byte/FLOP counts (set to 0)"] += 1
         nbytes = nbytes if 0 <= nbytes <= MAX_COUNT else 0
         flops = flops if 0 <= flops <= MAX_COUNT else 0
-    sig = p.sigs.intern(op_signature(name, args)) if flops else -1
+    sig = p.sigs.intern(op_signature(name, args)) if keeps_signature(name, flops) else -1
     p.add(kind, name, lane, start, dur, corr, ext, nbytes, _as_int(args.get("Sequence number")), flops, sig)
 
 

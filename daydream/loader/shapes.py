@@ -109,6 +109,20 @@ def _op_flops(name: str, args: dict) -> int:
     return 0
 
 
+#: Ops without FLOPs whose call signature is kept all the same: ``fusion``
+#: recognises layout conversions (NCHW <-> channels-last copies) by it.
+SIGNED_OPS = frozenset({"aten::copy_"})
+
+
+def keeps_signature(name: str, flops: int) -> bool:
+    """Whether the loader keeps an op's call signature: compute ops and :data:`SIGNED_OPS`.
+
+    >>> keeps_signature("aten::mm", 12), keeps_signature("aten::copy_", 0), keeps_signature("aten::add", 0)
+    (True, True, False)
+    """
+    return bool(flops) or name in SIGNED_OPS
+
+
 def op_signature(name: str, args: dict) -> str:
     """A JSON call signature (op, input dims, types, strides, scalar inputs) to re-run the op.
 
