@@ -21,14 +21,18 @@ Memory per device: parameters x (weights + gradients + optimizer state:
 momentum SGD 1x, Adam 2x) after the tensor split and, with a pipeline, the
 largest stage's share plus its stashed activations (``pipeline``'s figure);
 without a pipeline the activations are the module outputs of one batch.
+Outputs of the modules the tensor split covers (column linear to row linear)
+are held 1/t per device; the others (layer norms, residual stream) whole,
+as in Megatron without sequence parallelism.  With a pipeline the stage's
+activations are scaled by the model-wide share this gives.
 Metrics: ``memory_bytes_per_device``, ``devices``, and those of the chained
 what-ifs.
 
 Assumptions and limits: those of the three what-ifs; the pipeline splits the
 data-parallel replica's batch into micro-batches (global batch = d x traced
 batch); tensor-parallel groups are assumed inside a node (its all-reduces use
-the device's collective figures like every other collective); activation
-memory is not divided by ``t`` (conservative).
+the device's collective figures like every other collective); the split
+share of a pipeline stage's activations is the whole model's.
 """
 from __future__ import annotations
 
@@ -153,7 +157,7 @@ class PTDP(Optimization):
         if c.data > 1:
             self._data_parallel(ctx, c, table, split, per_rank / total)
         ctx.metrics["devices"] = c.devices
-        ctx.metrics["memory_bytes_per_device"] = int(self._memory(ctx, c, table, per_rank, per_rank / total))
+        ctx.metrics["memory_bytes_per_device"] = int(self._memory(ctx, c, table, per_rank, per_rank / total, split))
         ctx.note(f"ptd-p: {c.label()} on {c.devices} devices")
 
     def _data_parallel(self, ctx, c, table, split, tp_fraction):
@@ -200,17 +204,19 @@ class PTDP(Optimization):
                    bytes_=nbytes, deps=deps, succs=[step])
 
     @staticmethod
-    def _memory(ctx, c, table, per_rank, tp_fraction) -> float:
+    def _memory(ctx, c, table, per_rank, tp_fraction, split=frozenset()) -> float:
         m = ctx.metrics
         state = 2 + state_factor(meta(ctx))   # weights, gradients, optimizer state
-        if c.pipeline > 1:
-            ranks = range(c.pipeline)
-            return max(m.get(f"rank{r}_weights_bytes", 0) * tp_fraction * state + m.get(f"rank{r}_activations_bytes", 0)
-                       for r in ranks)
         paths = list(table)
-        leaves = [p for p in paths if not any(q.startswith(p + ".") for q in paths)]
-        act = sum(int(table[p].get("output_bytes") or 0) for p in leaves)
-        return per_rank * state + act
+        out = {p: int(table[p].get("output_bytes") or 0) for p in paths
+               if not any(q.startswith(p + ".") for q in paths)}          # leaves
+        act = sum(out.values())
+        held = act - sum(b for p, b in out.items() if p in split) * (1 - 1 / c.tensor)
+        if c.pipeline > 1:
+            share = held / act if act else 1.0
+            return max(m.get(f"rank{r}_weights_bytes", 0) * tp_fraction * state
+                       + m.get(f"rank{r}_activations_bytes", 0) * share for r in range(c.pipeline))
+        return per_rank * state + held
 
 
 def get_class(name: str):

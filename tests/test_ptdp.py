@@ -8,7 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from daydream.optimizations import OptionError, get
-from daydream.optimizations.ptdp import Config, configurations, pipeline_available
+from daydream.graph import build_graph
+from daydream.optimizations.base import WhatIfContext
+from daydream.optimizations.ptdp import Config, configurations, get_class, pipeline_available
 from daydream.whatif import predict
 
 from conftest import REPO, flat_profile
@@ -61,9 +63,15 @@ def test_data_parallel_after_tensor_split_reduces_only_the_local_gradients(mlp):
     assert int(g.tasks["bytes"][ar].sum()) == rep.metrics["param_bytes_per_rank"]
     mods = mlp.ranks[0].meta["daydream"]["modules"]
     paths = [m["path"] for m in mods]
-    leaves_act = sum(m["output_bytes"] or 0 for m in mods if not any(q.startswith(m["path"] + ".") for q in paths))
-    state = 2 + 1       # weights, gradients, SGD momentum
-    assert rep.metrics["memory_bytes_per_device"] == rep.metrics["param_bytes_per_rank"] * state + leaves_act
+    leaves = {m["path"]: m["output_bytes"] or 0 for m in mods if not any(q.startswith(m["path"] + ".") for q in paths)}
+    leaves_act = sum(leaves.values())
+    tp = get_class("tensor-parallel")(degree=2)
+    tp.apply(WhatIfContext(build_graph(mlp), mlp, flat_profile()))
+    split_act = sum(b for p, b in leaves.items() if p in tp.split_paths)
+    assert 0 < split_act < leaves_act
+    state = 2 + 1       # weights, gradients, SGD momentum: split outputs are held half per device
+    assert rep.metrics["memory_bytes_per_device"] == \
+        rep.metrics["param_bytes_per_rank"] * state + leaves_act - split_act // 2
     full, _ = predict(mlp, ["ptd-p:devices=2"], device=flat_profile())
     total = sum(m["param_bytes"] or 0 for m in mods)
     assert full.metrics["memory_bytes_per_device"] == total * state + leaves_act
