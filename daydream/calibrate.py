@@ -37,11 +37,13 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def time_call_ns(fn, device, min_time_s: float = 0.05, repeats: int = 7) -> float:
+def time_call_ns(fn, device, min_time_s: float = 0.05, repeats: int = 7, typical: bool = False) -> float:
     """Time of one call of ``fn`` in ns: the best of up to ``repeats`` batches.
 
     Calls are batched to last about ``min_time_s / repeats``; the best batch is
-    the figure least disturbed by other load on the machine.  Slow calls get
+    the figure least disturbed by other load on the machine (what the device
+    can do).  ``typical``: the median batch instead (what a call costs inside
+    a run on this machine, for predicting a run's mean time).  Slow calls get
     fewer repeats (at least 3) so that calibration stays quick.
     """
     t0 = time.perf_counter()
@@ -57,7 +59,7 @@ def time_call_ns(fn, device, min_time_s: float = 0.05, repeats: int = 7) -> floa
             fn()
         _sync(device)
         samples.append((time.perf_counter() - t0) / n * 1e9)
-    return min(samples)
+    return statistics.median(samples) if typical else min(samples)
 
 
 #: Sizes whose single call would take longer than this are skipped (the curve

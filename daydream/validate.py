@@ -216,8 +216,8 @@ def paired_rounds(repeat: int, configs, iterations: int = 5) -> list:
 
     A config of several processes (``nproc > 1``) is not run in turns: its
     ranks lose more at every turn than the drift costs (the MLP's 2-rank
-    data-parallel job measured 36-43 ms in turns, 27-31 ms alone; gloo
-    hand-overs resume cold), so each round traces the configs one after
+    data-parallel job measured 23.6-29.6 ms in turns, 20.9-24.4 ms after its
+    baseline, three rounds each), so each round traces the configs one after
     the other instead.  Returns one list per round of (path, report), one
     per config, in order: the runs of a round are comparable.
     """
