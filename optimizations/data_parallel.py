@@ -13,8 +13,8 @@ for the last one.  DDP's copies of gradients into the flat bucket buffers
 (divided by the world size on the way) and back into ``.grad`` once reduced
 are CPU tasks, a read and a write of the bucket's bytes each at measured
 bandwidth, on the thread that runs backward: copy-in when the bucket is
-ready, copy-out at the end of backward (before the optimizer step).  ``overlap=false`` starts all all-reduces after
-backward.
+ready, copy-out at the end of backward (before the optimizer step).
+``overlap=false`` starts all all-reduces after backward.
 
 Buffers (BatchNorm running statistics; ``buffer_bytes`` of the module
 table) are broadcast from rank 0 at the start of every forward, as DDP does
