@@ -161,7 +161,9 @@ def test_ctrl_c_stops_the_search_and_prints_the_best_so_far(tmp_path):
     prof = save_profile(flat_profile(), str(tmp_path / "p.json"))
     proc = subprocess.Popen(daydream_cmd("ptdp-search", str(REPO / "traces" / "transformer.trace.json.gz"),
                                          "--devices", "16", "--microbatches", "2,4,8,16", "--profile", prof),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            # a shell without job control starts background jobs with SIGINT ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     first = proc.stderr.readline()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
