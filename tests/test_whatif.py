@@ -203,6 +203,29 @@ def test_compile_drops_layout_conversions_only(own_trace, profile):
     assert len(dropped) == 1 and not any("layout conversions" in n for n in off.notes)
 
 
+def test_dataloader_hands_over_the_batch_the_model_takes():
+    from daydream import load_trace
+    from daydream.optimizations.dataloader import batch_bytes
+
+    from conftest import REPO
+
+    def fetch_ns(trace):
+        _, res = predict(trace, ["dataloader:workers=2"], device=flat_profile(fetch=(0.0, 1.0)))   # 1 ns a byte
+        g = res.graph
+        fetches = [t for t in range(g.n_tasks) if g.task_name(t) == "DataLoader: fetch batch from worker"]
+        assert fetches
+        return set(g.tasks["dur_ns"][fetches].tolist())
+
+    trace = load_trace(REPO / "traces" / "mlp.trace.json.gz")       # recorded before root input shapes
+    (old,) = fetch_ns(trace)
+    batch = 64 * 512 * 4                        # 64 samples of 512 float32 features
+    assert old >= 8 * batch                    # the largest input of the loading ops: the indexed dataset
+    root = trace.ranks[0].meta["daydream"]["modules"][0]
+    root["input_shapes"] = [[64, 512]]                       # what daydream trace now records
+    assert batch_bytes(trace.ranks[0].meta["daydream"]["modules"]) == batch
+    assert fetch_ns(trace) == {batch}
+
+
 def test_fusion_fuses_chains_and_compile_pays_its_call_overhead(own_trace, profile):
     from dataclasses import replace
 
