@@ -274,3 +274,32 @@ def test_cpu_trace_without_calibration_asks_for_it(tmp_path, own_trace, monkeypa
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     with pytest.raises(DaydreamError, match="daydream calibrate"):
         predict(own_trace("mlp"), ["fused-adam"])
+
+
+def test_rerun_timing_takes_the_median_batch_when_typical(monkeypatch):
+    from types import SimpleNamespace
+
+    import daydream.calibrate as cal
+
+    for typical, expected in ((False, 1.0), (True, 2.0)):
+        now = [0.0]
+        durations = [1.0, 5.0, 1.0, 2.0]        # the probe call, then 3 batches of one call each
+
+        def call():
+            now[0] += durations.pop(0)
+
+        monkeypatch.setattr(cal.time, "perf_counter", lambda: now[0])
+        cpu = SimpleNamespace(type="cpu")
+        assert cal.time_call_ns(call, cpu, min_time_s=0.05, typical=typical) == expected * 1e9
+
+
+def test_signatures_rebuild_4d_inputs_channels_last():
+    torch = pytest.importorskip("torch")
+    from daydream.opbench import call_for
+
+    sig = json.dumps(["aten::convolution", [[2, 3, 5, 5], [4, 3, 3, 3], [], [], [], [], [], [], []],
+                      ["float", "float", "", "", "", "", "", "", ""], None, None])
+    _, plain = call_for(sig)
+    _, cl = call_for(sig, channels_last=True)
+    assert all(x.is_contiguous() for x in plain[:2])
+    assert all(x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous() for x in cl[:2])

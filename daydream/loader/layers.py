@@ -172,8 +172,9 @@ def _backward_between_modules(cols, mapped, top_col) -> None:
     pos = np.arange(len(rows))
     has = mapped[rows]
     last = np.maximum.accumulate(np.where(has, pos, -1))
+    ln, itr = lane[rows], it[rows]
     new_group = np.ones(len(rows), bool)
-    new_group[1:] = (lane[rows][1:] != lane[rows][:-1]) | (it[rows][1:] != it[rows][:-1])
+    new_group[1:] = (ln[1:] != ln[:-1]) | (itr[1:] != itr[:-1])
     group_start = np.maximum.accumulate(np.where(new_group, pos, 0))
     take = ~has & (last >= group_start)
     layer[rows[take]] = layer[rows[last[take]]]
