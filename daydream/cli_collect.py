@@ -25,6 +25,10 @@ __all__ = ["COMMANDS", "trace"]
               help="cpu, cuda or both; cuda is skipped without a GPU (the metadata says so).")
 @click.option("--nproc", type=click.IntRange(min=1), default=None,
               help="Run the python command under torch.distributed.run with this many ranks.")
+@click.option("--pin-cores", is_flag=True,
+              help="Give each local rank its own share of the CPU cores (rank r of K: cores r*n/K to "
+                   "(r+1)*n/K - 1), set before the script starts.  For CPU jobs with a rank per core: "
+                   "without it Linux may run two ranks' threads on one core for stretches.")
 @click.option("-f", "--force", is_flag=True, help="Overwrite existing trace files.")
 @click.option("--no-shapes", is_flag=True, help="Do not record op input shapes (less overhead).")
 @click.option("--backward-ranges", is_flag=True,
@@ -35,7 +39,8 @@ __all__ = ["COMMANDS", "trace"]
               help="GPU activity from daydream's CUPTI extension instead of torch.profiler (experimental).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @handle_errors
-def trace(output, warmup, iterations, activities, nproc, force, no_shapes, backward_ranges, cupti, command):
+def trace(output, warmup, iterations, activities, nproc, pin_cores, force, no_shapes, backward_ranges, cupti,
+          command):
     """Run COMMAND (e.g. python train.py ARGS) and record a few training iterations.
 
     \b
@@ -60,6 +65,7 @@ def trace(output, warmup, iterations, activities, nproc, force, no_shapes, backw
         force=force,
         nproc=nproc,
         use_cupti=cupti,
+        pin_cores=pin_cores,
     )
     outcome = run_traced(req)
     lines, error = explain(outcome, req)

@@ -133,7 +133,10 @@ def _trace_cmd(name: str, path: Path, args=(), warmup: int = 2, iterations: int 
     cmd = [sys.executable, "-m", "daydream", "trace", "-o", str(path), "--force", "--warmup", str(warmup),
            "--iterations", str(iterations)]
     if nproc > 1:
-        cmd += ["--nproc", str(nproc)]
+        # A core per rank, as the models assume.  Unpinned, Linux ran both ranks' threads on
+        # one core for stretches: the MLP's 2-rank data-parallel job measured 22.1 / 27.5 /
+        # 34.6 ms in three runs in a row, pinned 20.3 - 22.5 ms in four.
+        cmd += ["--nproc", str(nproc), "--pin-cores"]
     return cmd + ["--", sys.executable, "-m", f"daydream.workloads.{name}", "--steps", str(warmup + iterations + 2),
                   "--quiet", *WORKLOAD_ARGS.get(name, ()), *args]
 

@@ -42,6 +42,7 @@ class TraceRequest:
     force: bool = False
     nproc: int | None = None
     use_cupti: bool = False
+    pin_cores: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ def _child_env(req: TraceRequest, status_dir: str) -> dict:
         "record_shapes": req.record_shapes,
         "backward_ranges": req.backward_ranges,
         "use_cupti": req.use_cupti,
+        "pin_cores": req.pin_cores,
         "status_dir": status_dir,
     }
     env[CONFIG_ENV] = json.dumps(config)

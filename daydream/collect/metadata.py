@@ -128,6 +128,7 @@ def device_info() -> dict:
             "name": _cpu_name(),
             "logical_cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
+            "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "machine": platform.machine(),
         },
         "cuda": [],

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["CONFIG_ENV", "bootstrap", "read_statuses"]
+__all__ = ["CONFIG_ENV", "bootstrap", "cores_for_rank", "pin_local_rank", "read_statuses"]
 
 CONFIG_ENV = "DAYDREAM_TRACE_CONFIG"
 _state: dict = {}
@@ -59,10 +59,41 @@ def bootstrap() -> None:
     if not raw or _state:
         return
     _state["config"] = json.loads(raw)
+    if _state["config"].get("pin_cores"):
+        pin_local_rank()
     if "torch" in sys.modules:
         _start()
     else:
         sys.meta_path.insert(0, _TorchImportWatcher(_start))
+
+
+def cores_for_rank(cores, rank: int, ranks: int) -> list:
+    """The share of ``cores`` that local rank ``rank`` of ``ranks`` gets (``--pin-cores``).
+
+    >>> cores_for_rank({0, 1, 2, 3}, 1, 2)
+    [2, 3]
+    >>> cores_for_rank({0, 1}, 2, 3)   # more ranks than cores: one core each, round-robin
+    [0]
+    """
+    cores = sorted(cores)
+    if ranks <= len(cores):
+        per = len(cores) // ranks
+        return cores[rank * per:(rank + 1) * per]
+    return [cores[rank % len(cores)]]
+
+
+def pin_local_rank() -> None:
+    """Restrict this process to its local rank's share of the cores it may use.
+
+    ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE`` come from ``torch.distributed.run``;
+    a process without them (the launcher itself) keeps every core.  Runs
+    before the script, so every thread it starts inherits the mask.
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        print("daydream: --pin-cores: this platform cannot set CPU affinity; ranks not pinned", file=sys.stderr)
+        return
+    rank, ranks = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    os.sched_setaffinity(0, cores_for_rank(os.sched_getaffinity(0), rank, ranks))
 
 
 def _start() -> None:

@@ -38,7 +38,7 @@ def _run(schedule: str, extra=(), steps: int = 14, warmup: int = 4, microbatches
          model=MODEL_ARGS) -> dict:
     cmd = [sys.executable, "-m", "daydream.workloads.pipeline", "--schedule", schedule, "--microbatches",
            str(microbatches), "--steps", str(steps), "--warmup", str(warmup), "--threads", str(THREADS),
-           *model, *extra]
+           "--pin-cores", *model, *extra]   # a core per stage, as the model assumes
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=run_env())
     for line in proc.stdout.splitlines():
         if line.startswith("{"):

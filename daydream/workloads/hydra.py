@@ -37,6 +37,7 @@ from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 from . import mlp
+from .common import pin_rank
 from .mlp import MLP
 
 __all__ = ["SCHEDULES", "units_of", "task_priority", "main"]
@@ -193,6 +194,8 @@ def _shapes(units, args):
 def _worker(rank, args, port, world):
     import torch.distributed as dist
 
+    if args.pin_cores:
+        pin_rank(rank, world)
     torch.set_num_threads(args.threads)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -232,6 +235,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=6, help="measured rounds per schedule")
     p.add_argument("--warmup", type=int, default=2, help="unmeasured rounds per schedule")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
+    p.add_argument("--pin-cores", action="store_true", help="each process on its own share of the cores")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.models < 1 or args.devices < 1:

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import mlp
+from .common import pin_rank
 
 __all__ = ["main", "stage_modules", "parse_args"]
 
@@ -42,6 +43,7 @@ def parse_args(argv=None):
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--nproc", type=int, default=2, help="processes (= stages) to start when not under torchrun")
     p.add_argument("--split", type=int, default=0, help="hidden blocks on stage 0 (0: even split)")
+    p.add_argument("--pin-cores", action="store_true", help="each started process on its own share of the cores")
     mlp.add_args(p)                      # the bundled MLP's model flags
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--dataset-batches", type=int, default=8)
@@ -179,6 +181,8 @@ def _free_port() -> int:
 
 def _spawned(rank, world, args, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if args.pin_cores:
+        pin_rank(rank, world)
     _worker(rank, world, args)
 
 
@@ -188,6 +192,9 @@ def main(argv=None) -> None:
         _plain(args)
         return
     if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
+        if args.pin_cores:
+            pin_rank(int(os.environ.get("LOCAL_RANK", os.environ["RANK"])),
+                     int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])))
         _worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
         return
     import torch.multiprocessing as mp

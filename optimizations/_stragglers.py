@@ -1,0 +1,96 @@
+"""Expected waits for the slowest worker at the barriers of a synchronous job.
+
+A collective (an all-reduce, a broadcast) cannot finish before every worker has
+reached it, so in an N-worker job each worker waits, at each such barrier,
+for the slowest of the N to get through the work since the previous barrier.
+The trace holds one worker; its own spread shows how much that work varies
+from one iteration to the next.  Assuming the workers vary independently
+(their own OS jitter, page faults, allocator and Python pauses; not a machine
+that slows them all at once), worker 1's segment in iteration ``i`` is the
+traced one, ``x_i``, and the other ``N - 1`` are drawn from the traced
+segments; the expected wait is ``E[max(x_i, X_2, ..., X_N)] - x_i``.  Averaged
+over iterations this is the expected maximum of N draws minus the mean (for
+normal noise about ``0.56 sigma`` at N = 2, ``1.42 sigma`` at N = 8).
+
+A trace with steady iterations (a GPU job whose CPU runs ahead) gets waits
+near zero; a noisy one gets the straggler cost it will pay.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from daydream.model import EventKind
+from daydream.primitives import insert
+
+__all__ = ["expected_waits_ns", "insert_barrier_waits", "WAIT_NAME"]
+
+#: Name of the inserted wait tasks (timeline and breakdown show it).
+WAIT_NAME = "wait for the slowest worker (expected)"
+
+
+def expected_waits_ns(segments_ns, workers: int) -> np.ndarray:
+    """Expected wait of a worker whose segment took ``x_i``, at a barrier of ``workers``.
+
+    The other ``workers - 1`` segments are drawn, with replacement, from
+    ``segments_ns`` (the empirical distribution).
+
+    Examples
+    --------
+    >>> expected_waits_ns([10, 20], 2).tolist()
+    [5.0, 0.0]
+    >>> expected_waits_ns([10, 20], 1).tolist()
+    [0.0, 0.0]
+    >>> round(float(expected_waits_ns([10, 20], 3).mean()), 3)   # E[max of 3] - mean = 18.75 - 15
+    3.75
+    """
+    x = np.asarray(segments_ns, float)
+    if workers <= 1 or len(x) < 2:
+        return np.zeros(len(x))
+    s = np.sort(x)
+    k = np.arange(1, len(s) + 1) / len(s)
+    p = k ** (workers - 1) - (k - 1 / len(s)) ** (workers - 1)   # P(max of the others is s_k)
+    return np.maximum.outer(x, s) @ p - x
+
+
+def insert_barrier_waits(g, barriers, workers: int) -> list:
+    """Insert the expected straggler wait before each barrier.
+
+    Parameters
+    ----------
+    g : DependencyGraph
+    barriers : iterable of (int, int, int)
+        ``(kind, anchor, gate)``: a barrier of category ``kind`` (e.g. 0 for a
+        forward broadcast, 1 for the last all-reduce), a traced task that
+        marks when the worker reaches it (its ``traced_start_ns``) and the
+        task it gates, which the wait goes before on its lane.  The segment
+        before a barrier runs from the rank's previous barrier (any kind);
+        the segments of one kind form one distribution; a rank's first
+        barrier gets the mean wait of its kind.
+    workers : int
+
+    Returns
+    -------
+    list of int
+        The inserted wait tasks.
+    """
+    T = g.tasks
+    rows = sorted((int(T["rank"][gate]), int(T["traced_start_ns"][anchor]), kind, gate)
+                  for kind, anchor, gate in barriers)
+    segs = defaultdict(list)   # kind -> [(row, segment ns)]
+    for i, (rank, start, kind, _) in enumerate(rows):
+        if i and rows[i - 1][0] == rank:
+            segs[kind].append((i, start - rows[i - 1][1]))
+    wait = {}
+    for kind, items in segs.items():
+        w = expected_waits_ns([s for _, s in items], workers)
+        wait.update({i: float(v) for (i, _), v in zip(items, w)})
+        wait.update({i: float(w.mean()) for i, row in enumerate(rows) if row[2] == kind and i not in wait})
+    out = []
+    for i, (_, _, _, gate) in enumerate(rows):
+        if wait.get(i, 0.0) >= 1:
+            out.append(insert(g, int(T["lane"][gate]), dur_ns=int(round(wait[i])), name=WAIT_NAME,
+                              kind=EventKind.SYNC, before=gate, phase=int(T["phase"][gate]),
+                              iteration=int(T["iteration"][gate])))
+    return out
