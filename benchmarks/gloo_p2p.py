@@ -14,6 +14,7 @@ Usage::
 
     python benchmarks/gloo_p2p.py --kb 64
     python benchmarks/gloo_p2p.py --kb 4096 --busy-ms 5
+    python benchmarks/gloo_p2p.py --kb 64 --busy-ms 10 --pin   # a core per rank
 """
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ def _worker(rank, a, q, port):
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if a.pin:
+        from daydream.workloads.common import pin_rank
+
+        pin_rank(rank, 2)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     x = torch.zeros(a.kb * 256)
@@ -79,13 +84,14 @@ def main(argv=None) -> int:
     ap.add_argument("--busy-ms", type=float, default=0.0, help="sender computes this long around each send")
     ap.add_argument("--late-ms", type=float, default=3.0, help="receiver posts its receive this late")
     ap.add_argument("--port", type=int, default=29541)
+    ap.add_argument("--pin", action="store_true", help="each rank on its own core (as validation runs do)")
     a = ap.parse_args(argv)
     import torch.multiprocessing as mp
 
     q = mp.get_context("spawn").SimpleQueue()
     mp.spawn(_worker, args=(a, q, a.port), nprocs=2, join=True)
     got = dict(q.get() for _ in range(2))
-    print(f"gloo point-to-point, {a.kb} KiB, sender busy {a.busy_ms:g} ms:")
+    print(f"gloo point-to-point, {a.kb} KiB, sender busy {a.busy_ms:g} ms{', ranks pinned' if a.pin else ''}:")
     print(f"  round trip                       {_stats(got[0])}")
     print(f"  receive posted {a.late_ms:g} ms after the send {_stats(got[1])}")
     return 0

@@ -274,7 +274,21 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
     threads : int, optional
         Intra-op threads to measure with (``torch.set_num_threads``); CPU
         throughput depends on it, so calibrate with what the training uses.
+
+    Idle CPUs poll instead of halting while it measures, where the system
+    allows (:func:`daydream.cpuidle.polling_idle`); the profile's ``source``
+    says so.
     """
+    import dataclasses
+
+    from .cpuidle import polling_idle
+
+    with polling_idle() as held:
+        prof = _calibrate(device, quick, collectives, progress, threads)
+    return dataclasses.replace(prof, source=prof.source + (", idle CPUs polling" if held else ""))
+
+
+def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     try:
         import torch
     except ImportError:

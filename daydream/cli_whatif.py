@@ -125,8 +125,9 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     """
     from pathlib import Path
 
+    from .cpuidle import PM_QOS_PATH, polling_idle
     from .optimizations import OptionError
-    from .validate import CASES, RUNNERS, ensure_profile, public_dataloader_rows, run_validation, runner, write_results
+    from .validate import CASES, RUNNERS, write_results
 
     wanted = [o for o in opts.split(",") if o]
     bad = [o for o in wanted if o not in CASES and o not in RUNNERS]
@@ -137,17 +138,11 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     for name in ("results.csv", "accuracy.png", "accuracy.svg"):   # before hours of measuring
         check_writable(out / name, force)
     progress = lambda m: click.echo(m, err=True)  # noqa: E731
-    rows = run_validation([w for w in workloads.split(",") if w], [o for o in wanted if o in CASES], out,
-                          iterations, profile_path, progress=progress, repeat=repeat)
-    for name in (o for o in wanted if o in RUNNERS):
-        fn = runner(name)
-        if fn is None:
-            progress(f"{name}: no validation runner installed; skipped")
-            continue
-        rows += fn(out, ensure_profile(profile_path, progress), progress, repeat)
-    if public:
-        from .demo import _DEFAULT_SHARED  # noqa: F811
-        rows += public_dataloader_rows(Path(shared) if shared else _DEFAULT_SHARED, profile_path)
+    with polling_idle() as held:
+        if not held:
+            progress(f"note: could not hold {PM_QOS_PATH} at 0 (needs root on Linux): idle CPUs halt, and "
+                     "multi-process runs wake late on a virtual machine")
+        rows = _measure(wanted, workloads, out, iterations, profile_path, progress, repeat, public, shared)
     path = write_results(rows, out, force=force)
     import matplotlib
 
@@ -163,6 +158,26 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
         click.echo(f"{r.workload:<28}{r.optimization:<40}{r.predicted_ms:10.2f}{r.measured_ms:10.2f}{r.error_pct:8.1f}%")
     if errs:
         click.echo(f"{len(rows)} cases: median error {errs[len(errs) // 2]:.1f}%, worst {errs[-1]:.1f}%; {path}")
+
+
+def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat, public, shared) -> list:
+    """The rows of ``daydream validate``: the matrix, the parallelism runners, the public pair."""
+    from pathlib import Path
+
+    from .validate import CASES, RUNNERS, ensure_profile, public_dataloader_rows, run_validation, runner
+
+    rows = run_validation([w for w in workloads.split(",") if w], [o for o in wanted if o in CASES], out,
+                          iterations, profile_path, progress=progress, repeat=repeat)
+    for name in (o for o in wanted if o in RUNNERS):
+        fn = runner(name)
+        if fn is None:
+            progress(f"{name}: no validation runner installed; skipped")
+            continue
+        rows += fn(out, ensure_profile(profile_path, progress), progress, repeat)
+    if public:
+        from .demo import _DEFAULT_SHARED  # noqa: F811
+        rows += public_dataloader_rows(Path(shared) if shared else _DEFAULT_SHARED, profile_path)
+    return rows
 
 
 COMMANDS = [whatif, optimizations, calibrate, validate]
