@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import REPO, daydream_cmd, run_daydream
+from daydream.collect.runner import cores_for_rank
 
 pytest.importorskip("torch")
 
@@ -157,16 +158,18 @@ def test_sigint_leaves_valid_trace_or_none(tmp_path, train_script):
 def test_two_ranks_write_two_files(tmp_path):
     out = tmp_path / "ddp.json"
     res = run_daydream(
-        "trace", "-o", str(out), "--warmup", "1", "-n", "2", "--nproc", "2", "--",
+        "trace", "-o", str(out), "--warmup", "1", "-n", "2", "--nproc", "2", "--pin-cores", "--",
         PY, "-m", "daydream.workloads.mlp", "--steps", "4", "--quiet", "--threads", "1",
         "--in-features", "16", "--hidden", "32", "--layers", "1", "--batch-size", "8",
         timeout=180,
     )
     assert res.returncode == 0, res.stderr
+    cores = sorted(os.sched_getaffinity(0))
     for rank in (0, 1):
         doc, names = _steps(tmp_path / f"ddp.rank{rank}.json")
         meta = doc["daydream"]
         assert (meta["rank"], meta["world_size"]) == (rank, 2)
         assert meta["distributed"]["backend"] == "gloo"
         assert len(names) == 2
+        assert meta["device"]["cpu"]["affinity"] == cores_for_rank(cores, rank, 2)   # --pin-cores
     assert not out.exists()

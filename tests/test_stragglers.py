@@ -81,3 +81,4 @@ def test_data_parallel_waits_for_the_slowest_worker_from_the_traces_spread(own_t
         assert g.task_name(seq[seq.index(t) + 1]) == "all-reduce"
     assert on.predicted_ms > off.predicted_ms
     assert any("slowest of 8 workers" in n for n in on.notes)
+
