@@ -24,7 +24,7 @@ import numpy as np
 from daydream.model import EventKind
 from daydream.primitives import insert
 
-__all__ = ["expected_waits_ns", "insert_barrier_waits", "WAIT_NAME"]
+__all__ = ["expected_waits_ns", "insert_barrier_waits", "wait_for_stragglers", "WAIT_NAME"]
 
 #: Name of the inserted wait tasks (timeline and breakdown show it).
 WAIT_NAME = "wait for the slowest worker (expected)"
@@ -60,9 +60,10 @@ def insert_barrier_waits(g, barriers, workers: int) -> list:
     Parameters
     ----------
     g : DependencyGraph
-    barriers : iterable of (int, int, int)
+    barriers : iterable of (hashable, int, int)
         ``(kind, anchor, gate)``: a barrier of category ``kind`` (e.g. 0 for a
-        forward broadcast, 1 for the last all-reduce), a traced task that
+        forward broadcast, 1 for the last all-reduce: the same barrier in
+        every iteration), a traced task that
         marks when the worker reaches it (its ``traced_start_ns``) and the
         task it gates, which the wait goes before on its lane.  The segment
         before a barrier runs from the rank's previous barrier (any kind);
@@ -76,8 +77,8 @@ def insert_barrier_waits(g, barriers, workers: int) -> list:
         The inserted wait tasks.
     """
     T = g.tasks
-    rows = sorted((int(T["rank"][gate]), int(T["traced_start_ns"][anchor]), kind, gate)
-                  for kind, anchor, gate in barriers)
+    rows = sorted(((int(T["rank"][gate]), int(T["traced_start_ns"][anchor]), kind, gate)
+                   for kind, anchor, gate in barriers), key=lambda r: (r[0], r[1], r[3]))
     segs = defaultdict(list)   # kind -> [(row, segment ns)]
     for i, (rank, start, kind, _) in enumerate(rows):
         if i and rows[i - 1][0] == rank:
@@ -94,3 +95,35 @@ def insert_barrier_waits(g, barriers, workers: int) -> list:
                               kind=EventKind.SYNC, before=gate, phase=int(T["phase"][gate]),
                               iteration=int(T["iteration"][gate])))
     return out
+
+
+def wait_for_stragglers(ctx, barriers, workers: int, who: str) -> None:
+    """One expected wait per iteration, before its last barrier, with a note of the added time.
+
+    ``barriers`` are ``(anchor, gate)`` pairs (see :func:`insert_barrier_waits`);
+    of each rank's iteration only the last one (by the anchor's traced start)
+    gets a wait, from the spread of whole iterations.  Waits before every
+    barrier, each from its own stretch's spread, would add up the same
+    slowdown several times whenever a slow iteration is slow throughout (as
+    on the machines measured); the iteration's wait is the least the job
+    pays if stretches vary independently, and all it pays if they vary
+    together.  Only for a one-rank trace: a multi-rank trace's iterations
+    already include its own ranks' waits.
+    """
+    ranks = list(ctx.trace.ranks)
+    if len(ranks) != 1 or getattr(ranks[0], "world_size", lambda: 1)() != 1:
+        ctx.note(f"{who}: straggler waits not added (the trace has several ranks; their iteration times "
+                 "already include waits)")
+        return
+    T = ctx.graph.tasks
+    last = {}
+    for anchor, gate in barriers:
+        key = (int(T["rank"][gate]), int(T["iteration"][gate]))
+        if key not in last or T["traced_start_ns"][anchor] > T["traced_start_ns"][last[key][0]]:
+            last[key] = (anchor, gate)
+    waits = insert_barrier_waits(ctx.graph, [(0, a, g) for a, g in last.values()], workers)
+    if waits:
+        T = ctx.graph.tasks
+        n_it = max(1, len(np.unique(T["iteration"][waits])))
+        ctx.note(f"{who}: expected wait for the slowest of {workers} workers {T['dur_ns'][waits].sum() / n_it / 1e6:.2f}"
+                 f" ms per iteration (the trace's iteration-to-iteration spread; `stragglers=false` leaves it out)")

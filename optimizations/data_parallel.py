@@ -28,10 +28,9 @@ metadata), the all-reduces run in turn with the training thread instead of
 overlapping it.
 
 Workers run at the same mean speed but not in lockstep: before the last
-all-reduce of an iteration (and before the buffer broadcast) each waits for
-the slowest of the N, the expected wait computed from the traced rank's own
-iteration-to-iteration spread (``optimizations._stragglers``;
-``stragglers=false`` leaves it out).
+all-reduce of an iteration each waits for the slowest of the N, the expected
+wait computed from the traced rank's own iteration-to-iteration spread
+(``optimizations._stragglers``; ``stragglers=false`` leaves it out).
 
 Assumptions: parameter sizes per module come from the trace's module table
 (``daydream trace``); workers are identical but vary independently from one
@@ -46,7 +45,7 @@ from daydream.model import Lane, LaneKind, Phase
 from daydream.primitives import insert, select
 
 from ._common import OPTIMIZER_STEP_RE, by_rank_iteration, module_table
-from ._stragglers import insert_barrier_waits
+from ._stragglers import wait_for_stragglers
 from .base import NotApplicable, Optimization, Param
 
 __all__ = ["DataParallel", "OPTIMIZATION", "buckets"]
@@ -127,7 +126,7 @@ class DataParallel(Optimization):
                     ar = insert(g, lane, dur_ns=dur, name="all-reduce", kind=6, phase=Phase.BACKWARD,
                                 iteration=it, deps=[cp], bytes_=nbytes)
                 reduced.append((ar, copy_ns))
-            barriers.append((1, ready, ar))   # the last bucket's all-reduce: every worker has finished backward
+            barriers.append((ready, ar))   # the last bucket's all-reduce: every worker has finished backward
             step_lane = int(g.tasks["lane"][first])
             for ar, copy_ns in reduced:   # DDP's finalize: reduced buckets copied back into .grad
                 insert(g, step_lane, dur_ns=copy_ns, name="DDP bucket copy-out", before=first,
@@ -136,7 +135,7 @@ class DataParallel(Optimization):
             barriers += self._broadcast_buffers(g, dev, sum(m.get("buffer_bytes") or 0 for m in table.values()),
                                                 backend)
         if self.stragglers:
-            self._wait_for_stragglers(ctx, barriers)
+            wait_for_stragglers(ctx, barriers, self.workers, "data-parallel")
         ctx.workers = self.workers
         if not comm:
             raise NotApplicable("the trace has no optimizer step inside its iterations to synchronise on")
@@ -145,7 +144,7 @@ class DataParallel(Optimization):
 
     def _broadcast_buffers(self, g, dev, nbytes: int, backend) -> None:
         """DDP's buffer broadcast: a blocking collective before each iteration's forward.
-        Returns the barriers (0, first forward task, broadcast)."""
+        Returns the barriers (first forward task, broadcast)."""
         if nbytes <= 0 or self.workers <= 1:
             return []
         out = []
@@ -153,24 +152,9 @@ class DataParallel(Optimization):
         fwd = select(g, phase="forward", lane="cpu_thread")
         for (rank, it), tasks in by_rank_iteration(g, fwd[g.tasks["iteration"][fwd] >= 0]).items():
             first = tasks[int(np.argmin(g.tasks["traced_start_ns"][tasks]))]
-            out.append((0, first, insert(g, int(g.tasks["lane"][first]), dur_ns=dur, name="DDP: broadcast buffers",
+            out.append((first, insert(g, int(g.tasks["lane"][first]), dur_ns=dur, name="DDP: broadcast buffers",
                                          kind=6, phase=Phase.FORWARD, iteration=it, before=first, bytes_=nbytes)))
         return out
-
-    def _wait_for_stragglers(self, ctx, barriers) -> None:
-        """Expected waits for the slowest worker before each barrier (a one-rank trace only: a
-        multi-rank trace's iterations already include its own ranks' waits)."""
-        if len(ctx.trace) != 1 or ctx.trace.ranks[0].world_size() != 1:
-            ctx.note("data-parallel: straggler waits not added (the trace has several ranks; their iteration "
-                     "times already include waits)")
-            return
-        waits = insert_barrier_waits(ctx.graph, barriers, self.workers)
-        if waits:
-            T = ctx.graph.tasks
-            n_it = max(1, len(np.unique(T["iteration"][waits])))
-            ctx.note(f"data-parallel: expected wait for the slowest of {self.workers} workers "
-                     f"{T['dur_ns'][waits].sum() / n_it / 1e6:.2f} ms per iteration (the trace's iteration-to-"
-                     f"iteration spread; `stragglers=false` leaves it out)")
 
     def _collectives_share_core(self, ctx) -> bool:
         """On a CPU, gloo reduces with CPU cores: without a spare core per worker, the

@@ -25,6 +25,11 @@ Model
   inserted in line on the lane of the work they follow: the next op needs
   their result (no asynchronous overlap, as in Megatron-LM without
   sequence-parallel overlap).
+* **Stragglers** (``stragglers=true``, the default): the all-reduces are
+  barriers; before the last one of an iteration a rank waits for the slowest
+  of the T, the expected wait from the traced rank's own spread of whole
+  iterations (:func:`optimizations._stragglers.wait_for_stragglers`; a
+  one-rank trace only).
 * **Optimizer.**  Its bytes-moving tasks scale with the parameter bytes a rank
   still holds: ``(replicated + split / T) / total``.
 * **Implementation overhead** (``api=torch``, the default): torch's TP API
@@ -58,6 +63,7 @@ from daydream.primitives import insert
 
 from ._common import OPTIMIZER_STEP_RE, module_table
 from ._layers import lane_position, op_figures, work_mask
+from ._stragglers import wait_for_stragglers
 from .base import NotApplicable, Optimization, Param
 
 __all__ = ["TensorParallel", "OPTIMIZATION", "megatron_pairs", "linear_modules"]
@@ -96,6 +102,8 @@ class TensorParallel(Optimization):
     summary = "Megatron-style tensor parallelism: column/row-split linears and attention over T ranks"
     params = (Param("degree", 2, "tensor-parallel ranks T", int),
               Param("backend", "auto", "collective figures to use: auto, gloo, nccl", str, ("auto", "gloo", "nccl")),
+              Param("stragglers", True, "wait at each all-reduce for the slowest rank, from the trace's own "
+                    "iteration-to-iteration spread", bool),
               Param("layers", "", "regex of module paths that may be split (default: every Linear)", str),
               Param("api", "torch", "host overhead of the TP implementation: torch (DTensor, measured on this "
                     "machine) or megatron (plain tensors, none)", str, ("torch", "megatron")),
@@ -181,7 +189,7 @@ class TensorParallel(Optimization):
         backend = None if self.backend == "auto" else self.backend
         work = work_mask(g) & (T["layer"] >= 0)
         pos = lane_position(g)
-        todo = []
+        todo, barriers = [], []
         for col, row in pairs:
             nb = int(table[row].get("output_bytes") or 0)
             if not nb:
@@ -193,8 +201,11 @@ class TensorParallel(Optimization):
                     tasks = np.flatnonzero(m & (T["rank"] == rank) & (T["iteration"] == it))
                     todo.append((int(tasks[np.argmax(pos[tasks])]), dur, phase, layer, it, nb))
         for last, dur, phase, layer, it, nb in todo:
-            insert(g, int(g.tasks["lane"][last]), dur_ns=dur, name=f"TP all-reduce ({phase.label})",
-                   after=last, phase=phase, layer=layer, iteration=it, bytes_=nb)
+            ar = insert(g, int(g.tasks["lane"][last]), dur_ns=dur, name=f"TP all-reduce ({phase.label})",
+                        after=last, phase=phase, layer=layer, iteration=it, bytes_=nb)
+            barriers.append((last, ar))
+        if self.stragglers:
+            wait_for_stragglers(ctx, barriers, self.degree, "tensor-parallel")
         rank_iterations = len({(int(g.tasks["rank"][x[0]]), x[4]) for x in todo})
         return len(todo), sum(x[5] for x in todo), sum(x[1] for x in todo), max(1, rank_iterations)
 

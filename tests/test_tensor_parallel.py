@@ -134,6 +134,24 @@ def test_own_transformer_trace(own_trace):
         predict(trace, ["tensor-parallel:degree=8,heads=4"], device=flat_profile())
 
 
+def test_each_allreduce_waits_for_the_slowest_rank(own_trace):
+    from daydream.whatif import predict
+    from optimizations._stragglers import WAIT_NAME
+
+    trace = own_trace("transformer")
+    on, res = predict(trace, ["tensor-parallel:degree=2"], device=flat_profile())
+    off, plain = predict(trace, ["tensor-parallel:degree=2,stragglers=false"], device=flat_profile())
+    g = res.graph
+    waits = [t for t in range(g.n_tasks) if g.task_name(t) == WAIT_NAME]
+    reduces = [t for t in range(g.n_tasks) if g.task_name(t).startswith("TP all-reduce")]
+    assert 0 < len(waits) <= len(reduces)
+    for t in waits:                                   # each right before an all-reduce, on its lane
+        seq = g.lane_tasks[int(g.tasks["lane"][t])]
+        assert g.task_name(seq[seq.index(t) + 1]).startswith("TP all-reduce")
+    assert not any(plain.graph.task_name(t) == WAIT_NAME for t in range(plain.graph.n_tasks))
+    assert on.predicted_ms > off.predicted_ms
+
+
 def test_own_mlp_trace_pairs_consecutive_linears(own_trace):
     from daydream.whatif import predict
 

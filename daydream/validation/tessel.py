@@ -42,8 +42,10 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) 
         csv = out_dir / f"tessel-{tag}.csv"
         specs[tag] = f"tessel:stages=2,microbatches={MICROBATCHES},{extra},action_overhead_us={overhead:.0f}"
         rep, _ = predict(first, [f"{specs[tag]},csv={csv}"], profile_path=profile_path)
+        ref = rep.metrics.get("1f1b_ms")
+        ref = f"1F1B on the same stages {ref:.2f} ms" if ref else "no 1F1B for this placement"
         progress(f"tessel: {tag}: best schedule {rep.metrics.get('schedule')} (predicted {rep.predicted_ms:.2f} ms, "
-                 f"1F1B on the same stages {rep.metrics.get('1f1b_ms', float('nan')):.2f} ms)")
+                 f"{ref})")
     runs = {tag: (lambda tag=tag: measure_pipeline("csv", ("--csv", str(out_dir / f"tessel-{tag}.csv"))))
             for tag in specs}
     base, best = alternate(repeat, tdir, runs, progress, tag="tessel")
