@@ -6,6 +6,7 @@ import json
 import click
 
 from ._cli_util import handle_errors
+from .errors import DaydreamError
 from .fileio import check_writable, provenance, save_figure, write_json
 
 __all__ = ["COMMANDS"]
@@ -173,7 +174,10 @@ def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat,
         if fn is None:
             progress(f"{name}: no validation runner installed; skipped")
             continue
-        rows += fn(out, ensure_profile(profile_path, progress), progress, repeat)
+        try:
+            rows += fn(out, ensure_profile(profile_path, progress), progress, repeat)
+        except DaydreamError as exc:   # the other runners' rows are still written
+            progress(f"{name}: skipped ({exc})")
     if public:
         from .demo import _DEFAULT_SHARED  # noqa: F811
         rows += public_dataloader_rows(Path(shared) if shared else _DEFAULT_SHARED, profile_path)

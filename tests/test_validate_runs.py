@@ -75,3 +75,23 @@ def test_pipeline_rounds_keep_the_median_of_each_side(monkeypatch, tmp_path):
     assert paths == [f"mlp.tessel-base.r{k}.json.gz" for k in range(3)]
     assert base.name == "mlp.tessel-base.r2.json.gz"       # 40 ms: the median of 30 / 50 / 40
     assert got == {"gpipe": 70.0}                           # median of 70 / 90 / 60
+
+
+def test_a_failing_runner_loses_no_other_rows(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from daydream.cli import main
+    from daydream.errors import DaydreamError
+
+    def broken(*a):
+        raise DaydreamError("the real run failed")
+
+    fns = {"hfta": lambda *a: [validate.ValidationRow("mlp", "hfta:models=2", 10.0, 11.0, 12.0)], "hydra": broken}
+    monkeypatch.setattr(validate, "runner", fns.get)
+    monkeypatch.setattr(validate, "ensure_profile", lambda path=None, progress=print: "profile.json")
+    res = CliRunner().invoke(main, ["validate", "--workload", "", "--opt", "hydra,hfta", "--no-public",
+                                    "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "hydra: skipped (the real run failed)" in res.output
+    rows = (tmp_path / "results.csv").read_text().splitlines()
+    assert any(r.startswith("mlp,hfta:models=2,") for r in rows)
