@@ -39,7 +39,7 @@ def _worker(rank, a, q, port):
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if a.pin:
-        from daydream.workloads.common import pin_rank
+        from daydream.collect.runner import pin_rank
 
         pin_rank(rank, 2)
     torch.set_num_threads(1)

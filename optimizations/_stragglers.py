@@ -1,8 +1,8 @@
 """Expected waits for the slowest worker at the barriers of a synchronous job.
 
 A collective (an all-reduce, a broadcast) cannot finish before every worker has
-reached it, so in an N-worker job each worker waits, at each such barrier,
-for the slowest of the N to get through the work since the previous barrier.
+reached it, so in an N-worker job each worker waits, at such a barrier, for
+the slowest of the N to get through the work since the previous one.
 The trace holds one worker; its own spread shows how much that work varies
 from one iteration to the next.  Assuming the workers vary independently
 (their own OS jitter, page faults, allocator and Python pauses; not a machine
@@ -16,8 +16,6 @@ A trace with steady iterations (a GPU job whose CPU runs ahead) gets waits
 near zero; a noisy one gets the straggler cost it will pay.
 """
 from __future__ import annotations
-
-from collections import defaultdict
 
 import numpy as np
 
@@ -60,15 +58,12 @@ def insert_barrier_waits(g, barriers, workers: int) -> list:
     Parameters
     ----------
     g : DependencyGraph
-    barriers : iterable of (hashable, int, int)
-        ``(kind, anchor, gate)``: a barrier of category ``kind`` (e.g. 0 for a
-        forward broadcast, 1 for the last all-reduce: the same barrier in
-        every iteration), a traced task that
-        marks when the worker reaches it (its ``traced_start_ns``) and the
-        task it gates, which the wait goes before on its lane.  The segment
-        before a barrier runs from the rank's previous barrier (any kind);
-        the segments of one kind form one distribution; a rank's first
-        barrier gets the mean wait of its kind.
+    barriers : iterable of (int, int)
+        ``(anchor, gate)``: a traced task that marks when the worker reaches
+        the barrier (its ``traced_start_ns``) and the task the barrier gates,
+        which the wait goes before on its lane; the same barrier of every
+        iteration.  The segments between a rank's consecutive barriers form
+        the distribution; a rank's first barrier gets the mean wait.
     workers : int
 
     Returns
@@ -77,21 +72,16 @@ def insert_barrier_waits(g, barriers, workers: int) -> list:
         The inserted wait tasks.
     """
     T = g.tasks
-    rows = sorted(((int(T["rank"][gate]), int(T["traced_start_ns"][anchor]), kind, gate)
-                   for kind, anchor, gate in barriers), key=lambda r: (r[0], r[1], r[3]))
-    segs = defaultdict(list)   # kind -> [(row, segment ns)]
-    for i, (rank, start, kind, _) in enumerate(rows):
-        if i and rows[i - 1][0] == rank:
-            segs[kind].append((i, start - rows[i - 1][1]))
-    wait = {}
-    for kind, items in segs.items():
-        w = expected_waits_ns([s for _, s in items], workers)
-        wait.update({i: float(v) for (i, _), v in zip(items, w)})
-        wait.update({i: float(w.mean()) for i, row in enumerate(rows) if row[2] == kind and i not in wait})
+    rows = sorted((int(T["rank"][gate]), int(T["traced_start_ns"][anchor]), gate) for anchor, gate in barriers)
+    segs = [(i, start - rows[i - 1][1]) for i, (rank, start, _) in enumerate(rows) if i and rows[i - 1][0] == rank]
+    w = expected_waits_ns([s for _, s in segs], workers)
+    wait = {i: float(v) for (i, _), v in zip(segs, w)}
+    first = float(w.mean()) if len(w) else 0.0   # a rank's first barrier: no segment before it
     out = []
-    for i, (_, _, _, gate) in enumerate(rows):
-        if wait.get(i, 0.0) >= 1:
-            out.append(insert(g, int(T["lane"][gate]), dur_ns=int(round(wait[i])), name=WAIT_NAME,
+    for i, (_, _, gate) in enumerate(rows):
+        ns = wait.get(i, first)
+        if ns >= 1:
+            out.append(insert(g, int(T["lane"][gate]), dur_ns=int(round(ns)), name=WAIT_NAME,
                               kind=EventKind.SYNC, before=gate, phase=int(T["phase"][gate]),
                               iteration=int(T["iteration"][gate])))
     return out
@@ -121,7 +111,7 @@ def wait_for_stragglers(ctx, barriers, workers: int, who: str) -> None:
         key = (int(T["rank"][gate]), int(T["iteration"][gate]))
         if key not in last or T["traced_start_ns"][anchor] > T["traced_start_ns"][last[key][0]]:
             last[key] = (anchor, gate)
-    waits = insert_barrier_waits(ctx.graph, [(0, a, g) for a, g in last.values()], workers)
+    waits = insert_barrier_waits(ctx.graph, last.values(), workers)
     if waits:
         T = ctx.graph.tasks
         n_it = max(1, len(np.unique(T["iteration"][waits])))

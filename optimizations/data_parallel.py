@@ -85,8 +85,8 @@ class DataParallel(Optimization):
               Param("overlap", True, "overlap all-reduce with backward", bool),
               Param("broadcast_buffers", True, "broadcast module buffers from rank 0 every forward (DDP default)",
                     bool),
-              Param("stragglers", True, "wait at each barrier for the slowest worker, from the trace's own "
-                    "iteration-to-iteration spread", bool))
+              Param("stragglers", True, "wait at each iteration's last all-reduce for the slowest worker, from "
+                    "the trace's own iteration-to-iteration spread", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -132,8 +132,7 @@ class DataParallel(Optimization):
                 insert(g, step_lane, dur_ns=copy_ns, name="DDP bucket copy-out", before=first,
                        phase=Phase.BACKWARD, iteration=it, deps=[ar])
         if self.broadcast_buffers:
-            barriers += self._broadcast_buffers(g, dev, sum(m.get("buffer_bytes") or 0 for m in table.values()),
-                                                backend)
+            self._broadcast_buffers(g, dev, sum(m.get("buffer_bytes") or 0 for m in table.values()), backend)
         if self.stragglers:
             wait_for_stragglers(ctx, barriers, self.workers, "data-parallel")
         ctx.workers = self.workers
@@ -143,18 +142,15 @@ class DataParallel(Optimization):
                  f"{sum(sizes.values()) / 1e6:.2f} MB of gradients per step")
 
     def _broadcast_buffers(self, g, dev, nbytes: int, backend) -> None:
-        """DDP's buffer broadcast: a blocking collective before each iteration's forward.
-        Returns the barriers (first forward task, broadcast)."""
+        """DDP's buffer broadcast: a blocking collective before each iteration's forward."""
         if nbytes <= 0 or self.workers <= 1:
-            return []
-        out = []
+            return
         dur = int(dev.allreduce_ns(nbytes, self.workers, backend) / 2)
         fwd = select(g, phase="forward", lane="cpu_thread")
         for (rank, it), tasks in by_rank_iteration(g, fwd[g.tasks["iteration"][fwd] >= 0]).items():
             first = tasks[int(np.argmin(g.tasks["traced_start_ns"][tasks]))]
-            out.append((first, insert(g, int(g.tasks["lane"][first]), dur_ns=dur, name="DDP: broadcast buffers",
-                                         kind=6, phase=Phase.FORWARD, iteration=it, before=first, bytes_=nbytes)))
-        return out
+            insert(g, int(g.tasks["lane"][first]), dur_ns=dur, name="DDP: broadcast buffers", kind=6,
+                   phase=Phase.FORWARD, iteration=it, before=first, bytes_=nbytes)
 
     def _collectives_share_core(self, ctx) -> bool:
         """On a CPU, gloo reduces with CPU cores: without a spare core per worker, the

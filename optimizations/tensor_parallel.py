@@ -102,8 +102,8 @@ class TensorParallel(Optimization):
     summary = "Megatron-style tensor parallelism: column/row-split linears and attention over T ranks"
     params = (Param("degree", 2, "tensor-parallel ranks T", int),
               Param("backend", "auto", "collective figures to use: auto, gloo, nccl", str, ("auto", "gloo", "nccl")),
-              Param("stragglers", True, "wait at each all-reduce for the slowest rank, from the trace's own "
-                    "iteration-to-iteration spread", bool),
+              Param("stragglers", True, "wait at each iteration's last all-reduce for the slowest rank, from "
+                    "the trace's own iteration-to-iteration spread", bool),
               Param("layers", "", "regex of module paths that may be split (default: every Linear)", str),
               Param("api", "torch", "host overhead of the TP implementation: torch (DTensor, measured on this "
                     "machine) or megatron (plain tensors, none)", str, ("torch", "megatron")),

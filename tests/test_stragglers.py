@@ -44,7 +44,7 @@ def _barrier_graph(maker, starts, work):
     for i, (s, w) in enumerate(zip(starts, work)):
         op = maker.task(lane, w, traced_start_ns=s, iteration=i)
         coll = maker.task(lane, 1, name="all-reduce", iteration=i)
-        barriers.append((1, op, coll))
+        barriers.append((op, coll))
     return lane, barriers
 
 

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["CONFIG_ENV", "bootstrap", "cores_for_rank", "pin_local_rank", "read_statuses"]
+__all__ = ["CONFIG_ENV", "bootstrap", "cores_for_rank", "pin_rank", "pin_local_rank", "read_statuses"]
 
 CONFIG_ENV = "DAYDREAM_TRACE_CONFIG"
 _state: dict = {}
@@ -82,18 +82,19 @@ def cores_for_rank(cores, rank: int, ranks: int) -> list:
     return [cores[rank % len(cores)]]
 
 
-def pin_local_rank() -> None:
-    """Restrict this process to its local rank's share of the cores it may use.
-
-    ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE`` come from ``torch.distributed.run``;
-    a process without them (the launcher itself) keeps every core.  Runs
-    before the script, so every thread it starts inherits the mask.
-    """
+def pin_rank(rank: int, ranks: int) -> None:
+    """Restrict this process (and the threads it starts later) to rank ``rank``'s share of the
+    cores it may use (``--pin-cores`` of ``daydream trace`` and of the multi-process workloads)."""
     if not hasattr(os, "sched_setaffinity"):
         print("daydream: --pin-cores: this platform cannot set CPU affinity; ranks not pinned", file=sys.stderr)
         return
-    rank, ranks = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     os.sched_setaffinity(0, cores_for_rank(os.sched_getaffinity(0), rank, ranks))
+
+
+def pin_local_rank() -> None:
+    """:func:`pin_rank` with ``LOCAL_RANK`` / ``LOCAL_WORLD_SIZE`` from ``torch.distributed.run``;
+    a process without them (the launcher itself) keeps every core.  Runs before the script."""
+    pin_rank(int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
 
 
 def _start() -> None:

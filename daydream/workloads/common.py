@@ -33,19 +33,9 @@ __all__ = [
     "prepare",
     "Workload",
     "run",
-    "pin_rank",
 ]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def pin_rank(rank: int, world: int) -> None:
-    """Run this process on rank ``rank``'s share of the cores (``--pin-cores`` of the
-    multi-process workloads; as ``daydream trace --pin-cores`` does for torchrun ranks)."""
-    from daydream.collect.runner import cores_for_rank
-
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, cores_for_rank(os.sched_getaffinity(0), rank, world))
 
 
 def add_common_args(parser: argparse.ArgumentParser, batch_size: int, steps: int = 20) -> None:

@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
+from ..collect.runner import pin_rank
 from . import mlp
-from .common import pin_rank
 from .mlp import MLP
 
 __all__ = ["SCHEDULES", "units_of", "task_priority", "main"]

@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..collect.runner import pin_rank
 from . import mlp
-from .common import pin_rank
 
 __all__ = ["main", "stage_modules", "parse_args"]
 
