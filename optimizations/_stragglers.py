@@ -101,7 +101,7 @@ def wait_for_stragglers(ctx, barriers, workers: int, who: str) -> None:
     already include its own ranks' waits.
     """
     ranks = list(ctx.trace.ranks)
-    if len(ranks) != 1 or getattr(ranks[0], "world_size", lambda: 1)() != 1:
+    if len(ranks) != 1 or ranks[0].world_size() != 1:
         ctx.note(f"{who}: straggler waits not added (the trace has several ranks; their iteration times "
                  "already include waits)")
         return

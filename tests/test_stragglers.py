@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from daydream.model import EventKind
 from daydream.sim import simulate
 from daydream.whatif import predict
-from optimizations._stragglers import WAIT_NAME, expected_waits_ns, insert_barrier_waits
+from optimizations._stragglers import WAIT_NAME, expected_waits_ns, insert_barrier_waits, wait_for_stragglers
 
 
 def test_waits_are_the_expected_maximum_over_the_other_workers_minus_ones_own():
@@ -82,3 +82,15 @@ def test_data_parallel_waits_for_the_slowest_worker_from_the_traces_spread(own_t
     assert on.predicted_ms > off.predicted_ms
     assert any("slowest of 8 workers" in n for n in on.notes)
 
+
+
+def test_a_multi_rank_trace_gets_no_waits(maker):
+    from types import SimpleNamespace
+
+    _, barriers = _barrier_graph(maker, [0, 10, 40], [1, 1, 1])
+    notes = []
+    ranks = [SimpleNamespace(world_size=lambda: 2)] * 2
+    ctx = SimpleNamespace(graph=maker.g, trace=SimpleNamespace(ranks=ranks), note=notes.append)
+    wait_for_stragglers(ctx, barriers, 8, "data-parallel")
+    assert not any(maker.g.task_name(t) == WAIT_NAME for t in range(maker.g.n_tasks))
+    assert "already include waits" in notes[0]

@@ -23,7 +23,8 @@ MODULES = [
 
 def _stub_trace(modules=MODULES):
     cols = {k: np.zeros(0, np.int64) for k in ("kind", "start_ns", "dur_ns", "flops", "bytes", "lane")}
-    rank = SimpleNamespace(rank=0, meta={"daydream": {"modules": modules}}, cols=cols, signatures=[])
+    rank = SimpleNamespace(rank=0, meta={"daydream": {"modules": modules}}, cols=cols, signatures=[],
+                           world_size=lambda: 1)
     return SimpleNamespace(ranks=[rank])
 
 

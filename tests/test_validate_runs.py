@@ -4,6 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from daydream import validate
 
 
@@ -95,3 +97,25 @@ def test_a_failing_runner_loses_no_other_rows(monkeypatch, tmp_path):
     assert "hydra: skipped (the real run failed)" in res.output
     rows = (tmp_path / "results.csv").read_text().splitlines()
     assert any(r.startswith("mlp,hfta:models=2,") for r in rows)
+
+
+def test_pipeline_action_cost_is_the_median_over_runs_measured_once(monkeypatch):
+    from daydream.validation import pipeline as vp
+
+    # least-disturbed step (ms) of each of 2 x repeat = 4 runs per configuration, one outlier in two
+    runs = {("gpipe", 1): iter([1.0, 1.0, 1.0, 9.0]), ("gpipe", 8): iter([2.4, 2.4, 0.0, 2.4]),
+            ("none", 1): iter([1.0] * 4), ("none", 8): iter([1.0] * 4)}
+    calls = []
+
+    def run(sched, extra, steps=None, warmup=None, microbatches=None, model=None):
+        calls.append(sched)
+        return {"min_ms": next(runs[(sched, microbatches)])}
+
+    monkeypatch.setattr(vp, "_run", run)
+    monkeypatch.setattr(vp, "OVERHEAD_MB", (1, 8))
+    vp.action_overhead_us.cache_clear()
+    say = [].append
+    # medians: ScheduleGPipe 1.0 -> 2.4 ms, plain loop 1.0 -> 1.0 ms: 1.4 ms over 2 x 7 extra actions
+    assert vp.action_overhead_us(2, say) == pytest.approx(100.0)
+    assert vp.action_overhead_us(2, say) == pytest.approx(100.0) and len(calls) == 16   # measured once
+    vp.action_overhead_us.cache_clear()
