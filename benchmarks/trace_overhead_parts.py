@@ -10,6 +10,7 @@ installed but disabled, and enabled without a profiler).
 Usage::
 
     python benchmarks/trace_overhead_parts.py --workloads cnn,transformer --rounds 30
+    python benchmarks/trace_overhead_parts.py --workloads cnn --rounds 20 --block 3 -- --batch-size 16
 """
 from __future__ import annotations
 
@@ -49,12 +50,12 @@ def _conditions():
             "kineto+shapes": lambda: kineto(True), "kineto+shapes+markers": lambda: kineto(True, True)}
 
 
-def parts(name: str, rounds: int, block: int) -> dict:
+def parts(name: str, rounds: int, block: int, extra: tuple = ()) -> dict:
     """Per condition: (paired median overhead %, least-disturbed-block overhead %)."""
     from daydream.workloads.common import prepare
 
     mod = importlib.import_module(f"daydream.workloads.{name}")
-    w = prepare(name, mod.build, ["--quiet", "--threads", "1"], mod.add_args, mod.BATCH_SIZE)
+    w = prepare(name, mod.build, ["--quiet", "--threads", "1", *extra], mod.add_args, mod.BATCH_SIZE)
     w.train(3)
     conds = _conditions()
     got = {k: [] for k in conds}
@@ -107,11 +108,12 @@ def main(argv=None) -> int:
     ap.add_argument("--workloads", default="cnn,transformer")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--block", type=int, default=2, help="iterations timed per condition and round")
+    ap.add_argument("extra", nargs="*", help="workload flags, after --: -- --batch-size 16")
     a = ap.parse_args(argv)
     for k, (fwd, bwd) in hook_cost_us().items():
         print(f"layer markers, {k:9s}: forward {fwd:6.2f} us, backward {bwd:6.2f} us per module call")
     for name in a.workloads.split(","):
-        for k, (paired, best) in parts(name, a.rounds, a.block).items():
+        for k, (paired, best) in parts(name, a.rounds, a.block, tuple(a.extra)).items():
             print(f"{name:12s} {k:24s} paired median {paired:+6.1f} %   least disturbed {best:+6.1f} %")
     return 0
 

@@ -37,10 +37,13 @@ __all__ = ["COMMANDS", "trace"]
                    "autograd sequence number).")
 @click.option("--cupti", is_flag=True,
               help="GPU activity from daydream's CUPTI extension instead of torch.profiler (experimental).")
+@click.option("--no-heap-reserve", is_flag=True,
+              help="Do not keep pre-faulted free heap for what the profiler's records displace "
+                   "(by default the recorded ops pay no page faults the untraced ones would not).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @handle_errors
 def trace(output, warmup, iterations, activities, nproc, pin_cores, force, no_shapes, backward_ranges, cupti,
-          command):
+          no_heap_reserve, command):
     """Run COMMAND (e.g. python train.py ARGS) and record a few training iterations.
 
     \b
@@ -66,6 +69,7 @@ def trace(output, warmup, iterations, activities, nproc, pin_cores, force, no_sh
         nproc=nproc,
         use_cupti=cupti,
         pin_cores=pin_cores,
+        heap_reserve=not no_heap_reserve,
     )
     outcome = run_traced(req)
     lines, error = explain(outcome, req)

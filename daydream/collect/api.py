@@ -156,6 +156,7 @@ def trace(
     force: bool = True,
     strict: bool = True,
     use_cupti: bool = False,
+    heap_reserve: bool = True,
 ) -> TraceSession:
     """Trace ``iterations`` training iterations after ``warmup`` into ``path``.
 
@@ -185,6 +186,10 @@ def trace(
     use_cupti : bool
         Take GPU activity from the ``daydream.cupti`` extension instead of
         ``torch.profiler`` (experimental; falls back when unavailable).
+    heap_reserve : bool
+        Keep pre-faulted free heap for the growth that the profiler's
+        records cause (glibc), so recorded ops pay no page faults that
+        untraced ones would not; the trace metadata says how much.
 
     Returns
     -------
@@ -209,5 +214,6 @@ def trace(
         record_shapes=record_shapes,
         backward_ranges=backward_ranges,
         use_cupti=use_cupti,
+        heap_reserve=heap_reserve,
     )
     return TraceSession(options, strict=strict)

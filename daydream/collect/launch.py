@@ -43,6 +43,7 @@ class TraceRequest:
     nproc: int | None = None
     use_cupti: bool = False
     pin_cores: bool = False
+    heap_reserve: bool = True
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ def _child_env(req: TraceRequest, status_dir: str) -> dict:
         "backward_ranges": req.backward_ranges,
         "use_cupti": req.use_cupti,
         "pin_cores": req.pin_cores,
+        "heap_reserve": req.heap_reserve,
         "status_dir": status_dir,
     }
     env[CONFIG_ENV] = json.dumps(config)

@@ -112,6 +112,7 @@ def _start() -> None:
             backward_ranges=bool(cfg.get("backward_ranges", False)),
             skip_prelude=True,
             use_cupti=bool(cfg.get("use_cupti", False)),
+            heap_reserve=bool(cfg.get("heap_reserve", True)),
         )
         tracer = Tracer(options)
         _state["tracer"] = tracer

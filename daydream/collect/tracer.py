@@ -25,6 +25,7 @@ import torch
 from . import metadata as md
 from .activities import ActivityPlan, plan_activities
 from .errors import CollectionError
+from .heap import HeapReserve
 from .hooks import LayerMarkers, enter_range, exit_range
 from .normalize import normalize_marker_events
 from .steps import MarkerSource, OptimizerWatcher
@@ -87,6 +88,10 @@ class TraceOptions:
         The span before the first boundary is setup, not an iteration.
     use_cupti : bool
         Take kernels from the ``daydream.cupti`` extension when available.
+    heap_reserve : bool
+        Keep pre-faulted free heap for the growth the profiler's records
+        cause, so recorded ops do not pay page faults untraced ones do not
+        (see :mod:`.heap`).
     """
 
     path: Path
@@ -97,6 +102,7 @@ class TraceOptions:
     backward_ranges: bool = False
     skip_prelude: bool = False
     use_cupti: bool = False
+    heap_reserve: bool = True
 
     def __post_init__(self):
         if self.warmup < 0:
@@ -151,6 +157,7 @@ class Tracer:
         self.error: str | None = None
         self.markers.on_error = lambda exc: self._fail("in a module hook", exc)
         self._turns = Turns.from_env()  # run in turns with other traced processes (daydream validate)
+        self._heap = HeapReserve(options.iterations) if options.heap_reserve else None
 
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> "Tracer":
@@ -226,17 +233,29 @@ class Tracer:
             self._prepare()
         if b == self._first_record:
             self._take_turn()
+            if self._heap is not None:
+                self._heap.start()
             self._prof.start_trace()
             self._start_collector()
             self.markers.enabled = True
             self.state = TracerState.RECORDING
-        elif self.state is TracerState.RECORDING and self._turns is not None and self._turns.due():
-            paused = enter_range(PAUSE_RANGE)   # cut out of the timeline by the loader
-            self._take_turn()
-            exit_range(paused)
+        elif self.state is TracerState.RECORDING:
+            self._between_iterations()
         if self.state is TracerState.RECORDING:
             self._step_range = enter_range(f"ProfilerStep#{b}")
             self._t_boundary_ns = time.perf_counter_ns()
+
+    def _between_iterations(self) -> None:
+        """Turns and heap top-ups, inside a range the loader cuts out of the timeline."""
+        turn = self._turns is not None and self._turns.due()
+        grow = self._heap.boundary() if self._heap is not None else 0
+        if turn or grow:
+            paused = enter_range(PAUSE_RANGE)
+            if grow:
+                self._heap.top_up(grow)
+            if turn:
+                self._take_turn()
+            exit_range(paused)
 
     def _take_turn(self) -> None:
         """Wait until this process's turn (only under ``DAYDREAM_TURNS``; see :mod:`.turns`)."""
@@ -311,6 +330,8 @@ class Tracer:
                 iteration_ns=tuple(self._iter_ns),
                 error=self.error,
             )
+            if self._heap is not None:
+                _quietly(self._heap.release)
             if self._turns is not None:
                 self._turns.leave()        # after writing: the others' iterations ran undisturbed
             if self.on_finish is not None:
@@ -390,4 +411,5 @@ class Tracer:
             "layer_markers": {"forward_prefix": "daydream.fwd:", "backward_prefix": "daydream.bwd:"},
             "record_shapes": self.options.record_shapes,
             "backward_ranges": self.options.backward_ranges,
+            **({"heap_reserve": self._heap.as_metadata()} if self._heap is not None else {}),
         }
