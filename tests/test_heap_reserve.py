@@ -1,71 +1,74 @@
-"""The pre-faulted heap reserve (daydream.collect.heap) and its place in the tracer."""
+"""The heap reserve (daydream.collect.heap) and its place in the tracer."""
 from __future__ import annotations
 
-import ctypes
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
-
-from daydream.collect import heap, trace  # noqa: E402
-from daydream.collect.heap import CHUNK_BYTES, HeapReserve  # noqa: E402
+from conftest import REPO, daydream_cmd
+from daydream.collect import heap
+from daydream.collect.heap import HeapReserve
 
 glibc = pytest.mark.skipif(heap.heap_bytes() is None, reason="needs glibc's mallinfo2")
 MiB = 1 << 20
 
+# what happens to a reserve, in a fresh process (its malloc settings from the environment)
+SCRIPT = r"""
+import ctypes, json
+from daydream.collect import heap
+MiB = 1 << 20
+libc, _ = heap._libc()
+held = []
+def take(n):   # a training step's buffers, kept: taken from holes, then the top
+    held.extend(libc.malloc(heap.CHUNK_BYTES) for _ in range(n // heap.CHUNK_BYTES))
+r = heap.HeapReserve(iterations=4, limit_bytes=256 * MiB)
+r.start(16 * MiB)
+out = {"start": r.reserved_bytes, "note": r.note, "top": libc.mallinfo2().keepcost}
+take(MiB // 2)
+out["small"] = r.boundary()
+take(r.reserved_bytes + libc.mallinfo2().fordblks + 8 * MiB)   # more than the heap has free
+out["large"] = r.boundary()
+if out["large"]:
+    r.top_up(out["large"])
+out["after"] = r.as_metadata()
+small = heap.HeapReserve(iterations=10, limit_bytes=2 * MiB)
+small.start(64 * MiB)
+small.top_up(64 * MiB)
+out["limited"] = small.reserved_bytes
+print(json.dumps(out))
+"""
 
-class _Held:
-    """Heap chunks held until closed (what a training step's buffers do)."""
 
-    def __init__(self):
-        self.libc, _ = heap._libc()
-        self.chunks = []
-
-    def take(self, nbytes):
-        self.chunks += [self.libc.malloc(CHUNK_BYTES) for _ in range(nbytes // CHUNK_BYTES)]
-        for c in self.chunks:
-            ctypes.memset(c, 1, 8)
-
-    def close(self):
-        for c in self.chunks:
-            self.libc.free(c)
-
-
-@glibc
-def test_growth_within_the_reserve_needs_no_top_up_and_growth_beyond_it_asks_for_one():
-    r = HeapReserve(iterations=4, limit_bytes=256 * MiB)
-    r.start(16 * MiB)
-    held = _Held()
-    try:
-        assert 16 * MiB - CHUNK_BYTES <= r.reserved_bytes <= 17 * MiB
-        held.take(8 * MiB)                  # fits in the reserve (or in older holes): no growth
-        assert r.boundary() == 0
-        info = held.libc.mallinfo2()
-        held.take(r.reserved_bytes + int(info.fordblks) + 8 * MiB)   # more than all free memory
-        need = r.boundary()
-        assert need > 0                      # 2 iterations left at the rate seen, with margin
-        before = r.reserved_bytes
-        r.top_up(need)
-        assert r.top_ups == 1 and before < r.reserved_bytes <= 256 * MiB
-        assert r.as_metadata() == {"reserved_bytes": r.reserved_bytes, "top_ups": 1}
-    finally:
-        held.close()
-        r.release()
-        r.release()                          # idempotent
-    assert r._fences == []
+def _run(env_extra: dict) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env.update(env_extra, PYTHONPATH=str(REPO))
+    res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
 
 
 @glibc
-def test_the_limit_bounds_every_reserve():
-    r = HeapReserve(iterations=10, limit_bytes=4 * MiB)
-    r.start(64 * MiB)
-    try:
-        assert 0 < r.reserved_bytes <= 4 * MiB
-        r.top_up(64 * MiB)
-        assert r.reserved_bytes <= 4 * MiB
-    finally:
-        r.release()
+def test_a_heap_that_keeps_its_top_keeps_the_reserve_resident_and_tops_it_up():
+    from daydream.validate import STEADY_MALLOC
+
+    got = _run(STEADY_MALLOC)
+    assert 16 * MiB - heap.CHUNK_BYTES <= got["start"] <= 17 * MiB and got["note"] == ""
+    assert got["top"] >= got["start"]          # freed, it is the heap's top: resident, not given back
+    assert got["small"] == 0                   # growth well inside the reserve: nothing to add
+    assert got["large"] > 0                    # growth beyond it: the rest of the iterations at that rate
+    assert got["after"]["top_ups"] == 1 and got["after"]["reserved_bytes"] > got["start"]
+    assert 0 < got["limited"] <= 2 * MiB       # the limit bounds the start and every top-up
+
+
+@glibc
+def test_a_heap_that_gives_its_top_back_turns_the_reserve_off():
+    got = _run({})                             # glibc's defaults: a 128 KiB trim threshold
+    assert got["start"] == 0 and "M_TRIM_THRESHOLD" in got["note"]
+    assert got["small"] == 0 and got["large"] == 0
+    assert got["after"]["reserved_bytes"] == 0 and "heap reserve off" in got["after"]["note"]
 
 
 def test_without_glibc_it_does_nothing_and_says_why(monkeypatch):
@@ -73,26 +76,24 @@ def test_without_glibc_it_does_nothing_and_says_why(monkeypatch):
     r = HeapReserve(iterations=3, limit_bytes=MiB)
     r.start()
     assert r.boundary() == 0 and r.reserved_bytes == 0
-    r.release()
     assert r.as_metadata()["note"].startswith("no glibc")
 
 
-def _loop(n):
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(n):
-        opt.zero_grad()
-        model(torch.randn(32, 64)).sum().backward()
-        opt.step()
-
-
 @glibc
-def test_the_trace_says_what_was_reserved_and_the_option_turns_it_off(tmp_path):
-    with trace(tmp_path / "on.json", warmup=1, iterations=2):
-        _loop(4)
-    with trace(tmp_path / "off.json", warmup=1, iterations=2, heap_reserve=False):
-        _loop(4)
-    on = json.loads((tmp_path / "on.json").read_text())["daydream"]
-    off = json.loads((tmp_path / "off.json").read_text())["daydream"]
-    assert on["heap_reserve"]["reserved_bytes"] > 0 and on["iterations"]["recorded"] == 2
-    assert "heap_reserve" not in off and off["iterations"]["recorded"] == 2
+@pytest.mark.parametrize("flag", [(), ("--no-heap-reserve",)])
+def test_trace_records_the_reserve_and_the_flag_turns_it_off(tmp_path, train_script, flag):
+    from daydream.validate import STEADY_MALLOC
+
+    pytest.importorskip("torch")
+    out = tmp_path / "t.json"
+    env = dict(os.environ, **STEADY_MALLOC, PYTHONPATH=str(REPO))
+    res = subprocess.run(daydream_cmd("trace", "-o", str(out), "--warmup", "1", "-n", "2", *flag, "--",
+                                      sys.executable, str(train_script), "5"),
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    meta = json.loads(out.read_text())["daydream"]
+    assert meta["iterations"]["recorded"] == 2
+    if flag:
+        assert "heap_reserve" not in meta
+    else:
+        assert meta["heap_reserve"]["reserved_bytes"] > 0 and "note" not in meta["heap_reserve"]

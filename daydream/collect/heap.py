@@ -9,17 +9,19 @@ never touched, and pays a page fault per 4 KiB page.  On the bundled CNN
 (batch 16, shapes recorded) the heap grew 9 MiB an iteration while the
 records themselves grew 0.4 MiB; at 4.5 us a fault on the 2-vCPU VM of
 the project's CI that is ~2,300 faults and ~10 ms added to a 40 ms step,
-all inside convolutions (``benchmarks/heap_growth.py`` measures it).
+all inside convolutions (``python benchmarks/heap_growth.py`` measures it).
 
 :class:`HeapReserve` takes the page faults out of the recorded iterations:
-before recording it allocates a block of already-touched memory below a
-small fence chunk and frees it, so it stays resident (glibc only returns
-memory at the top of the heap) and heap growth lands there instead of on
-fresh pages.  It is sized from what the program's heap holds already,
-topped up between iterations (outside the recorded ranges) when the heap
-still grew, and given back when tracing stops.  Nothing of the program's
-own allocations changes: no malloc parameter is set, and buffers larger
-than glibc's mmap threshold are mapped as they would be untraced.
+before recording it takes a block of memory from the top of the heap,
+touches it and frees it, so the heap's top is resident and the growth lands
+on touched pages.  It is sized from what the program's heap holds already
+and topped up between iterations (outside the recorded ranges) when the
+growth seen so far would outrun it.  Nothing of the program's own
+allocations changes: no malloc parameter is set, buffers above glibc's mmap
+threshold are mapped as they are untraced, and where the program's malloc
+gives the heap's top back (glibc's default trim threshold) the reserve
+would be given back too, so it turns itself off: that program refaults its
+buffers every iteration untraced as well.
 
 glibc only (``mallinfo2``, glibc 2.33+); elsewhere :class:`HeapReserve`
 does nothing and says why in :attr:`HeapReserve.note`.
@@ -30,7 +32,7 @@ import ctypes
 import ctypes.util
 import os
 
-__all__ = ["HeapReserve", "CHUNK_BYTES", "MAX_FRACTION_OF_AVAILABLE", "MAX_BYTES", "heap_bytes"]
+__all__ = ["HeapReserve", "CHUNK_BYTES", "MAX_FRACTION_OF_AVAILABLE", "MAX_BYTES", "TOP_UP_MARGIN", "heap_bytes"]
 
 #: allocation unit of the reserve: below glibc's smallest mmap threshold
 #: (128 KiB), so every chunk comes from the heap whatever the threshold is now
@@ -87,12 +89,21 @@ def _available_bytes() -> int:
 
 
 class HeapReserve:
-    """Resident free memory for the heap growth of the recorded iterations.
+    """Resident free memory at the heap's top for the growth of the recorded iterations.
 
     Call :meth:`start` on the training thread before the first recorded
     iteration, :meth:`boundary` at each recorded iteration boundary and
     :meth:`top_up` when it asks (outside the recorded ranges: a top-up
-    touches pages), :meth:`release` when done.
+    touches pages).
+
+    The reserve is memory taken from the top of the heap, touched and freed
+    again: it stays part of the top chunk, resident, as long as the
+    program's malloc keeps its top (``M_TRIM_THRESHOLD`` above it, as under
+    ``daydream validate``'s :data:`daydream.validate.STEADY_MALLOC`).  Where
+    glibc gives the top back (its default: a dynamic threshold of a few
+    MiB) the reserve is returned at once; the untraced program then refaults
+    its own buffers every iteration as well, and the reserve turns itself
+    off (:attr:`note` says so) rather than keep memory the program would not.
 
     Parameters
     ----------
@@ -108,88 +119,82 @@ class HeapReserve:
     >>> r.start()
     >>> r.reserved_bytes <= 1 << 20
     True
-    >>> r.release()
     """
 
     def __init__(self, iterations: int, limit_bytes: int | None = None):
         self.iterations = iterations
         self.limit_bytes = limit_bytes if limit_bytes is not None else int(
             min(MAX_BYTES, MAX_FRACTION_OF_AVAILABLE * _available_bytes()))
-        self.reserved_bytes = 0
+        self.reserved_bytes = 0   # bytes touched at the top so far
         self.top_ups = 0
         self._libc, self.note = _libc()
-        self._fences: list[int] = []
-        self._done = 0          # recorded iterations seen so far
-        self._heap0 = 0         # heap bytes below the top chunk after the last reserve
+        self._done = 0            # recorded iterations seen so far
+        self._below0 = 0          # heap bytes below the top chunk at the start
 
     def _below_top(self) -> int:
-        """Heap bytes below the top chunk: grows when memory is taken from the top.
-
-        The top chunk may hold pages never touched (glibc's ``M_TOP_PAD``
-        extends the heap ahead of need), so heap size alone misses growth.
-        """
+        """Heap bytes below the top chunk: grows as memory is taken from the top."""
         info = self._libc.mallinfo2()
         return int(info.arena - info.keepcost)
 
     def _reserve(self, nbytes: int) -> None:
-        """Take ``nbytes`` from the heap's top, touch it, fence it off the top, free it.
+        """Take ``nbytes`` from the heap's top, touch them, free them (they rejoin the top).
 
-        Chunks are taken as malloc gives them: free holes lower in the heap
-        first (resident already: touching them costs no fault), then the
-        top, until ``nbytes`` came from the top.
+        Chunks come as malloc gives them: free holes lower in the heap first
+        (resident already: touching them costs no fault), then the top, until
+        ``nbytes`` came from the top.
         """
-        nbytes = min(nbytes, self.limit_bytes - self.reserved_bytes - CHUNK_BYTES)
+        nbytes = min(nbytes, self.limit_bytes - self.reserved_bytes)
         below = self._below_top()
         chunks: list[int] = []
         while (left := nbytes - (self._below_top() - below)) >= CHUNK_BYTES:
             batch = [self._libc.malloc(CHUNK_BYTES) for _ in range(min(16, left // CHUNK_BYTES))]
             chunks += batch
             if not all(batch):
-                for c in chunks:
-                    self._libc.free(c)
-                self.note = "heap reserve: malloc failed, reserve off"
-                return
-        if not chunks:
-            return
+                break
+        taken = self._below_top() - below
         for c in chunks:
-            ctypes.memset(c, 0, CHUNK_BYTES)
-        self._fences.append(self._libc.malloc(CHUNK_BYTES))   # keeps the freed block off the top
+            if c:
+                ctypes.memset(c, 0, CHUNK_BYTES)
         for c in chunks:
             self._libc.free(c)
-        self.reserved_bytes += max(0, self._below_top() - below)
+        if not chunks:
+            return
+        if int(self._libc.mallinfo2().keepcost) < taken // 2:
+            self._libc = None
+            self.note = ("glibc gives the heap's top back (M_TRIM_THRESHOLD): the program refaults "
+                         "its buffers untraced as well; heap reserve off")
+            return
+        self.reserved_bytes += taken
 
     def start(self, nbytes: int | None = None) -> None:
         """Reserve ``nbytes`` (default: as much as the heap holds now; bounded by the limit)."""
         if self._libc is None:
             return
+        self._below0 = self._below_top()
         self._reserve(int(self._libc.mallinfo2().arena) if nbytes is None else nbytes)
-        self._heap0 = self._below_top()
 
     def boundary(self) -> int:
         """One recorded iteration done: bytes to :meth:`top_up` now (0: none).
 
-        Non-zero when the heap still grew (the reserve ran out): the
-        remaining iterations at the growth rate seen so far.
+        Growth so far is what was taken from the top since :meth:`start`;
+        the reserve must cover the remaining iterations at that rate.
         """
         if self._libc is None:
             return 0
         self._done += 1
-        grown = self._below_top() - self._heap0
-        left = self.iterations - self._done
-        if grown <= 0 or left <= 0 or self.reserved_bytes >= self.limit_bytes:
+        taken = self._below_top() - self._below0
+        need = taken / self._done * (self.iterations - self._done) * TOP_UP_MARGIN
+        need -= self.reserved_bytes - taken          # what is still resident at the top
+        if need < CHUNK_BYTES or self.reserved_bytes >= self.limit_bytes:
             return 0
-        return int((self.reserved_bytes + grown) / self._done * left * TOP_UP_MARGIN)
+        return int(need)
 
     def top_up(self, nbytes: int) -> None:
         """Reserve ``nbytes`` more (between iterations: it touches every page)."""
+        if self._libc is None:
+            return
         self._reserve(nbytes)
-        self._heap0 = self._below_top()
         self.top_ups += 1
-
-    def release(self) -> None:
-        """Free the fences: the reserve rejoins the heap's top (glibc may trim it). Idempotent."""
-        while self._fences and self._libc is not None:
-            self._libc.free(self._fences.pop())
 
     def as_metadata(self) -> dict:
         """What the trace file records about the reserve."""

@@ -330,8 +330,6 @@ class Tracer:
                 iteration_ns=tuple(self._iter_ns),
                 error=self.error,
             )
-            if self._heap is not None:
-                _quietly(self._heap.release)
             if self._turns is not None:
                 self._turns.leave()        # after writing: the others' iterations ran undisturbed
             if self.on_finish is not None:
