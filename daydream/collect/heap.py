@@ -41,7 +41,8 @@ CHUNK_BYTES = 64 * 1024
 MAX_FRACTION_OF_AVAILABLE = 1 / 8
 #: ... nor this many bytes (a profiler should not double a large host heap)
 MAX_BYTES = 2 * 2**30
-#: a top-up covers the remaining iterations at the growth rate seen so far, times this
+#: when the remaining iterations at the growth rate seen so far would outrun the reserve,
+#: the top-up covers them with this margin
 TOP_UP_MARGIN = 1.25
 
 
@@ -61,6 +62,8 @@ def _libc():
     libc.malloc.restype = ctypes.c_void_p
     libc.malloc.argtypes = [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
+    libc.sbrk.restype = ctypes.c_void_p
+    libc.sbrk.argtypes = [ctypes.c_ssize_t]
     return libc, ""
 
 
@@ -131,10 +134,16 @@ class HeapReserve:
         self._done = 0            # recorded iterations seen so far
         self._below0 = 0          # heap bytes below the top chunk at the start
 
+    def _brk(self) -> int:
+        return int(self._libc.sbrk(0) or 0)
+
     def _below_top(self) -> int:
-        """Heap bytes below the top chunk: grows as memory is taken from the top."""
-        info = self._libc.mallinfo2()
-        return int(info.arena - info.keepcost)
+        """Where the main heap's top chunk starts: moves up as memory is taken from the top.
+
+        From the program break and the top chunk's size, so other threads'
+        arenas (a collective library's helper threads) do not count.
+        """
+        return self._brk() - int(self._libc.mallinfo2().keepcost)
 
     def _reserve(self, nbytes: int) -> None:
         """Take ``nbytes`` from the heap's top, touch them, free them (they rejoin the top).
@@ -155,11 +164,12 @@ class HeapReserve:
         for c in chunks:
             if c:
                 ctypes.memset(c, 0, CHUNK_BYTES)
+        brk = self._brk()
         for c in chunks:
             self._libc.free(c)
         if not chunks:
             return
-        if int(self._libc.mallinfo2().keepcost) < taken // 2:
+        if self._brk() < brk - taken // 2:      # the break moved down: glibc trimmed the top
             self._libc = None
             self.note = ("glibc gives the heap's top back (M_TRIM_THRESHOLD): the program refaults "
                          "its buffers untraced as well; heap reserve off")
@@ -183,11 +193,11 @@ class HeapReserve:
             return 0
         self._done += 1
         taken = self._below_top() - self._below0
-        need = taken / self._done * (self.iterations - self._done) * TOP_UP_MARGIN
-        need -= self.reserved_bytes - taken          # what is still resident at the top
-        if need < CHUNK_BYTES or self.reserved_bytes >= self.limit_bytes:
+        ahead = taken / self._done * (self.iterations - self._done)   # at the rate seen so far
+        resident = self.reserved_bytes - taken                          # still free at the top
+        if ahead <= resident or self.reserved_bytes >= self.limit_bytes:
             return 0
-        return int(need)
+        return max(int(ahead * TOP_UP_MARGIN - resident), CHUNK_BYTES)
 
     def top_up(self, nbytes: int) -> None:
         """Reserve ``nbytes`` more (between iterations: it touches every page)."""

@@ -233,8 +233,6 @@ class Tracer:
             self._prepare()
         if b == self._first_record:
             self._take_turn()
-            if self._heap is not None:
-                self._heap.start()
             self._prof.start_trace()
             self._start_collector()
             self.markers.enabled = True
@@ -278,6 +276,8 @@ class Tracer:
         )
         self._prof._daydream_owned = True
         self._prof.prepare_trace()
+        if self._heap is not None:   # a warm-up iteration absorbs its cost (and ranks' differences in it)
+            self._heap.start()
         self._prepared = True
         self.markers.install()
 
