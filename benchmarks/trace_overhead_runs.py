@@ -1,12 +1,14 @@
 """Tracing overhead of whole runs: ``daydream trace`` around a workload vs the same command untraced.
 
-What a user sees: each round runs the untraced command, ``daydream trace``
-around it, and (with ``--ablate``) ``daydream trace --no-heap-reserve``, in
-rotating order, each in a fresh process; the figure per condition is the
+What a user sees: each round runs the untraced command and ``daydream trace``
+around it (``--variant FLAGS`` adds ``daydream trace FLAGS`` runs, e.g.
+``--variant=--no-heap-reserve``), in rotating order, each in a fresh
+process; the figure per condition is the
 median over rounds of (the run's median step time / the same round's
 untraced median step).  Pairs within a round cancel the slow drift of a
 shared machine.  The traced runs record every step after ``--warmup``
-(``--steps = warmup + iterations``), so their median step is a traced step.
+(``--steps = warmup + iterations + 1``: under ``daydream trace`` the span
+before the first step is setup), so their median step is a traced step.
 
 Unlike ``trace_overhead.py`` (traced and untraced blocks alternating in one
 process) this sees what the profiler's records do to the heap over a whole
@@ -16,7 +18,8 @@ blocks, and the page faults that growth costs are hidden (see
 
 Usage::
 
-    python benchmarks/trace_overhead_runs.py --workloads cnn --rounds 8 --ablate -- --batch-size 16
+    python benchmarks/trace_overhead_runs.py --workloads cnn --rounds 6 --malloc steady \
+        --variant=--no-heap-reserve --variant=--no-shapes -- --batch-size 16 --dataset-batches 64
     python benchmarks/trace_overhead_runs.py --malloc steady      # validate's malloc settings
 
 Goal: overhead <= 5 %.
@@ -48,17 +51,17 @@ def run_median_ms(cmd: list[str], env: dict) -> float:
 
 
 def measure(name: str, rounds: int, warmup: int, iterations: int, extra: list[str], env: dict,
-            ablate: bool) -> dict:
+            variants: list[str] = ()) -> dict:
     """Per condition: median over rounds of run median / untraced run median, in percent."""
     py = sys.executable
     work = [py, "-m", f"daydream.workloads.{name}", "--quiet", "--threads", "1",
-            "--steps", str(warmup + iterations), *extra]
+            "--steps", str(warmup + iterations + 1), *extra]   # + the setup span before step 1
     with tempfile.TemporaryDirectory() as tmp:
         trace = [py, "-m", "daydream", "trace", "-o", str(Path(tmp) / "t.json.gz"), "--force",
                  "--warmup", str(warmup), "--iterations", str(iterations)]
         conds = {"untraced": work, "traced": [*trace, "--", *work]}
-        if ablate:
-            conds["traced, no heap reserve"] = [*trace, "--no-heap-reserve", "--", *work]
+        for v in variants:
+            conds[f"traced {v}"] = [*trace, *v.split(), "--", *work]
         got = {k: [] for k in conds}
         for r in range(rounds):
             keys = list(conds)
@@ -82,7 +85,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=40)
     ap.add_argument("--malloc", choices=("default", "steady"), default="default",
                     help="glibc's defaults, or daydream validate's STEADY_MALLOC settings")
-    ap.add_argument("--ablate", action="store_true", help="also trace with --no-heap-reserve")
+    ap.add_argument("--variant", action="append", default=[], metavar="FLAGS",
+                    help="also trace with these daydream trace flags (repeatable): --variant=--no-heap-reserve")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("extra", nargs="*", help="flags passed to every workload (after --)")
     a = ap.parse_args(argv)
@@ -91,7 +95,7 @@ def main(argv=None) -> int:
         from daydream.validate import STEADY_MALLOC
 
         env.update(STEADY_MALLOC)
-    rows = [measure(n, a.rounds, a.warmup, a.iterations, a.extra, env, a.ablate) for n in a.workloads.split(",")]
+    rows = [measure(n, a.rounds, a.warmup, a.iterations, a.extra, env, a.variant) for n in a.workloads.split(",")]
     if a.json:
         print(json.dumps(rows, indent=1))
     for r in rows:

@@ -132,7 +132,7 @@ class HeapReserve:
         self.top_ups = 0
         self._libc, self.note = _libc()
         self._done = 0            # recorded iterations seen so far
-        self._below0 = 0          # heap bytes below the top chunk at the start
+        self._below0 = 0          # where the top chunk started at :meth:`start` (an address)
 
     def _brk(self) -> int:
         return int(self._libc.sbrk(0) or 0)
@@ -160,15 +160,15 @@ class HeapReserve:
             chunks += batch
             if not all(batch):
                 break
+        if not chunks:
+            return
         taken = self._below_top() - below
         for c in chunks:
-            if c:
+            if c:                                # None: malloc failed, the rest is freed below
                 ctypes.memset(c, 0, CHUNK_BYTES)
         brk = self._brk()
         for c in chunks:
             self._libc.free(c)
-        if not chunks:
-            return
         if self._brk() < brk - taken // 2:      # the break moved down: glibc trimmed the top
             self._libc = None
             self.note = ("glibc gives the heap's top back (M_TRIM_THRESHOLD): the program refaults "
