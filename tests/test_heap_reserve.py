@@ -93,6 +93,8 @@ def test_trace_records_the_reserve_and_the_flag_turns_it_off(tmp_path, train_scr
     assert res.returncode == 0, res.stderr
     meta = json.loads(out.read_text())["daydream"]
     assert meta["iterations"]["recorded"] == 2
+    faults = meta["iterations"]["minor_faults"]
+    assert len(faults) == 2 and all(isinstance(n, int) and n >= 0 for n in faults)
     if flag:
         assert "heap_reserve" not in meta
     else:

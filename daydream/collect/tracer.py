@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -48,6 +49,10 @@ def _quietly(fn, *args) -> None:
         fn(*args)
     except Exception:  # noqa: BLE001
         pass
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def current_tracer() -> "Tracer | None":
@@ -150,6 +155,8 @@ class Tracer:
         self._step_range = None
         self._recorded: list[int] = []
         self._iter_ns: list[int] = []
+        self._iter_faults: list[int] = []   # minor page faults of the process per recorded iteration
+        self._faults0 = 0
         self._t_boundary_ns = 0
         self._explicit_seen = False
         self.on_finish = None  # callable(tracer), run once the result is known
@@ -222,6 +229,7 @@ class Tracer:
             self._step_range = None
             self._recorded.append(b - 1)
             self._iter_ns.append(now - self._t_boundary_ns)
+            self._iter_faults.append(_minor_faults() - self._faults0)
         self._t_boundary_ns = now
         if b >= self._end:
             if self._turns is not None:
@@ -241,6 +249,7 @@ class Tracer:
             self._between_iterations()
         if self.state is TracerState.RECORDING:
             self._step_range = enter_range(f"ProfilerStep#{b}")
+            self._faults0 = _minor_faults()
             self._t_boundary_ns = time.perf_counter_ns()
 
     def _between_iterations(self) -> None:
@@ -400,6 +409,7 @@ class Tracer:
                 "steps": list(self._recorded),
                 "names": [f"ProfilerStep#{i}" for i in self._recorded],
                 "wall_ns": list(self._iter_ns),
+                "minor_faults": list(self._iter_faults),
                 "skipped_prelude": self.options.skip_prelude,
             },
             "optimizers": [md.optimizer_info(o) for o in optimizers],
