@@ -173,3 +173,17 @@ def test_two_ranks_write_two_files(tmp_path):
         assert len(names) == 2
         assert meta["device"]["cpu"]["affinity"] == cores_for_rank(cores, rank, 2)   # --pin-cores
     assert not out.exists()
+
+
+def test_pin_rank_restricts_a_process_to_its_share_of_the_cores():
+    """What ``--pin-cores`` of the pipeline and Hydra workloads calls in each process."""
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    cores = os.sched_getaffinity(0)
+    code = ("import os, sys; from daydream.collect.runner import pin_rank; "
+            "pin_rank(int(sys.argv[1]), 2); print(sorted(os.sched_getaffinity(0)))")
+    for rank in (0, 1):
+        res = subprocess.run([PY, "-c", code, str(rank)], capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout) == sorted(cores_for_rank(cores, rank, 2))
