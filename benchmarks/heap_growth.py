@@ -77,8 +77,9 @@ def main(argv=None) -> int:
                               "--one", cond, "--", *a.extra], env=env, capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{a.workload} reserve {cond:3s} (malloc {a.malloc}): median {r['median_faults']:.0f} page faults "
-              f"a recorded step (untraced {r['untraced_median_faults']:.0f}), heap +{r['heap_growth_mib_per_step']} MiB a step, median step "
-              f"{r['median_step_ms']} ms; {r['heap_reserve']}")
+              f"a recorded step (untraced {r['untraced_median_faults']:.0f}), "
+              f"heap +{r['heap_growth_mib_per_step']} MiB a step, median step {r['median_step_ms']} ms; "
+              f"{r['heap_reserve']}")
     return 0
 
 

@@ -99,3 +99,54 @@ def test_trace_records_the_reserve_and_the_flag_turns_it_off(tmp_path, train_scr
         assert "heap_reserve" not in meta
     else:
         assert meta["heap_reserve"]["reserved_bytes"] > 0 and "note" not in meta["heap_reserve"]
+
+
+class _FakeReserve:
+    """Stands in for HeapReserve: records when the tracer calls it; asks for one top-up."""
+
+    calls: list = []
+
+    def __init__(self, iterations):
+        self.asked = False
+
+    def start(self):
+        from daydream.collect.tracer import current_tracer
+
+        _FakeReserve.calls.append(("start", current_tracer().boundaries))
+
+    def boundary(self):
+        if self.asked:
+            return 0
+        self.asked = True
+        return 4096
+
+    def top_up(self, nbytes):
+        _FakeReserve.calls.append(("top_up", nbytes))
+
+    def as_metadata(self):
+        return {"reserved_bytes": 0, "top_ups": 1}
+
+
+def test_tracer_reserves_during_warm_up_and_tops_up_inside_a_paused_range(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from daydream.collect import trace, tracer
+    from daydream.loader.pauses import PAUSE_NAME
+
+    monkeypatch.setattr(tracer, "HeapReserve", _FakeReserve)
+    _FakeReserve.calls = []
+    with trace(tmp_path / "t.json", warmup=2, iterations=3):
+        import torch
+
+        model = torch.nn.Linear(8, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(6):
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+    # made at boundary 1, one warm-up iteration before recording starts at boundary 2 (that
+    # iteration absorbs its cost, and ranks' differences in it), once; then one top-up
+    assert _FakeReserve.calls == [("start", 1), ("top_up", 4096)]
+    doc = json.loads((tmp_path / "t.json").read_text())
+    names = [e["name"] for e in doc["traceEvents"] if e.get("ph") == "X"]
+    assert names.count(PAUSE_NAME) == 1          # the top-up, cut out of the timeline by the loader
+    assert doc["daydream"]["heap_reserve"] == {"reserved_bytes": 0, "top_ups": 1}
