@@ -17,8 +17,9 @@ __all__ = ["COMMANDS", "trace"]
 )
 @click.option("-o", "--output", default="trace.json", show_default=True, type=click.Path(),
               help="Trace file (.json or .json.gz); multi-rank runs write NAME.rankR.json.")
-@click.option("--warmup", default=1, show_default=True, type=click.IntRange(min=0),
-              help="Full iterations to skip (after the setup before the first step).")
+@click.option("--warmup", default=2, show_default=True, type=click.IntRange(min=0),
+              help="Full iterations to skip (after the setup before the first step); with 2 or more "
+                   "the one two before recording records the ops' shapes.")
 @click.option("-n", "--iterations", default=5, show_default=True, type=click.IntRange(min=1),
               help="Iterations to record.")
 @click.option("--activities", default="cpu,cuda", show_default=True,
@@ -31,6 +32,10 @@ __all__ = ["COMMANDS", "trace"]
                    "without it Linux may run two ranks' threads on one core for stretches.")
 @click.option("-f", "--force", is_flag=True, help="Overwrite existing trace files.")
 @click.option("--no-shapes", is_flag=True, help="Do not record op input shapes (less overhead).")
+@click.option("--shapes-every-iteration", is_flag=True,
+              help="Record op input shapes in every recorded iteration (more overhead).  By default "
+                   "they are recorded in the last warm-up iteration and copied to the same ops of the "
+                   "recorded ones; an iteration whose model inputs have other shapes gets none.")
 @click.option("--backward-ranges", is_flag=True,
               help="Also mark each module's backward pass with hooks on autograd nodes (more overhead; "
                    "by default backward ops take their module from the forward op of the same "
@@ -42,8 +47,8 @@ __all__ = ["COMMANDS", "trace"]
                    "(by default the recorded ops pay no page faults the untraced ones would not).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @handle_errors
-def trace(output, warmup, iterations, activities, nproc, pin_cores, force, no_shapes, backward_ranges, cupti,
-          no_heap_reserve, command):
+def trace(output, warmup, iterations, activities, nproc, pin_cores, force, no_shapes, shapes_every_iteration,
+          backward_ranges, cupti, no_heap_reserve, command):
     """Run COMMAND (e.g. python train.py ARGS) and record a few training iterations.
 
     \b
@@ -64,6 +69,7 @@ def trace(output, warmup, iterations, activities, nproc, pin_cores, force, no_sh
         iterations=iterations,
         activities=tuple(a for a in activities.split(",") if a),
         record_shapes=not no_shapes,
+        shapes_every_iteration=shapes_every_iteration,
         backward_ranges=backward_ranges,
         force=force,
         nproc=nproc,

@@ -148,7 +148,7 @@ class TraceSession:
 
 def trace(
     path: str | os.PathLike = "trace.json",
-    warmup: int = 1,
+    warmup: int = 2,
     iterations: int = 5,
     activities: str | tuple[str, ...] = ("cpu", "cuda"),
     record_shapes: bool = True,
@@ -157,6 +157,7 @@ def trace(
     strict: bool = True,
     use_cupti: bool = False,
     heap_reserve: bool = True,
+    shapes_every_iteration: bool = False,
 ) -> TraceSession:
     """Trace ``iterations`` training iterations after ``warmup`` into ``path``.
 
@@ -168,12 +169,16 @@ def trace(
     warmup : int
         Iterations to run untraced first (iteration 0 starts when the
         ``with`` block is entered or the wrapped function is first called).
+        With 2 or more, iteration ``warmup - 2`` records the ops' shapes for
+        the recorded ones (``record_shapes``).
     iterations : int
         Iterations to record.
     activities : str or tuple of str
         ``"cpu"``, ``"cuda"`` or both (``cuda`` is ignored without a GPU).
     record_shapes : bool
-        Record op input shapes.
+        Record op input shapes: in a warm-up iteration, copied to the same
+        ops of the recorded iterations (an iteration whose model inputs
+        have other shapes gets none; the metadata's ``shapes`` says).
     backward_ranges : bool
         Also mark each module's backward pass (``daydream.bwd:`` ranges, from
         hooks on autograd nodes: ~15 us per module call).  Without them the
@@ -190,6 +195,9 @@ def trace(
         Keep pre-faulted free heap for the growth that the profiler's
         records cause (glibc), so recorded ops pay no page faults that
         untraced ones would not; the trace metadata says how much.
+    shapes_every_iteration : bool
+        Record shapes in every recorded iteration instead (slower: Kineto's
+        cost per op nearly doubles), for models whose shapes vary.
 
     Returns
     -------
@@ -215,5 +223,6 @@ def trace(
         backward_ranges=backward_ranges,
         use_cupti=use_cupti,
         heap_reserve=heap_reserve,
+        shapes_every_iteration=shapes_every_iteration,
     )
     return TraceSession(options, strict=strict)

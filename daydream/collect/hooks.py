@@ -1,12 +1,15 @@
-"""Layer markers: global module hooks that emit ``daydream.fwd:``/``daydream.bwd:`` ranges.
+"""Layer markers: a wrapper of ``nn.Module.__call__`` that emits ``daydream.fwd:``/``daydream.bwd:`` ranges.
 
-Forward ranges come from global forward pre-hooks and (always-called) forward
-hooks.  Backward ranges are optional (``backward_ranges``; off by default:
-~15 us per module call, and the loader maps backward ops to modules by
-autograd sequence number without them).  They do **not** use full backward hooks: those wrap every
+Forward ranges open before each module call and close after it (also when it
+raises); the wrapper, unlike global module hooks, keeps ``nn.Module``'s fast
+path for calls outside recorded iterations and costs ~1 us a call inside.
+
+Backward ranges are optional (``backward_ranges``; off by default: ~15 us per
+module call, and the loader maps backward ops to modules by autograd sequence
+number without them).  They do **not** use full backward hooks: those wrap every
 module's inputs and outputs in an identity autograd function, which breaks
 in-place ops on module outputs (``nn.ReLU(inplace=True)``) and costs an extra
-autograd node per module.  Instead the forward hook attaches a pre-hook to the
+autograd node per module.  Instead the wrapper, after the forward, attaches a pre-hook to the
 autograd node that produced the module's output: the module's backward
 *begins* when that node runs.  Open backward ranges form a stack; when a
 module's backward begins, every open range that is not one of its ancestors
@@ -25,7 +28,6 @@ import threading
 import weakref
 
 import torch
-from torch.nn.modules import module as _nn_module
 
 __all__ = ["LayerMarkers", "enter_range", "exit_range", "FWD_PREFIX", "BWD_PREFIX"]
 
@@ -126,8 +128,9 @@ class LayerMarkers:
 
     Notes
     -----
-    Ranges are emitted only while :attr:`enabled` is true, so installed hooks
-    cost one attribute check per module call outside recorded iterations.
+    Ranges are emitted only while :attr:`enabled` is true, so the installed
+    wrapper costs a Python call and an attribute check per module call
+    outside recorded iterations.
     """
 
     def __init__(self, record_output_bytes: bool = True, backward_ranges: bool = False):
@@ -137,13 +140,16 @@ class LayerMarkers:
         self.output_bytes: dict[str, int] = {}
         #: shapes of the tensor arguments of each root module's first call (the batch)
         self.input_shapes: dict[str, list] = {}
+        #: (path, shapes of the tensor arguments) of every root module call since
+        #: :meth:`take_root_inputs`
+        self.root_inputs: list[tuple] = []
         self._roots: list[weakref.ref] = []
         self._root_names: set[str] = set()
         self._all_open_bwd: list[list] = []  # every thread's open backward ranges
         self._local = _PerThread(self)
         self._callback_queued = False
-        self._handles: list = []
-        #: called once with the exception when a hook fails; hooks are then inert
+        self._orig_call = None   # nn.Module.__call__ before install()
+        #: called once with the exception when a hook fails; the markers are then inert
         self.on_error = None
         self.failed = False
         self._pending = None
@@ -181,19 +187,44 @@ class LayerMarkers:
 
     # -- installation ------------------------------------------------------
     def install(self) -> None:
-        """Register the global module hooks (idempotent)."""
-        if self._handles:
+        """Wrap ``nn.Module.__call__`` with the markers (idempotent).
+
+        A wrapper, not global module hooks: any global hook sends every module
+        call down ``nn.Module``'s slow path, which alone cost 10-14 us a call
+        on this project's CPU machine (``benchmarks/trace_overhead_parts.py``),
+        while the wrapper costs one Python call and an attribute check.  The
+        wrapper calls :meth:`_pre_hook` and :meth:`_post_hook` as the hooks
+        would (forward-hook ``always_call`` semantics: also when the forward
+        raises).
+        """
+        if self._orig_call is not None:
             return
-        self._handles = [
-            _nn_module.register_module_forward_pre_hook(self._guard(self._pre_hook, report=True)),
-            _nn_module.register_module_forward_hook(self._guard(self._post_hook), always_call=True),
-        ]
+        orig = self._orig_call = torch.nn.Module.__call__
+        pre = self._guard(self._pre_hook, report=True)
+        post = self._guard(self._post_hook)
+        markers = self
+
+        def __call__(module, *args, **kwargs):
+            if _is_compiling() or not (markers.enabled or markers._pending is not None):
+                return orig(module, *args, **kwargs)
+            pre(module, args)
+            try:
+                output = orig(module, *args, **kwargs)
+            except BaseException:
+                post(module, args, None)
+                raise
+            post(module, args, output)
+            return output
+
+        __call__._daydream_markers = self
+        torch.nn.Module.__call__ = __call__
 
     def remove(self) -> None:
-        """Unregister the hooks and close any range still open."""
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+        """Restore ``nn.Module.__call__`` and close any range still open."""
+        if self._orig_call is not None:
+            if getattr(torch.nn.Module.__call__, "_daydream_markers", None) is self:
+                torch.nn.Module.__call__ = self._orig_call
+            self._orig_call = None
         self.enabled = False
         self.close_all()
 
@@ -205,6 +236,11 @@ class LayerMarkers:
             handle = stack.pop()[1]
             if handle is not None:
                 exit_range(handle)
+
+    def take_root_inputs(self) -> list[tuple]:
+        """The root module calls' inputs logged since the last call (and clear the log)."""
+        out, self.root_inputs = self.root_inputs, []
+        return out
 
     # -- module paths --------------------------------------------------------
     def roots(self) -> list:
@@ -246,8 +282,10 @@ class LayerMarkers:
             return None
         first = args[0] if args else None
         in_node = first.grad_fn if isinstance(first, torch.Tensor) else None
-        if not self._local.fwd_stack and names[2] not in self.input_shapes:
-            self.input_shapes[names[2]] = [list(a.shape) for a in args if isinstance(a, torch.Tensor)]
+        if not self._local.fwd_stack:
+            shapes = [list(a.shape) for a in args if isinstance(a, torch.Tensor)]
+            self.input_shapes.setdefault(names[2], shapes)
+            self.root_inputs.append((names[2], shapes))
         self._local.fwd_stack.append((module, enter_range(names[0]), in_node))
         return None
 

@@ -34,10 +34,11 @@ class TraceRequest:
 
     command: tuple[str, ...]
     output: Path
-    warmup: int = 1
+    warmup: int = 2
     iterations: int = 5
     activities: tuple[str, ...] = ("cpu", "cuda")
     record_shapes: bool = True
+    shapes_every_iteration: bool = False
     backward_ranges: bool = False
     force: bool = False
     nproc: int | None = None
@@ -119,6 +120,7 @@ def _child_env(req: TraceRequest, status_dir: str) -> dict:
         "iterations": req.iterations,
         "activities": ",".join(req.activities),
         "record_shapes": req.record_shapes,
+        "shapes_every_iteration": req.shapes_every_iteration,
         "backward_ranges": req.backward_ranges,
         "use_cupti": req.use_cupti,
         "pin_cores": req.pin_cores,

@@ -109,6 +109,7 @@ def _start() -> None:
             iterations=int(cfg["iterations"]),
             activities=parse_activities(cfg["activities"]),
             record_shapes=bool(cfg.get("record_shapes", True)),
+            shapes_every_iteration=bool(cfg.get("shapes_every_iteration", False)),
             backward_ranges=bool(cfg.get("backward_ranges", False)),
             skip_prelude=True,
             use_cupti=bool(cfg.get("use_cupti", False)),

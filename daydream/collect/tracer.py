@@ -13,6 +13,7 @@ the warm-up count starts after it.
 from __future__ import annotations
 
 import enum
+import json
 import os
 import resource
 import sys
@@ -29,6 +30,7 @@ from .errors import CollectionError
 from .heap import HeapReserve
 from .hooks import LayerMarkers, enter_range, exit_range
 from .normalize import normalize_marker_events
+from .shapes import ShapeCopy, copy_shapes
 from .steps import MarkerSource, OptimizerWatcher
 from .turns import PAUSE_RANGE, Turns
 from .writer import add_metadata, rank_path, write_trace_atomic
@@ -53,6 +55,18 @@ def _quietly(fn, *args) -> None:
 
 def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _exported(prof, tmp_dir: Path) -> dict:
+    """A finished profiler session's Chrome-trace document (via a temporary file in ``tmp_dir``)."""
+    fd, tmp = tempfile.mkstemp(prefix=".daydream-kineto-", suffix=".json", dir=tmp_dir)
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(tmp)
+        with open(tmp, encoding="utf-8") as fh:
+            return json.load(fh)
+    finally:
+        os.unlink(tmp)
 
 
 def current_tracer() -> "Tracer | None":
@@ -84,7 +98,12 @@ class TraceOptions:
     activities : tuple of str
         ``cpu`` and/or ``cuda``.
     record_shapes : bool
-        Record op input shapes (needed by shape-based cost models).
+        Record op input shapes (needed by shape-based cost models).  Recorded
+        in warm-up iteration ``warmup - 2`` and copied to the recorded ops (see
+        :mod:`.shapes`) unless ``shapes_every_iteration``.
+    shapes_every_iteration : bool
+        Record shapes in the recorded iterations themselves (slower; for
+        models whose op shapes change from one iteration to the next).
     backward_ranges : bool
         Mark module backward passes with ``daydream.bwd:`` ranges (hooks on
         autograd nodes); off, the loader maps backward ops to modules by
@@ -100,10 +119,11 @@ class TraceOptions:
     """
 
     path: Path
-    warmup: int = 1
+    warmup: int = 2
     iterations: int = 5
     activities: tuple[str, ...] = ("cpu", "cuda")
     record_shapes: bool = True
+    shapes_every_iteration: bool = False
     backward_ranges: bool = False
     skip_prelude: bool = False
     use_cupti: bool = False
@@ -151,6 +171,10 @@ class Tracer:
         self._plan: ActivityPlan | None = None
         self._collector = None
         self._prof = None
+        self._shape_prof = None     # the shape iteration's profiler session (see .shapes)
+        self._shape_file: str | None = None   # ... exported when it stops
+        self._shapes = ShapeCopy("none")
+        self._root_inputs: dict[int, list] = {}   # iteration -> its root modules' input shapes
         self._prepared = False
         self._step_range = None
         self._recorded: list[int] = []
@@ -224,6 +248,8 @@ class Tracer:
 
     def _advance_to(self, b: int) -> None:
         now = time.perf_counter_ns()
+        if self.markers.enabled:
+            self._root_inputs[b - 1] = self.markers.take_root_inputs()
         if self._step_range is not None:  # iteration b-1 finished
             exit_range(self._step_range)
             self._step_range = None
@@ -237,7 +263,10 @@ class Tracer:
             self.finish()
             return
         lazy_start = self.options.skip_prelude and b == 0  # nothing known to train yet
+        if b == self._first_record - 2 and not lazy_start and self._shapes_once:
+            self._start_shape_session()
         if (b == self._first_record - 1 and not lazy_start) or (b == self._first_record and not self._prepared):
+            self._stop_shape_session()
             self._prepare()
         if b == self._first_record:
             self._take_turn()
@@ -278,12 +307,44 @@ class Tracer:
             self._collector = None
             self._notes.append(f"daydream.cupti failed to start, no kernels recorded: {exc}")
 
+    def _profiler(self, record_shapes: bool, cpu_only: bool = False):
+        acts = [torch.profiler.ProfilerActivity.CPU] if cpu_only else list(self._plan.torch_activities)
+        prof = torch.profiler.profile(activities=acts, record_shapes=record_shapes)
+        prof._daydream_owned = True
+        return prof
+
+    @property
+    def _shapes_once(self) -> bool:
+        return self.options.record_shapes and not self.options.shapes_every_iteration
+
+    def _start_shape_session(self) -> None:
+        """Record ops with shapes in the iteration two before recording (see :mod:`.shapes`).
+
+        Not the one just before: the boundary ending the shape iteration
+        may lie inside an open op range (``Optimizer.step#...`` around
+        optimizer hooks) that began in the shape session; if the recording
+        session started before that range ends, Kineto would write its end
+        into the stopped session's freed records.
+        """
+        self._shape_prof = self._profiler(True, cpu_only=True)
+        self._shape_prof.prepare_trace()
+        self._shape_prof.start_trace()
+        self.markers.install()
+        self.markers.enabled = True     # the model's input shapes, to check the recorded ones against
+
+    def _stop_shape_session(self) -> None:
+        """Stop the shape session and export it at once (Kineto reuses its buffers)."""
+        prof, self._shape_prof = self._shape_prof, None
+        if prof is not None:
+            self.markers.enabled = False
+            prof.stop_trace()
+            fd, self._shape_file = tempfile.mkstemp(prefix="daydream-shapes-", suffix=".json")
+            os.close(fd)
+            prof.export_chrome_trace(self._shape_file)
+
     def _prepare(self) -> None:
-        self._prof = torch.profiler.profile(
-            activities=list(self._plan.torch_activities),
-            record_shapes=self.options.record_shapes,
-        )
-        self._prof._daydream_owned = True
+        """Set up Kineto (and the heap reserve) one iteration before recording."""
+        self._prof = self._profiler(self.options.record_shapes and self._shape_file is None)
         self._prof.prepare_trace()
         if self._heap is not None:   # a warm-up iteration absorbs its cost (and ranks' differences in it)
             self._heap.start()
@@ -311,6 +372,7 @@ class Tracer:
             self._step_range = None
         _quietly(self.watcher.remove)
         _quietly(self.markers.remove)
+        _quietly(self._stop_shape_session)
         path = None
         try:
             if self._prof is not None and self._prof.profiler is not None:
@@ -330,6 +392,8 @@ class Tracer:
                 print(f"daydream: {self.error}", file=sys.stderr, flush=True)
         finally:
             self._prof = None
+            if self._shape_file is not None:
+                _quietly(os.unlink, self._shape_file)
             self.result = TraceResult(
                 path=path,
                 iterations_recorded=len(self._recorded),
@@ -354,24 +418,29 @@ class Tracer:
     def _write(self) -> Path:
         rank, world, dist_details = md.distributed_info()
         out = rank_path(self.options.path, rank, world)
-        fd, tmp = tempfile.mkstemp(prefix=".daydream-kineto-", suffix=".json", dir=out.parent)
-        os.close(fd)
-        try:
-            self._prof.export_chrome_trace(tmp)
-            import json
-
-            with open(tmp, encoding="utf-8") as fh:
-                doc = json.load(fh)
-        finally:
-            os.unlink(tmp)
+        doc = _exported(self._prof, out.parent)
         if self._collector is not None:
             doc.setdefault("traceEvents", []).extend(self._collector.chrome_events())
         normalize_marker_events(doc.get("traceEvents", []))
+        self._copy_shapes(doc.get("traceEvents", []))
         if world > 1 and not isinstance(doc.get("distributedInfo"), dict):
             doc["distributedInfo"] = {"rank": rank, "world_size": world, "backend": dist_details["backend"]}
         meta = self._metadata(rank, world, dist_details)
         doc = add_metadata(doc, meta, keep_steps=set(self._recorded))
         return write_trace_atomic(doc, out)
+
+    def _copy_shapes(self, events: list) -> None:
+        """Give the recorded ops the shapes of the shape iteration (:mod:`.shapes`)."""
+        if self._shape_file is None:
+            source = "every iteration" if self.options.record_shapes else "none"
+            self._shapes = ShapeCopy(source)
+            return
+        with open(self._shape_file, encoding="utf-8") as fh:
+            shape_events = json.load(fh).get("traceEvents", [])
+        normalize_marker_events(shape_events)
+        ref = self._first_record - 2
+        differ = [k for k in self._recorded if self._root_inputs.get(k) != self._root_inputs.get(ref)]
+        self._shapes = copy_shapes(events, shape_events, f"warm-up iteration {ref}", differ)
 
     def _activities_metadata(self) -> dict:
         meta = self._plan.as_metadata()
@@ -418,6 +487,7 @@ class Tracer:
             "modules": md.module_table(roots, self.markers.output_bytes, self.markers.input_shapes),
             "layer_markers": {"forward_prefix": "daydream.fwd:", "backward_prefix": "daydream.bwd:"},
             "record_shapes": self.options.record_shapes,
+            "shapes": self._shapes.as_metadata(),
             "backward_ranges": self.options.backward_ranges,
             **({"heap_reserve": self._heap.as_metadata()} if self._heap is not None else {}),
         }

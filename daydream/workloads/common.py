@@ -62,6 +62,8 @@ def add_common_args(parser: argparse.ArgumentParser, batch_size: int, steps: int
     g.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--quiet", action="store_true", help="print only the summary line")
+    g.add_argument("--step-times", action="store_true",
+                   help="also print every step's time (a 'step times ms:' line, for benchmarks)")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -226,6 +228,8 @@ def run(name: str, build: Callable, argv=None, add_args: Callable | None = None,
         med = statistics.median(times[1:] or times) * 1e3
         print(f"{name}: {len(times)} steps, median step {med:.2f} ms (rank {w.rank}/{w.world_size}, {w.device})",
               file=sys.stdout, flush=True)
+        if w.args.step_times:
+            print("step times ms: " + " ".join(f"{t * 1e3:.3f}" for t in times), flush=True)
     if w.world_size > 1:
         import torch.distributed as dist
 
