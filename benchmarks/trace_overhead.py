@@ -2,10 +2,11 @@
 
 Everything runs in one process per workload: rounds alternate an untraced
 block of iterations with a traced block (``daydream.collect.trace`` around the
-same loop, full layer markers and shapes), in alternating order, so drift of a
+same loop, layer markers and shapes as ``daydream trace`` records them), in alternating order, so drift of a
 shared machine hits both sides alike.  Iteration time is the training loop's own step-to-step
-time.  In a traced block the warm-up iteration and the last recorded one
-(whose time includes writing the file) are left out.
+time.  In a traced block the two warm-up iterations (the first records op
+shapes, the second prepares the profiler) and the last recorded one (whose
+time includes writing the file) are left out.
 
 Usage::
 
@@ -60,7 +61,8 @@ class _CpuClock:
         self._last = now
 
 
-def measure(name: str, rounds: int, block: int, threads: int, shapes: bool, extra: list[str]) -> dict:
+def measure(name: str, rounds: int, block: int, threads: int, shapes: bool, extra: list[str],
+            every: bool = False) -> dict:
     """Untraced and traced iteration times (ms), wall and CPU, of one workload."""
     mod = importlib.import_module(f"daydream.workloads.{name}")
     argv = ["--quiet", "--threads", str(threads), *extra]
@@ -77,9 +79,10 @@ def measure(name: str, rounds: int, block: int, threads: int, shapes: bool, extr
             for traced in ((False, True) if r % 2 == 0 else (True, False)):
                 cpu.reset()
                 if traced:
-                    with trace(Path(tmp) / f"{name}.{r}.json", warmup=1, iterations=block, record_shapes=shapes):
-                        times = w.train(block + 1, on_step=cpu)
-                    keep = slice(1, block)  # not warm-up, not the step that writes the file
+                    with trace(Path(tmp) / f"{name}.{r}.json", warmup=2, iterations=block, record_shapes=shapes,
+                               shapes_every_iteration=every):
+                        times = w.train(block + 2, on_step=cpu)
+                    keep = slice(2, block + 1)  # not warm-up, not the step that writes the file
                 else:
                     times = w.train(block, on_step=cpu)
                     keep = slice(1, None)
@@ -107,6 +110,7 @@ def measure(name: str, rounds: int, block: int, threads: int, shapes: bool, extr
         "samples": [len(wall[False]), len(wall[True])],
         "threads": threads,
         "record_shapes": shapes,
+        "shapes_every_iteration": every,
     }
 
 
@@ -134,6 +138,8 @@ def main(argv=None) -> int:
     ap.add_argument("--block", type=int, default=6, help="iterations per untraced/traced block")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-shapes", action="store_true")
+    ap.add_argument("--shapes-every-iteration", action="store_true",
+                    help="shapes recorded in the recorded iterations (default: in a warm-up iteration, copied)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--default-malloc", action="store_true",
                     help="leave glibc malloc's mmap threshold alone (noisier)")
@@ -141,7 +147,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not args.default_malloc:
         _stable_malloc()
-    rows = [measure(n, args.rounds, args.block, args.threads, not args.no_shapes, args.extra)
+    rows = [measure(n, args.rounds, args.block, args.threads, not args.no_shapes, args.extra,
+                    args.shapes_every_iteration)
             for n in args.workloads.split(",")]
     if args.json:
         print(json.dumps(rows, indent=1))

@@ -70,10 +70,20 @@ def parts(name: str, rounds: int, block: int, extra: tuple = ()) -> dict:
             for k, v in got.items()}
 
 
-def hook_cost_us(modules: int = 200, rounds: int = 60) -> dict:
-    """Per module call, us: forward and backward with no hooks, hooks disabled, hooks enabled."""
+def hook_cost_us(modules: int = 200, rounds: int = 60, profiler: bool = False) -> dict:
+    """Per module call, us: forward and backward with no markers, markers installed but disabled,
+    enabled, and -- for comparison -- two no-op global module hooks (what the markers used to be:
+    any global hook sends every module call down ``nn.Module``'s slow path).
+
+    ``profiler``: all conditions run inside one torch.profiler session (the enabled markers'
+    ranges are then recorded, as while tracing).
+    """
+    import contextlib
+
     import torch
     from torch import nn
+    from torch.nn.modules import module as nn_module
+    from torch.profiler import ProfilerActivity, profile
 
     from daydream.collect.hooks import LayerMarkers
 
@@ -88,19 +98,37 @@ def hook_cost_us(modules: int = 200, rounds: int = 60) -> dict:
         y.sum().backward()
         return t1 - t0, time.perf_counter() - t1
 
-    res = {"none": [], "disabled": [], "enabled": []}
     m = LayerMarkers()
-    for _ in range(rounds):
-        for k in res:
-            if k == "none":
-                m.remove()
-            else:
-                m.install()
-                m.enabled = k == "enabled"
-            once()
-            res[k].append(once())
-    m.remove()
-    return {k: tuple(min(x[i] for x in v) * 1e6 / modules for i in (0, 1)) for k, v in res.items()}
+
+    @contextlib.contextmanager
+    def markers(enabled):
+        m.install()
+        m.enabled = enabled
+        try:
+            yield
+        finally:
+            m.remove()
+
+    @contextlib.contextmanager
+    def global_hooks():
+        hs = [nn_module.register_module_forward_pre_hook(lambda mod, a: None),
+              nn_module.register_module_forward_hook(lambda mod, a, o: None, always_call=True)]
+        try:
+            yield
+        finally:
+            for h in hs:
+                h.remove()
+
+    conds = {"none": contextlib.nullcontext, "disabled": lambda: markers(False),
+             "enabled": lambda: markers(True), "global hooks": global_hooks}
+    res = {k: [] for k in conds}
+    with profile(activities=[ProfilerActivity.CPU]) if profiler else contextlib.nullcontext():
+        for _ in range(rounds):
+            for k, ctx in conds.items():
+                with ctx():
+                    once()
+                    res[k].append(once())
+    return {k: tuple(statistics.median(x[i] for x in v) * 1e6 / modules for i in (0, 1)) for k, v in res.items()}
 
 
 def main(argv=None) -> int:
@@ -108,10 +136,15 @@ def main(argv=None) -> int:
     ap.add_argument("--workloads", default="cnn,transformer")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--block", type=int, default=2, help="iterations timed per condition and round")
+    ap.add_argument("--hooks-only", action="store_true", help="only the layer markers' cost per module call")
     ap.add_argument("extra", nargs="*", help="workload flags, after --: -- --batch-size 16")
     a = ap.parse_args(argv)
-    for k, (fwd, bwd) in hook_cost_us().items():
-        print(f"layer markers, {k:9s}: forward {fwd:6.2f} us, backward {bwd:6.2f} us per module call")
+    for prof in (False, True):
+        for k, (fwd, bwd) in hook_cost_us(profiler=prof).items():
+            print(f"layer markers, {'under torch.profiler' if prof else 'no profiler':20s} {k:12s}: "
+                  f"forward {fwd:6.2f} us, backward {bwd:6.2f} us per module call (median)")
+    if a.hooks_only:
+        return 0
     for name in a.workloads.split(","):
         for k, (paired, best) in parts(name, a.rounds, a.block, tuple(a.extra)).items():
             print(f"{name:12s} {k:24s} paired median {paired:+6.1f} %   least disturbed {best:+6.1f} %")

@@ -154,27 +154,27 @@ class LayerMarkers:
         self.failed = False
         self._pending = None
 
-    def _guard(self, fn, report: bool = False):
-        """``fn`` wrapped so that an exception never reaches the user's model.
+    def _guard(self, fn):
+        """``fn`` (a backward-pass hook) wrapped so that an exception never reaches the user's model.
 
-        The failure is reported later (:meth:`report_pending`): a hook may run
-        inside a backward pass, where a profiler stopped by the owner would be
-        re-enabled when the autograd engine restores the thread's state.
-        ``report``: this hook runs in forward, where a pending failure is told.
+        The failure is reported later (:meth:`report_pending`): inside a
+        backward pass, a profiler stopped by the owner would be re-enabled
+        when the autograd engine restores the thread's state.
         """
         def guarded(*args):
             if self.failed:
-                if report and self._pending is not None and torch._C._current_autograd_node() is None:
-                    self.report_pending()
                 return None
             try:
                 return fn(*args)
             except Exception as exc:  # noqa: BLE001 - a profiler must never break training
-                self.failed = True
-                self.enabled = False
-                self._pending = exc
+                self._hook_failed(exc)
                 return None
         return guarded
+
+    def _hook_failed(self, exc: BaseException) -> None:
+        self.failed = True
+        self.enabled = False
+        self._pending = exc
 
     def report_pending(self) -> None:
         """Tell ``on_error`` about a hook failure not told yet (call outside any backward pass)."""
@@ -200,20 +200,28 @@ class LayerMarkers:
         if self._orig_call is not None:
             return
         orig = self._orig_call = torch.nn.Module.__call__
-        pre = self._guard(self._pre_hook, report=True)
-        post = self._guard(self._post_hook)
         markers = self
+        pre, post = self._pre_hook, self._post_hook    # bound now (tests replace them before)
 
         def __call__(module, *args, **kwargs):
-            if _is_compiling() or not (markers.enabled or markers._pending is not None):
+            if _is_compiling() or not markers.enabled:
+                if markers._pending is not None and torch._C._current_autograd_node() is None:
+                    markers.report_pending()     # a failure inside the last backward pass
                 return orig(module, *args, **kwargs)
-            pre(module, args)
+            try:
+                pre(module, args)
+            except Exception as exc:  # noqa: BLE001 - a profiler must never break training
+                markers._hook_failed(exc)
+                return orig(module, *args, **kwargs)
             try:
                 output = orig(module, *args, **kwargs)
             except BaseException:
-                post(module, args, None)
+                markers._close_forward(module)
                 raise
-            post(module, args, output)
+            try:
+                post(module, output)
+            except Exception as exc:  # noqa: BLE001
+                markers._hook_failed(exc)
             return output
 
         __call__._daydream_markers = self
@@ -271,25 +279,34 @@ class LayerMarkers:
         return module.__dict__[_NAMES_ATTR]
 
     # -- forward ------------------------------------------------------------
-    def _pre_hook(self, module, args):
-        if not self.enabled or _is_compiling():
-            return None
+    def _pre_hook(self, module, args) -> None:
+        """Before a module call: open its forward range (kept minimal: it runs per module call)."""
         names = module.__dict__.get(_NAMES_ATTR) or self._assign(module)
+        stack = self._local.fwd_stack
         if torch._C._current_autograd_node() is not None:
             # activation-checkpoint recompute inside backward: belongs to the
             # enclosing backward range, so no forward range.
-            self._local.fwd_stack.append((module, None, None))
-            return None
-        first = args[0] if args else None
-        in_node = first.grad_fn if isinstance(first, torch.Tensor) else None
-        if not self._local.fwd_stack:
+            stack.append((module, None, None))
+            return
+        in_node = None
+        if self.backward_ranges and args and isinstance(args[0], torch.Tensor):
+            in_node = args[0].grad_fn
+        if not stack:
             shapes = [list(a.shape) for a in args if isinstance(a, torch.Tensor)]
             self.input_shapes.setdefault(names[2], shapes)
             self.root_inputs.append((names[2], shapes))
-        self._local.fwd_stack.append((module, enter_range(names[0]), in_node))
-        return None
+        stack.append((module, enter_range(names[0]), in_node))
 
-    def _post_hook(self, module, args, output):
+    def _close_forward(self, module) -> None:
+        """Close ``module``'s forward range if it is the innermost one (its forward raised)."""
+        stack = self._local.fwd_stack
+        if stack and stack[-1][0] is module:
+            handle = stack.pop()[1]
+            if handle is not None:
+                exit_range(handle)
+
+    def _post_hook(self, module, output) -> None:
+        """After a module call: close its range; with backward ranges, arm its backward."""
         stack = self._local.fwd_stack
         if not stack or stack[-1][0] is not module:
             return None
