@@ -109,3 +109,13 @@ def test_info_cli(shared_dir):
     res = CliRunner().invoke(main, ["info", str(path), "--top", "3"])
     assert res.exit_code == 0
     assert "A100" in res.output and "backward" in res.output and "ncclKernel" in res.output
+
+
+def test_last_iteration_ends_with_its_work_not_with_the_profiler(shared_dir):
+    """ResNet-50, num_workers=4: the loop leaves with ``break``; ProfilerStep#21 stays open
+    ~80 ms past its last kernel (no op, no GPU work) until the profiler stops."""
+    trace = load_trace(shared_dir / "kineto" / "worker0.1623213129365.pt.trace.json.gz")
+    rank = trace.ranks[0]
+    its = np.diff(rank.boundaries_ns) / 1e6
+    assert len(its) == 6 and its[:-1].max() < 170
+    assert 115 < its[-1] < 135                  # the range itself is 206.5 ms
