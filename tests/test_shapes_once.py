@@ -106,3 +106,21 @@ def test_without_a_warm_up_iteration_shapes_are_recorded_while_recording(tmp_pat
             opt.step()
     meta, per_step = _ops(out)
     assert meta["shapes"] == {"source": "every iteration"} and any("[[4, 8]" in k[1] for k in per_step[0])
+
+
+def test_a_shape_iteration_that_cannot_be_kept_falls_back_to_recording_shapes(tmp_path, monkeypatch):
+    real = torch.profiler.profile.export_chrome_trace
+    calls = []
+
+    def export(self, path):
+        calls.append(path)
+        if len(calls) == 1:                      # the shape session's export
+            raise OSError(28, "No space left on device")
+        return real(self, path)
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", export)
+    _run(tmp_path / "t.json", [4] * 5)
+    meta, per_step = _ops(tmp_path / "t.json")
+    assert meta["shapes"] == {"source": "every iteration"}
+    assert any("No space left on device" in n for n in meta["activities"]["notes"])
+    assert any("[[4, 8]" in k[1] for k in per_step[0]) and len(calls) == 2

@@ -1,10 +1,12 @@
 """The tracer: a state machine driven by iteration boundaries.
 
 Iteration ``i`` is the span between boundary ``i`` and boundary ``i + 1``;
-boundary 0 is :meth:`Tracer.start`.  The tracer skips ``warmup`` iterations,
-prepares Kineto one iteration before recording (so its start-up cost falls
-outside the recorded ones), records ``iterations`` iterations, each inside a
-``ProfilerStep#i`` range, then stops Kineto and writes the file atomically.
+boundary 0 is :meth:`Tracer.start`.  The tracer skips ``warmup`` iterations
+(the one two before recording records op shapes in a session of its own, see
+:mod:`.shapes`), prepares Kineto one iteration before recording (so its
+start-up cost falls outside the recorded ones), records ``iterations``
+iterations, each inside a ``ProfilerStep#i`` range, then stops Kineto and
+writes the file atomically.
 
 With ``skip_prelude`` (the CLI wrapper, which starts before the user's
 script) the span before the first boundary is setup, not an iteration, and
@@ -333,14 +335,25 @@ class Tracer:
         self.markers.enabled = True     # the model's input shapes, to check the recorded ones against
 
     def _stop_shape_session(self) -> None:
-        """Stop the shape session and export it at once (Kineto reuses its buffers)."""
+        """Stop the shape session and export it at once (Kineto reuses its buffers).
+
+        If it cannot be exported (no room for the temporary file), the
+        recording session records shapes itself.
+        """
         prof, self._shape_prof = self._shape_prof, None
-        if prof is not None:
-            self.markers.enabled = False
-            prof.stop_trace()
-            fd, self._shape_file = tempfile.mkstemp(prefix="daydream-shapes-", suffix=".json")
-            os.close(fd)
-            prof.export_chrome_trace(self._shape_file)
+        if prof is None:
+            return
+        self.markers.enabled = False
+        prof.stop_trace()
+        fd, path = tempfile.mkstemp(prefix="daydream-shapes-", suffix=".json")
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(path)
+            self._shape_file = path
+        except Exception as exc:  # noqa: BLE001 - shapes can still be recorded while recording
+            _quietly(os.unlink, path)
+            self._notes.append(f"op shapes recorded in every iteration: the shape iteration could not be kept "
+                               f"({_one_line(exc)})")
 
     def _prepare(self) -> None:
         """Set up Kineto (and the heap reserve) one iteration before recording."""
