@@ -313,3 +313,39 @@ def test_nested_trace_is_inert(tmp_path, capsys):
     assert outer.result.iterations_recorded == 2
     assert not (tmp_path / "inner.json").exists()
     assert "already being recorded" in capsys.readouterr().err
+
+
+def test_a_module_that_raises_keeps_ranges_nested_and_tracing_on(tmp_path):
+    class Flaky(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            if self.calls == 4:
+                raise ValueError("bad batch")
+            return self.fc(x)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(Flaky(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    out = tmp_path / "t.json"
+    with trace(out, warmup=2, iterations=3) as session:
+        for _ in range(6):
+            opt.zero_grad()
+            try:
+                loss = model(torch.randn(4, 8)).sum()
+            except ValueError:
+                continue                          # the user's loop skips the bad batch
+            loss.backward()
+            opt.step()
+    assert session.result.complete and torch.nn.Module.__call__ is not None
+    doc, events = _events(out)
+    # recorded iterations 2-4 hold calls 3-6 of Flaky; call 4 raised: its range is closed all the same
+    inner = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == "daydream.fwd:Sequential.0")
+    outer = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == "daydream.fwd:Sequential")
+    assert len(inner) == 4 and len(outer) == 4
+    assert all(a0 <= b0 and b1 <= a1 for (a0, a1), (b0, b1) in zip(outer, inner))    # nested
+    assert "_daydream_markers" not in vars(torch.nn.Module.__call__)   # the wrapper was removed

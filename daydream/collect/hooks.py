@@ -190,9 +190,9 @@ class LayerMarkers:
         """Wrap ``nn.Module.__call__`` with the markers (idempotent).
 
         A wrapper, not global module hooks: any global hook sends every module
-        call down ``nn.Module``'s slow path, which alone cost 10-14 us a call
-        on this project's CPU machine (``benchmarks/trace_overhead_parts.py``),
-        while the wrapper costs one Python call and an attribute check.  The
+        call down ``nn.Module``'s slow path, which alone cost 9-11 us a call
+        on this project's CPU machine, the wrapper 0.4-3 us while off
+        (``benchmarks/trace_overhead_parts.py --hooks-only``).  The
         wrapper calls :meth:`_pre_hook` and :meth:`_post_hook` as the hooks
         would (forward-hook ``always_call`` semantics: also when the forward
         raises).
@@ -216,7 +216,10 @@ class LayerMarkers:
             try:
                 output = orig(module, *args, **kwargs)
             except BaseException:
-                markers._close_forward(module)
+                try:
+                    markers._close_forward(module)
+                except Exception as exc:  # noqa: BLE001 - the model's own exception goes on
+                    markers._hook_failed(exc)
                 raise
             try:
                 post(module, output)
