@@ -39,7 +39,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["run_median_ms", "measure", "main"]
+__all__ = ["run_step_ms", "spans", "measure", "main"]
 
 _STEPS = re.compile(r"^step times ms: (.*)$", re.M)
 
@@ -56,14 +56,19 @@ def run_step_ms(cmd: list[str], env: dict) -> list[float]:
 def spans(warmup: int, iterations: int, steps: int) -> dict:
     """Step indices (0-based, as the workload prints them) of each part of a traced run.
 
-    Step 0 ends at the first boundary, so recorded iteration ``k`` is step ``k + 1``.
-    Left out: the first two steps (allocator warm-up), step ``warmup - 1`` (the tracer
-    prepares the profiler and the heap reserve in its optimizer step), step ``warmup``
-    (starts recording), the last recorded step (writes the trace in its optimizer step)
-    and the step after it.
+    Under ``daydream trace`` iteration ``k`` is step ``k`` (the span before step 0's
+    optimizer step is setup), so the recorded ones are steps ``warmup + 1`` on.  Left out:
+    the first two steps (allocator warm-up); step ``warmup - 2``, whose optimizer step starts
+    the shape session; step ``warmup - 1``, the shape iteration, whose optimizer step stops
+    it and prepares the profiler and the heap reserve; step ``warmup``, which starts
+    recording; the last recorded step (writes the trace in its optimizer step) and the
+    step after it.
+
+    >>> {k: list(v) for k, v in spans(6, 3, 14).items()}
+    {'before': [2, 3], 'traced': [7, 8], 'after': [11, 12, 13]}
     """
     first, last = warmup + 1, warmup + iterations
-    return {"before": range(2, warmup - 1), "traced": range(first, last),
+    return {"before": range(2, warmup - 2), "traced": range(first, last),
             "after": range(last + 2, steps)}
 
 
@@ -116,7 +121,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default="mlp,cnn,transformer")
     ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--warmup", type=int, default=10, help="untraced steps before recording (>= 4)")
+    ap.add_argument("--warmup", type=int, default=10, help="untraced steps before recording (>= 5)")
     ap.add_argument("--iterations", type=int, default=20, help="recorded steps")
     ap.add_argument("--after", type=int, default=12, help="untraced steps after recording (>= 4)")
     ap.add_argument("--malloc", choices=("default", "steady"), default="default",
