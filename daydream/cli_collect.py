@@ -34,7 +34,7 @@ __all__ = ["COMMANDS", "trace"]
 @click.option("--no-shapes", is_flag=True, help="Do not record op input shapes (less overhead).")
 @click.option("--shapes-every-iteration", is_flag=True,
               help="Record op input shapes in every recorded iteration (more overhead).  By default "
-                   "they are recorded in the last warm-up iteration and copied to the same ops of the "
+                   "they are recorded in a warm-up iteration and copied to the same ops of the "
                    "recorded ones; an iteration whose model inputs have other shapes gets none.")
 @click.option("--backward-ranges", is_flag=True,
               help="Also mark each module's backward pass with hooks on autograd nodes (more overhead; "
