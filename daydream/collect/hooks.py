@@ -2,7 +2,8 @@
 
 Forward ranges open before each module call and close after it (also when it
 raises); the wrapper, unlike global module hooks, keeps ``nn.Module``'s fast
-path for calls outside recorded iterations and costs ~1 us a call inside.
+path for calls outside recorded iterations; inside, a call costs a range and
+some bookkeeping (8 us without a profiler, 16 us under one, on the CI VM).
 
 Backward ranges are optional (``backward_ranges``; off by default: ~15 us per
 module call, and the loader maps backward ops to modules by autograd sequence
