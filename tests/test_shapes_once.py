@@ -33,7 +33,7 @@ def test_copy_matches_each_thread_in_order_and_skips_what_differs():
         _step(5, 200, 10), _op("aten::mm", 201), _op("aten::relu", 202),
         _op("aten::mm", 300),                                 # outside every iteration: untouched
     ]
-    got = copy_shapes(trace_events, shapes, "warm-up iteration 3", skip_iterations=[5])
+    got = copy_shapes(trace_events, shapes, 3, skip_iterations=[5])
     assert (got.ops_with_shapes, got.ops_without_shapes, got.iterations_without) == (3, 3, (5,))
     assert trace_events[1]["args"] == {"Input Dims": [[2, 3]], "Input type": ["float"]}
     assert trace_events[2]["args"] == {}                      # no counterpart in the shape iteration
@@ -46,7 +46,7 @@ def test_copy_matches_each_thread_in_order_and_skips_what_differs():
 def test_copy_keeps_the_recorded_ops_own_ids():
     shapes = [_op("aten::mm", 0, **{"Input Dims": [[1]], "External id": 1, "Ev Idx": 0})]
     events = [_step(0, 0, 5), _op("aten::mm", 1, **{"External id": 9, "Ev Idx": 4})]
-    copy_shapes(events, shapes, "warm-up iteration 0")
+    copy_shapes(events, shapes, 0)
     assert events[1]["args"] == {"External id": 9, "Ev Idx": 4, "Input Dims": [[1]]}
 
 

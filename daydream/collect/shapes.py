@@ -22,29 +22,40 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import enum
 from collections import defaultdict
 from dataclasses import dataclass
 
-__all__ = ["SHAPE_ARGS", "ShapeCopy", "copy_shapes", "iteration_windows"]
+__all__ = ["SHAPE_ARGS", "ShapeSource", "ShapeCopy", "copy_shapes", "iteration_windows"]
 
 #: the arguments ``record_shapes`` adds to a CPU op
 SHAPE_ARGS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
 _STEP_PREFIX = "ProfilerStep#"
 
 
+class ShapeSource(enum.Enum):
+    """Where a trace's op shapes come from."""
+
+    WARMUP = "warm-up iteration"      # one warm-up iteration, copied (this module)
+    EVERY = "every iteration"         # recorded with the ops themselves
+    NONE = "none"                     # not recorded
+
+
 @dataclass(frozen=True)
 class ShapeCopy:
     """What :func:`copy_shapes` did (the trace metadata's ``shapes`` object)."""
 
-    source: str                      # "warm-up iteration N", "every iteration" or "none"
+    source: ShapeSource
+    iteration: int | None = None               # the shape iteration (WARMUP)
     ops_with_shapes: int = 0
     ops_without_shapes: int = 0
     iterations_without: tuple[int, ...] = ()   # inputs' shapes differed from the shape iteration's
 
     def as_metadata(self) -> dict:
-        if not self.source.startswith("warm-up"):
-            return {"source": self.source}
-        return {"source": self.source, "ops_with_shapes": self.ops_with_shapes,
+        """``{"source": "warm-up iteration N", "ops_with_shapes": ...}``, or just the source."""
+        if self.source is not ShapeSource.WARMUP:
+            return {"source": self.source.value}
+        return {"source": f"{self.source.value} {self.iteration}", "ops_with_shapes": self.ops_with_shapes,
                 "ops_without_shapes": self.ops_without_shapes,
                 "iterations_without": list(self.iterations_without)}
 
@@ -93,7 +104,7 @@ def _pairs(src: list, dst: list):
     return ((src[m.a + k], dst[m.b + k]) for m in blocks for k in range(m.size))
 
 
-def copy_shapes(events: list, shape_events: list, source: str,
+def copy_shapes(events: list, shape_events: list, shape_iteration: int,
                 skip_iterations=()) -> ShapeCopy:
     """Give the recorded ops in ``events`` the shape arguments of ``shape_events``' ops.
 
@@ -104,8 +115,8 @@ def copy_shapes(events: list, shape_events: list, source: str,
         ``ProfilerStep#N`` ranges delimiting the iterations.
     shape_events : list of dict
         The Chrome events of one iteration recorded with shapes.
-    source : str
-        Where the shapes come from, for the metadata.
+    shape_iteration : int
+        The iteration ``shape_events`` recorded, for the metadata.
     skip_iterations : iterable of int
         Iterations that must not take shapes (their inputs differed).
 
@@ -120,8 +131,8 @@ def copy_shapes(events: list, shape_events: list, source: str,
     >>> shapes = [op("aten::mm", 0, **{"Input Dims": [[2, 3], [3, 4]]}), op("aten::relu", 2, **{"Input Dims": [[2, 4]]})]
     >>> trace = [{"ph": "X", "name": "ProfilerStep#5", "ts": 100, "dur": 10, "pid": 1, "tid": 1},
     ...          op("aten::mm", 101), op("aten::add", 103), op("aten::relu", 105)]
-    >>> copy_shapes(trace, shapes, "warm-up iteration 4")
-    ShapeCopy(source='warm-up iteration 4', ops_with_shapes=2, ops_without_shapes=1, iterations_without=())
+    >>> copy_shapes(trace, shapes, 4).as_metadata()
+    {'source': 'warm-up iteration 4', 'ops_with_shapes': 2, 'ops_without_shapes': 1, 'iterations_without': []}
     >>> trace[3]["args"]
     {'Input Dims': [[2, 4]]}
     """
@@ -146,4 +157,4 @@ def copy_shapes(events: list, shape_events: list, source: str,
                     done += 1
             with_ += done
             without += len(ops) - done
-    return ShapeCopy(source, with_, without, tuple(sorted(skip & set(per_iter))))
+    return ShapeCopy(ShapeSource.WARMUP, shape_iteration, with_, without, tuple(sorted(skip & set(per_iter))))

@@ -32,7 +32,7 @@ from .errors import CollectionError
 from .heap import HeapReserve
 from .hooks import LayerMarkers, enter_range, exit_range
 from .normalize import normalize_marker_events
-from .shapes import ShapeCopy, copy_shapes
+from .shapes import ShapeCopy, ShapeSource, copy_shapes
 from .steps import MarkerSource, OptimizerWatcher
 from .turns import PAUSE_RANGE, Turns
 from .writer import add_metadata, rank_path, write_trace_atomic
@@ -175,7 +175,7 @@ class Tracer:
         self._prof = None
         self._shape_prof = None     # the shape iteration's profiler session (see .shapes)
         self._shape_file: str | None = None   # ... exported when it stops
-        self._shapes = ShapeCopy("none")
+        self._shapes = ShapeCopy(ShapeSource.NONE)
         self._root_inputs: dict[int, list] = {}   # iteration -> its root modules' input shapes
         self._prepared = False
         self._step_range = None
@@ -445,15 +445,14 @@ class Tracer:
     def _copy_shapes(self, events: list) -> None:
         """Give the recorded ops the shapes of the shape iteration (:mod:`.shapes`)."""
         if self._shape_file is None:
-            source = "every iteration" if self.options.record_shapes else "none"
-            self._shapes = ShapeCopy(source)
+            self._shapes = ShapeCopy(ShapeSource.EVERY if self.options.record_shapes else ShapeSource.NONE)
             return
         with open(self._shape_file, encoding="utf-8") as fh:
             shape_events = json.load(fh).get("traceEvents", [])
         normalize_marker_events(shape_events)
         ref = self._first_record - 2
         differ = [k for k in self._recorded if self._root_inputs.get(k) != self._root_inputs.get(ref)]
-        self._shapes = copy_shapes(events, shape_events, f"warm-up iteration {ref}", differ)
+        self._shapes = copy_shapes(events, shape_events, ref, differ)
 
     def _activities_metadata(self) -> dict:
         meta = self._plan.as_metadata()
