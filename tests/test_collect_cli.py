@@ -187,3 +187,16 @@ def test_pin_rank_restricts_a_process_to_its_share_of_the_cores():
                              env=dict(os.environ, PYTHONPATH=str(REPO)))
         assert res.returncode == 0, res.stderr
         assert json.loads(res.stdout) == sorted(cores_for_rank(cores, rank, 2))
+
+
+@pytest.mark.parametrize("flag, source", [((), "warm-up iteration 1"),
+                                          (("--shapes-every-iteration",), "every iteration")])
+def test_trace_says_where_op_shapes_come_from(tmp_path, train_script, flag, source):
+    pytest.importorskip("torch")
+    out = tmp_path / "t.json"
+    res = run_daydream("trace", "-o", str(out), "-n", "2", *flag, "--", PY, str(train_script), "6")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["daydream"]["shapes"]["source"] == source
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"]
+    assert any("Input Dims" in e.get("args", {}) for e in ops)
