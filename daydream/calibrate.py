@@ -16,7 +16,7 @@ import time
 from .device import BMM_COPIES, Curve, DeviceProfile
 from .errors import DaydreamError
 
-__all__ = ["calibrate", "time_call_ns", "SIZES", "QUICK_SIZES"]
+__all__ = ["calibrate", "gloo_p2p", "time_call_ns", "SIZES", "QUICK_SIZES"]
 
 #: Problem sizes (matmul m=n=k-ish shapes, elementwise element counts, all-reduce bytes).
 SIZES = {
@@ -133,30 +133,78 @@ def _op_overhead_ns(torch, device, min_time_s):
     return int(time_call_ns(lambda: torch.add(a, a), device, min_time_s))
 
 
-def _allreduce_worker(rank, port, sizes, q):
+#: Point-to-point calibration: transfers timed per size, and the sender's busy time before each
+#: (the receiver is already waiting, as a pipeline stage waiting for its input is).
+P2P_TRIES, P2P_BUSY_S = 30, 0.001
+
+
+def _gloo_worker(rank, port, sizes, q, kind):
+    """Per size, the time of one all-reduce (``kind="allreduce"``: mean of back-to-back ones)
+    or one send (``"p2p"``: from the send's start on rank 0 to the receive's end on rank 1,
+    the receiver waiting; both read the same monotonic clock; trimmed mean)."""
     import torch
     import torch.distributed as dist
 
+    if kind == "p2p" and len(os.sched_getaffinity(0)) >= 2:
+        from .collect.runner import pin_rank
+
+        pin_rank(rank, 2)   # as the multi-process runs: a core per rank
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     out = []
     for nbytes in sizes:
         t = torch.zeros(nbytes // 4)
-        for _ in range(3):
-            dist.all_reduce(t)
-        reps = max(3, min(200, int(2e7 // max(nbytes, 1))))
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            dist.all_reduce(t)
-        out.append((nbytes, (time.perf_counter() - t0) / reps * 1e9))
+        if kind == "allreduce":
+            for _ in range(3):
+                dist.all_reduce(t)
+            reps = max(3, min(200, int(2e7 // max(nbytes, 1))))
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                dist.all_reduce(t)
+            out.append((nbytes, (time.perf_counter() - t0) / reps * 1e9))
+        else:
+            out.append((nbytes, _p2p_one_way_ns(torch, dist, rank, t)))
     if rank == 0:
         q.put(out)
     dist.destroy_process_group()
 
 
-def _gloo_allreduce(sizes):
-    """Fit ``t = 2*lat + bytes/bw`` (the ring model for 2 workers) to measured all-reduces."""
+def _p2p_one_way_ns(torch, dist, rank, t) -> float:
+    stamps = torch.zeros(P2P_TRIES + 3, dtype=torch.int64)
+    for i in range(len(stamps)):
+        dist.barrier()
+        if rank == 0:
+            end = time.perf_counter() + P2P_BUSY_S
+            while time.perf_counter() < end:
+                pass
+            stamps[i] = time.perf_counter_ns()
+            dist.send(t, 1)
+        else:
+            dist.recv(t, 0)
+            stamps[i] = time.perf_counter_ns()
+    peer = torch.zeros_like(stamps)
+    if rank == 0:
+        dist.recv(peer, 1)
+        one_way = sorted((peer - stamps)[3:].tolist())
+        return statistics.fmean(one_way[:max(1, int(len(one_way) * 0.95))])
+    dist.send(stamps, 0)
+    return 0.0
+
+
+def gloo_p2p(sizes=None) -> tuple:
+    """(bytes/s, latency ns) of one gloo send between two local processes (idle CPUs polling):
+    the ``p2p`` figures of a CPU profile, measured alone to complete an older profile."""
+    from .cpuidle import polling_idle
+
+    with polling_idle():
+        return _gloo_fit(sizes or SIZES["allreduce"], "p2p")
+
+
+def _gloo_fit(sizes, kind: str = "allreduce"):
+    """(bytes/s, latency ns) of gloo between two local processes, fitted to ``t = a + bytes/bw``:
+    the ring model for 2 workers (``a = 2 latency``) for ``"allreduce"``; one send
+    (``a = latency``; ranks pinned to a core each where there are two) for ``"p2p"``."""
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
@@ -164,7 +212,7 @@ def _gloo_allreduce(sizes):
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_allreduce_worker, args=(r, port, sizes, q)) for r in range(2)]
+    procs = [ctx.Process(target=_gloo_worker, args=(r, port, sizes, q, kind)) for r in range(2)]
     for p in procs:
         p.start()
     try:
@@ -172,12 +220,31 @@ def _gloo_allreduce(sizes):
     finally:
         for p in procs:
             p.join(timeout=30)
+    if kind == "p2p":
+        return _fit_relative(pts)
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     slope = max(slope, 1e-6)
     intercept = max(my - slope * mx, 0.0)
     return (1e9 / slope, intercept / 2.0)
+
+
+def _fit_relative(pts):
+    """(bytes/s, latency ns) of ``t = latency + bytes / bw`` minimising the *relative* error
+    (weights ``1 / t**2``), so that sizes a thousand times apart count alike.
+
+    >>> bw, lat = _fit_relative([(1e3, 100_400.0), (1e6, 5e5), (1e7, 4.1e6)])   # exact: 100 us, 2.5 GB/s
+    >>> round(bw / 1e9, 2), round(lat / 1e3)
+    (2.5, 100)
+    """
+    w = [1.0 / y ** 2 for _, y in pts]
+    sw = sum(w)
+    mx = sum(wi * x for wi, (x, _) in zip(w, pts)) / sw
+    my = sum(wi * y for wi, (_, y) in zip(w, pts)) / sw
+    sxx = sum(wi * (x - mx) ** 2 for wi, (x, _) in zip(w, pts))
+    slope = max(sum(wi * (x - mx) * (y - my) for wi, (x, y) in zip(w, pts)) / sxx, 1e-6)
+    return 1e9 / slope, max(my - slope * mx, 0.0)
 
 
 def _loader_fetch(torch, sizes=(2 ** 12, 2 ** 18), batches: int = 40, busy_s: float = 0.005):
@@ -268,7 +335,8 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
     quick : bool
         Fewer sizes and shorter timings (for tests and smoke runs).
     collectives : bool
-        Also measure all-reduce between two local processes (gloo).
+        Also measure all-reduce and point-to-point sends between two local
+        processes (gloo).
     progress : callable, optional
         Called with a short message before each measurement.
     threads : int, optional
@@ -324,16 +392,18 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     if not quick:
         say("torch.compile call overhead (compiles a tiny model, ~10 s)")
         compiled = _compiled_call_ns(torch, dev)
-    coll = {}
+    coll, p2p = {}, {}
     if collectives:
         say("all-reduce (gloo, 2 processes)")
-        coll["gloo"] = _gloo_allreduce(sizes["allreduce"])
+        coll["gloo"] = _gloo_fit(sizes["allreduce"])
+        say("point-to-point send (gloo, 2 processes)")
+        p2p["gloo"] = _gloo_fit(sizes["allreduce"], "p2p")
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
     else:
         name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
-                         bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll,
+                         bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, p2p=p2p,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
                          checkpoint_call_ns=ckpt,
                          source=f"measured on {socket.gethostname()} {time.strftime('%Y-%m-%d %H:%M')}"

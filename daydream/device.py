@@ -111,6 +111,9 @@ class DeviceProfile:
         Per-op fixed cost: framework dispatch on CPU, kernel launch on GPU.
     collective : dict of str to (bytes_per_s, latency_ns)
         Per backend: ring all-reduce bus bandwidth and latency.
+    p2p : dict of str to (bytes_per_s, latency_ns)
+        Per backend: bandwidth and latency of one point-to-point send (pipeline
+        and shard hand-overs); where absent, one step of the ring model.
     """
 
     name: str
@@ -122,6 +125,7 @@ class DeviceProfile:
     bmm: dict = field(default_factory=dict)
     gconv: dict = field(default_factory=dict)
     collective: dict = field(default_factory=dict)
+    p2p: dict = field(default_factory=dict)
     threads: int = 0
     source: str = "published"
     #: DataLoader: main-process cost of receiving one batch from a worker
@@ -171,12 +175,31 @@ class DeviceProfile:
         steps = 2 * (workers - 1)
         return steps / workers * nbytes / bw * 1e9 + steps * lat
 
+    def p2p_ns(self, nbytes: float, backend: str | None = None) -> float:
+        """One point-to-point transfer: ``latency + bytes / bandwidth`` with the calibrated
+        ``p2p`` figures, else one step of the ring all-reduce model (the ``collective``
+        figures: a gloo all-reduce's latency includes its worker-thread hand-offs, several
+        times a direct send's).  0 for 0 bytes or a profile without either.
+
+        >>> prof = DeviceProfile("x", "cpu", {}, {}, 0, collective={"gloo": (1e9, 800e3)})
+        >>> prof.p2p_ns(1e6)
+        1800000.0
+        >>> DeviceProfile("x", "cpu", {}, {}, 0, p2p={"gloo": (2e9, 100e3)}).p2p_ns(1e6)
+        600000.0
+        """
+        figures = self.p2p or self.collective
+        if nbytes <= 0 or not figures:
+            return 0.0
+        bw, lat = figures.get(backend) if backend in figures else next(iter(figures.values()))
+        return nbytes / bw * 1e9 + lat
+
     # ------------------------------------------------------------ persistence
     def to_json(self) -> dict:
         d = asdict(self)
         for k in _CURVES:
             d[k] = {dt: [list(p) for p in c.points] for dt, c in getattr(self, k).items()}
         d["collective"] = {k: list(v) for k, v in self.collective.items()}
+        d["p2p"] = {k: list(v) for k, v in self.p2p.items()}
         d["loader_fetch"] = list(self.loader_fetch)
         d["checkpoint_call_ns"] = list(self.checkpoint_call_ns)
         return d
@@ -187,6 +210,7 @@ class DeviceProfile:
                   for k in _CURVES}
         return cls(name=d["name"], kind=d["kind"], op_overhead_ns=int(d["op_overhead_ns"]),
                    collective={k: tuple(v) for k, v in d.get("collective", {}).items()},
+                   p2p={k: tuple(v) for k, v in d.get("p2p", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
                    compiled_call_ns=int(d.get("compiled_call_ns", 0)),
@@ -281,9 +305,10 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
     for kind in ("matmul", "elementwise"):
         if "float32" not in getattr(prof, kind):
             return f"no float32 {kind} curve"
-    for name, v in prof.collective.items():
-        if len(v) != 2 or not _positive(v[0]) or not (_positive(v[1]) or v[1] == 0):
-            return f"collective {name}: needs (bytes per second > 0, latency ns >= 0)"
+    for kind in ("collective", "p2p"):
+        for name, v in getattr(prof, kind).items():
+            if len(v) != 2 or not _positive(v[0]) or not (_positive(v[1]) or v[1] == 0):
+                return f"{kind} {name}: needs (bytes per second > 0, latency ns >= 0)"
     if len(prof.loader_fetch) != 2 or not all(_positive(x) or x == 0 for x in prof.loader_fetch):
         return "loader_fetch needs two non-negative numbers"
     if prof.op_overhead_ns < 0:

@@ -88,14 +88,23 @@ WORKLOAD_ARGS = {
 
 
 def ensure_profile(profile_path=None, progress=print) -> str:
-    """Path of a CPU profile calibrated at :data:`THREADS` threads (measured now if missing)."""
-    from .calibrate import calibrate
-    from .device import default_profile_path, save_profile
+    """Path of a CPU profile calibrated at :data:`THREADS` threads (measured now if missing).
+    The default cache file, if from before point-to-point sends were calibrated, gets them
+    added; a profile given by path is used as it is (transfers then use the all-reduce figures)."""
+    import dataclasses
+
+    from .calibrate import calibrate, gloo_p2p
+    from .device import default_profile_path, load_profile, save_profile
 
     path = profile_path or default_profile_path("cpu", THREADS)
     if not os.path.exists(path):
         progress(f"calibrating this machine at {THREADS} thread(s) (once, about 30 s) ...")
         save_profile(calibrate("cpu", threads=THREADS, progress=lambda m: progress(f"calibrating: {m}")), path)
+        return path
+    prof = None if profile_path else load_profile(path)
+    if prof is not None and prof.kind == "cpu" and prof.collective and not prof.p2p:
+        progress(f"calibrating: point-to-point send (gloo, 2 processes), added to {path}")
+        save_profile(dataclasses.replace(prof, p2p={"gloo": gloo_p2p()}), path)
     return path
 
 

@@ -39,7 +39,7 @@ from ._schedules import Action, Kind, ScheduleError
 from .base import NotApplicable
 
 __all__ = ["UnitCosts", "StageCosts", "unit_costs", "attribute", "partition", "parse_partition",
-           "stage_costs", "p2p_ns", "build_graph", "PipeGraph", "accumulate_ns", "ACCUMULATE_BYTES_PER_BYTE"]
+           "stage_costs", "build_graph", "PipeGraph", "accumulate_ns", "ACCUMULATE_BYTES_PER_BYTE"]
 
 
 @dataclass(frozen=True)
@@ -165,16 +165,6 @@ def unit_costs(ctx, microbatches: int) -> UnitCosts:
     pbytes = np.array([int(mods.get(n, {}).get("param_bytes") or 0) for n in names], np.int64)
     obytes = np.array([int(mods.get(n, {}).get("output_bytes") or 0) for n in names], np.float64) / microbatches
     return UnitCosts(names, fwd, bwd, pbytes, obytes.astype(np.int64), float(opt), float(pre))
-
-
-def p2p_ns(device, nbytes: float) -> float:
-    """Point-to-point transfer of ``nbytes``: ``bytes / bandwidth + latency`` with the device's
-    collective figures (one step of the ring all-reduce model; calibrated gloo on CPU,
-    published link bandwidth on GPUs).  0 for 0 bytes."""
-    if nbytes <= 0 or not device.collective:
-        return 0.0
-    bw, lat = next(iter(device.collective.values()))
-    return nbytes / bw * 1e9 + lat
 
 
 def parse_partition(text: str, names: tuple, stages: int) -> list:
@@ -340,7 +330,7 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                 nxt = a.stage + 1 if a.kind is Kind.F else a.stage - 1
                 if 0 <= nxt < len(sc.fwd_ns) and where[nxt] != r:
                     nb = sc.send_bytes[min(a.stage, nxt)]
-                    x = add(link(r, where[nxt]), p2p_ns(device, nb), f"send {a}", ph, i, nbytes=nb,
+                    x = add(link(r, where[nxt]), device.p2p_ns(nb), f"send {a}", ph, i, nbytes=nb,
                             kind_=EventKind.COLLECTIVE)
                     deps.append((t, x))
                     sends[(it, a)] = x

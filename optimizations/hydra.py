@@ -23,9 +23,9 @@ project's simulator: per model, forward shards in order, backward shards in
 reverse, each shard's optimizer step after its backward; between devices an
 activation (forward) or gradient (backward) transfer of the cut layer's
 output bytes on a link lane per direction, lasting ``bytes / bw + latency``
-with the device profile's collective bandwidth and latency (a
-point-to-point send assumed to move the bytes once at the all-reduce's bus
-bandwidth, with one step's latency).
+with the device profile's point-to-point figures
+(:meth:`daydream.device.DeviceProfile.p2p_ns`; without them, one step of
+the all-reduce model).
 
 * ``model-parallel``: the models one after another (each device runs its
   shards in model order).
@@ -299,13 +299,9 @@ class Hydra(Optimization):
             raise OptionError(f"hydra: devices={D} means more shards than the model's {len(units)} layer(s)")
         costs = shard_costs(units, head_ns, opt_ns, D)
         dev = ctx.device
-        if D > 1 and not dev.collective:
+        if D > 1 and not (dev.p2p or dev.collective):
             raise NotApplicable(f"hydra: device profile {dev.name!r} has no transfer figures; run daydream calibrate")
-        bw, lat = next(iter(dev.collective.values())) if dev.collective else (1.0, 0.0)
-
-        def transfer_ns(nbytes):
-            return nbytes / bw * 1e9 + lat
-
+        transfer_ns = dev.p2p_ns
         results = {}
         for sched in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL):
             results[sched] = simulate(schedule_graph(costs, K, transfer_ns, sched))

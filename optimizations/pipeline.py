@@ -58,7 +58,7 @@ from daydream.model import EventKind, Phase
 from daydream.sim import simulate
 
 from . import _schedules as sch
-from ._pipegraph import build_graph, p2p_ns, parse_partition, partition, stage_costs, unit_costs
+from ._pipegraph import build_graph, parse_partition, partition, stage_costs, unit_costs
 from .base import Optimization, OptionError, Param
 
 __all__ = ["Pipeline", "OPTIMIZATION", "bubble_fraction", "ITERATIONS", "ITERATIONS_2BW", "optimizer_state_factor"]
@@ -138,7 +138,7 @@ class Pipeline(Optimization):
         if n_stages > len(units.names):
             raise sch.ScheduleError(f"pipeline: {n_stages} stages but the model has only {len(units.names)} layers")
         if self.partition == "auto":
-            comm = [p2p_ns(ctx.device, b) for b in units.out_bytes]
+            comm = [ctx.device.p2p_ns(b) for b in units.out_bytes]
             bounds = partition(units.fwd_ns + units.bwd_ns, comm, n_stages)
         else:
             bounds = parse_partition(self.partition, units.names, n_stages)

@@ -41,7 +41,7 @@ import time
 from daydream.sim import simulate
 
 from . import _schedules as sch
-from ._pipegraph import build_graph, p2p_ns, parse_partition, partition, stage_costs, unit_costs
+from ._pipegraph import build_graph, parse_partition, partition, stage_costs, unit_costs
 from .base import Optimization, OptionError, Param
 from .pipeline import ITERATIONS, bubble_fraction
 
@@ -158,7 +158,7 @@ class Tessel(Optimization):
         if n > len(units.names):
             raise sch.ScheduleError(f"tessel: {n} stages but the model has only {len(units.names)} layers")
         if self.partition == "auto":
-            bounds = partition(units.fwd_ns + units.bwd_ns, [p2p_ns(ctx.device, b) for b in units.out_bytes], n)
+            bounds = partition(units.fwd_ns + units.bwd_ns, [ctx.device.p2p_ns(b) for b in units.out_bytes], n)
         else:
             bounds = parse_partition(self.partition, units.names, n)
         if self.action_overhead_us < 0:

@@ -12,7 +12,9 @@ backward.  Two schedules are measured in alternating rounds:
 * ``shard-parallel``: each process runs, whenever it is free, the ready task
   of the least advanced model (Hydra's longest-remaining-first for identical
   models; ties to the lower model index), so that the shards of different
-  models overlap.
+  models overlap.  A task is ready when the receive it needs has arrived
+  (waiter threads record arrivals: gloo's ``is_completed()`` stays false
+  until ``wait()``); with none ready the process waits for the next arrival.
 
 The makespan of a round is measured from the earliest process's start
 (after a barrier) to the last process's end; the median over rounds is
@@ -138,10 +140,11 @@ class _Shard:
         self.sends, self.saved = [], {}
         self.act = [torch.empty(self.in_shape) for _ in range(K)] if self.rank > 0 else []
         self.grad = [torch.empty(self.out_shape) for _ in range(K)] if self.rank < self.world - 1 else []
-        dist.barrier()
-        t0 = time.perf_counter_ns()
         self.act_req = [dist.irecv(b, self.rank - 1, tag=k) for k, b in enumerate(self.act)]
         self.grad_req = [dist.irecv(b, self.rank + 1, tag=K + k) for k, b in enumerate(self.grad)]
+        arrivals = _Arrivals(self.act_req + self.grad_req) if schedule == "shard-parallel" else None
+        dist.barrier()
+        t0 = time.perf_counter_ns()
         state = [FORWARD] * K
         run = {FORWARD: self.forward, BACKWARD: self.backward, STEP: self.step}
 
@@ -152,13 +155,12 @@ class _Shard:
         left = set(range(K))
         while left:
             order = sorted(left, key=key)
-            pick = order[0]
-            if schedule == "shard-parallel":
-                pick = next((k for k in order if (w := self._waiting_on(k, state[k])) is None or w.is_completed()),
-                            order[0])
-            w = self._waiting_on(pick, state[pick])
-            if w is not None:
-                w.wait()
+            if arrivals is None:   # one model at a time: wait for what the next task needs
+                pick = order[0]
+                if (w := self._waiting_on(pick, state[pick])) is not None:
+                    w.wait()
+            else:                  # the first task in priority order whose input is here
+                pick = arrivals.first_ready(order, lambda k: self._waiting_on(k, state[k]))
             run[state[pick]](pick)
             state[pick] += 1
             if state[pick] == DONE:
@@ -166,6 +168,42 @@ class _Shard:
         for s in self.sends:
             s.wait()
         return t0, time.perf_counter_ns()
+
+
+class _Arrivals:
+    """Which posted receives have arrived, for a scheduler that must not block on one.
+
+    gloo's receive work reports ``is_completed()`` only once ``wait()`` has
+    returned, even after its data is in, so one waiter thread per receive
+    blocks in ``wait()`` (which releases the GIL) and records the arrival.
+    A gloo receive must be waited for once only: a second ``wait()`` waits
+    for another message.
+    """
+
+    def __init__(self, requests):
+        import threading
+
+        self._cond = threading.Condition()
+        self._arrived = set()
+        self._threads = [threading.Thread(target=self._wait, args=(r,), daemon=True) for r in requests]
+        for t in self._threads:
+            t.start()
+
+    def _wait(self, req):
+        req.wait()
+        with self._cond:
+            self._arrived.add(id(req))
+            self._cond.notify()
+
+    def first_ready(self, order, needs):
+        """The first of ``order`` whose receive (``needs(k)``, None for none) has arrived,
+        waiting for the next arrival while none has."""
+        with self._cond:
+            while True:
+                for k in order:
+                    if (w := needs(k)) is None or id(w) in self._arrived:
+                        return k
+                self._cond.wait()
 
 
 def _cuts(args, world):

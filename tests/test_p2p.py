@@ -1,0 +1,102 @@
+"""Point-to-point transfer figures: calibrated apart from the all-reduce, used by the
+pipeline, Tessel and Hydra hand-overs, added to an older cached profile."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+
+import pytest
+
+from daydream.device import DeviceProfile, load_profile, save_profile
+from daydream.errors import DaydreamError
+from daydream.primitives import select
+from daydream.whatif import predict
+
+from conftest import flat_profile
+
+
+def test_profile_keeps_p2p_figures_and_refuses_bad_ones(tmp_path):
+    prof = dataclasses.replace(flat_profile(), p2p={"gloo": (2e9, 100_000.0)})
+    path = save_profile(prof, str(tmp_path / "p.json"))
+    assert load_profile(path).p2p == {"gloo": (2e9, 100_000.0)}
+    doc = json.loads(open(path).read())
+    doc["p2p"] = {"gloo": [0, 5]}
+    open(path, "w").write(json.dumps(doc))
+    with pytest.raises(DaydreamError, match="p2p gloo: needs"):
+        load_profile(path)
+
+
+def test_hydra_transfers_take_the_p2p_figures(own_trace):
+    trace = own_trace("mlp")
+    old = flat_profile(allreduce=(1e9, 500_000.0))
+    new = dataclasses.replace(old, p2p={"gloo": (1e9, 20_000.0)})
+    durations = []
+    for prof in (old, new):
+        _, res = predict(trace, ["hydra:models=1,devices=2"], device=prof)
+        (t,) = select(res.graph, name="^model 0 activation")
+        durations.append(int(res.end_ns[t] - res.start_ns[t]))
+    dur_old, dur_new = durations
+    assert dur_old - dur_new == 500_000 - 20_000    # same bytes at the same bandwidth: only the latency differs
+
+
+def test_pipeline_sends_take_the_p2p_figures(own_trace):
+    trace = own_trace("mlp")
+    old = flat_profile(allreduce=(1e9, 500_000.0))
+    new = dataclasses.replace(old, p2p={"gloo": (1e9, 20_000.0)})
+    opt = ["pipeline:stages=2,microbatches=2,schedule=gpipe"]
+    a, _ = predict(trace, opt, device=old)
+    b, _ = predict(trace, opt, device=new)
+    assert b.predicted_ms < a.predicted_ms
+
+
+def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_path, monkeypatch):
+    import daydream.calibrate as cal
+    from daydream import validate
+    from daydream.device import default_profile_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: (3e9, 50_000.0))
+    cached = save_profile(flat_profile(), default_profile_path("cpu", validate.THREADS))
+    given = save_profile(flat_profile(), str(tmp_path / "mine.json"))
+    before = open(given).read()
+    said = []
+    assert validate.ensure_profile(progress=said.append) == cached
+    assert load_profile(cached).p2p == {"gloo": (3e9, 50_000.0)} and "point-to-point" in said[0]
+    assert validate.ensure_profile(given, progress=said.append) == given
+    assert open(given).read() == before and len(said) == 1
+
+
+def test_gloo_p2p_measures_two_processes():
+    """Two spawned gloo processes, two sizes: a few seconds."""
+    pytest.importorskip("torch")
+    from daydream.calibrate import gloo_p2p
+
+    bw, lat = gloo_p2p([2 ** 10, 2 ** 16])
+    assert bw > 1e6 and 0 <= lat < 1e9
+
+
+def test_hydra_runtime_runs_the_first_task_whose_input_has_arrived():
+    from daydream.workloads.hydra import _Arrivals
+
+    class Recv:                                   # a receive that arrives when told to
+        def __init__(self):
+            self.event = threading.Event()
+
+        def wait(self):
+            self.event.wait()
+
+    a, b = Recv(), Recv()
+    arrivals = _Arrivals([a, b])
+    needs = {0: a, 1: b, 2: None}
+    assert arrivals.first_ready([0, 1, 2], needs.get) == 2          # needs nothing: runs at once
+    picked = []
+    t = threading.Thread(target=lambda: picked.append(arrivals.first_ready([0, 1], needs.get)))
+    t.start()
+    t.join(0.2)
+    assert t.is_alive()                                              # nothing has arrived: it waits
+    b.event.set()                                                    # model 1's input arrives first
+    t.join(5)
+    assert picked == [1]
+    a.event.set()
+    assert arrivals.first_ready([0], needs.get) == 0                  # waits for model 0's input
