@@ -24,10 +24,14 @@ Every task of the traced iteration is one of:
 * **memory-bound** (an op that reads or writes tensor data: elementwise,
   reductions, copies, the optimizer's updates): its first
   ``op_overhead_ns`` (the device's per-op fixed cost) is paid once, the rest
-  is streaming and grows ``N x bw(b) / bw(N b)`` with ``bw`` the calibrated
-  streaming bandwidth curve at the bytes the task moves ``b`` (1.5 x its
-  input bytes, :data:`MOVED_PER_INPUT_BYTE`), so that fused tensors that
-  leave the caches stream slower;
+  ``D`` is streaming and grows to ``N x max(D, min(D x bw(b) / bw(N b),
+  N b / bw(N b) / N))`` with ``bw`` the calibrated (hot-cache) streaming
+  bandwidth curve at the bytes the task moves ``b`` (1.5 x its input bytes,
+  :data:`MOVED_PER_INPUT_BYTE`): fused tensors that leave the caches stream
+  slower, but an op that the trace shows already streaming at or below the
+  curve's rate for ``N b`` (training's data is often cold) does not slow
+  again, and no op streams faster per byte fused than traced (the curve's
+  low rate at small sizes is per-op cost, paid once already);
 * **fixed** (views and metadata ops such as ``t``, ``view``, ``expand``,
   allocation, the dispatch slices of composite ops, autograd bookkeeping,
   Python time between ops) and the **data loading** phase (all N models
@@ -166,8 +170,13 @@ def fused_durations(g, device, models: int, dtype: str = "float32", measured: di
     for t in np.flatnonzero(cls == TaskClass.MEMORY).tolist():
         b = float(T["bytes"][t]) * MOVED_PER_INPUT_BYTE
         once = min(dur[t], fixed_ns)
-        ratio = device.mem_bw_bytes_per_s(b, dtype) / device.mem_bw_bytes_per_s(models * b, dtype)
-        out[t] = once + (dur[t] - once) * models * ratio
+        stream = dur[t] - once
+        fused_bw = device.mem_bw_bytes_per_s(models * b, dtype)
+        ratio = device.mem_bw_bytes_per_s(b, dtype) / fused_bw
+        # per byte: the traced rate slowed as the curve slows from b to N b, but no slower than
+        # the curve streams N b (an op that already streamed from memory in the trace, as
+        # training's cold data does, does not slow again), and never faster than traced
+        out[t] = once + models * max(stream, min(stream * ratio, b / fused_bw * 1e9))
     gs = cls == TaskClass.GPU_SCALED
     out[gs] = dur[gs] * models
     return np.rint(out).astype(np.int64)

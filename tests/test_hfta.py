@@ -214,3 +214,26 @@ def test_calibration_measures_batched_matmul_and_grouped_convolution():
     gconv = C._conv_curve(torch, dev, torch.float32, [(1, 2, 2, 4)], 0.001, groups=2)
     assert [f for f, _ in gconv.points] == [2.0 * 1 * 2 * 4 * 4 * 2 * 9 * 2]
     assert all(r > 0 for _, r in bmm.points + gconv.points)
+
+
+def test_memory_bound_growth_follows_the_trace_and_the_cache_cliff():
+    """Streaming time of an elementwise op fused 20-fold, exact: a trace that already streamed
+    at the out-of-cache rate grows 20x; one that ran in cache slows to the curve's rate at 20x
+    the bytes; none gets faster per byte than traced."""
+    from daydream.graph.graph import DependencyGraph
+    from daydream.model import Lane
+
+    g = DependencyGraph()
+    cpu = g.add_lane(Lane(0, LaneKind.CPU_THREAD, 1, 1))
+    relu = g.names.intern("aten::relu")
+    g.add_tasks(lane=[cpu] * 2, dur_ns=[500 + 8000, 500 + 1000], name=[relu] * 2, flops=[0, 0],
+                bytes=[4000, 4000], phase=[Phase.FORWARD] * 2)   # 6000 bytes moved each; fused: 120 kB
+
+    def dev(small, large):
+        return DeviceProfile("d", "cpu", {"float32": Curve.flat(1e9)},
+                             {"float32": Curve(((1e4, small), (1e5, large)))}, op_overhead_ns=500)
+
+    cliff = dev(1e10, 1e9)           # 10x slower out of cache: 6000 ns for the fused op's 6 kB share
+    assert fused_durations(g, cliff, 20).tolist() == [500 + 20 * 8000, 500 + 20 * 6000]
+    rising = dev(1e9, 1e10)          # the curve speeds up with size: traced rate kept
+    assert fused_durations(g, rising, 20).tolist() == [500 + 20 * 8000, 500 + 20 * 1000]
