@@ -14,7 +14,7 @@ import json
 from .errors import DaydreamError
 
 __all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "dtype_time_pairs", "channels_last_time_pairs",
-           "float_inputs", "cast_ns", "scaled_signature", "batch_time_ratios", "fused_signature", "fused_time_ratios"]
+           "thread_time_ratios", "float_inputs", "cast_ns", "scaled_signature", "batch_time_ratios", "fused_signature", "fused_time_ratios"]
 
 _TENSOR_TYPES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
                  "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8",
@@ -158,6 +158,20 @@ def dtype_time_ratios(signatures, dtype: str, threads: int | None = None) -> dic
 def dtype_time_pairs(signatures, dtype: str, threads: int | None = None) -> dict:
     """Per signature: ``(t(as traced), t(dtype))`` in ns, measured now; failures left out."""
     return _pairs(signatures, lambda sig: time_signature_ns(sig, dtype), threads)
+
+
+def thread_time_ratios(signatures, threads: int, to_threads: int) -> dict:
+    """Per signature: ``t(at to_threads intra-op threads) / t(at threads)``, measured now in turns."""
+    import torch
+
+    def other(sig):
+        torch.set_num_threads(to_threads)
+        try:
+            return time_signature_ns(sig)
+        finally:
+            torch.set_num_threads(threads)
+
+    return _ratios(signatures, other, threads)
 
 
 def channels_last_time_pairs(signatures, threads: int | None = None) -> dict:

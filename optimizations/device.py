@@ -27,6 +27,14 @@ Source figures are those of the device the trace ran on (the published specs
 of the GPU it names, or this machine's calibrated CPU profile); the target is
 a name of the published table or a profile JSON (``daydream calibrate -o``).
 
+When the target is a CPU profile measured on this machine (its ``source``
+names this host) at another intra-op thread count, and the trace was
+recorded with shapes (``remeasure=1``, the default), each distinct compute
+and memory-bound op is instead re-run here at both thread counts, in turns
+(:func:`daydream.opbench.thread_time_ratios`), and the measured ratio scales
+it: how an op's time divides over threads depends on its shape and kind far
+more than the calibration's matmul and streaming curves can say.
+
 Assumptions and limits: kernels stay the same kernels (no new algorithm
 choice, no TF32 on a GPU that lacks it, same fusion); published peaks are
 scaled by one achievable fraction for all GPUs, so ratios between GPUs are
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 
 import numpy as np
 
@@ -45,7 +54,9 @@ from daydream.device import load_profile, published
 from daydream.errors import DaydreamError
 from daydream.model import EventKind
 
-from ._layers import op_figures, work_mask
+from daydream.opbench import thread_time_ratios
+
+from ._layers import op_figures, rerun_ratios, work_mask
 from .base import NotApplicable, Optimization, OptionError, Param
 
 __all__ = ["Device", "OPTIMIZATION", "target_profile", "kernel_dtype", "Boundness"]
@@ -92,7 +103,9 @@ def _peak(curves: dict) -> float:
 class Device(Optimization):
     name = "device"
     summary = "run on another device: compute-bound work scaled by matmul throughput, memory-bound by bandwidth"
-    params = (Param("target", "", "published device name (V100, A100, H100, H200, RTX2080TI) or a profile JSON", str),)
+    params = (Param("target", "", "published device name (V100, A100, H100, H200, RTX2080TI) or a profile JSON", str),
+              Param("remeasure", True, "target a CPU profile of this machine at another thread count: re-run each "
+                    "op of a trace with shapes at both thread counts", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -109,6 +122,8 @@ class Device(Optimization):
         for t in np.flatnonzero(cls != Boundness.UNCHANGED).tolist():
             ratio[t] = self._ratio(src, dst, int(cls[t]), g.task_name(t), float(flops[t]), float(nbytes[t]),
                                    float(before[t]))
+        for t, r in self._rerun(ctx, dst, cls).items():
+            ratio[t] = r
         T["dur_ns"][:] = np.rint(before * ratio).astype(np.int64)
         for c, label in ((Boundness.COMPUTE, "compute"), (Boundness.MEMORY, "memory"), (Boundness.COMM, "comm")):
             m = cls == c
@@ -118,6 +133,19 @@ class Device(Optimization):
         ctx.note(f"device: {src.name} -> {dst.name} ({dst.source}); "
                  f"{int((cls == Boundness.COMPUTE).sum())} compute-bound, {int((cls == Boundness.MEMORY).sum())} "
                  f"memory-bound, {int((cls == Boundness.COMM).sum())} communication tasks rescaled")
+
+    def _rerun(self, ctx, dst, cls) -> dict:
+        """task -> t(target threads) / t(traced threads) of its op re-run here (see the module doc)."""
+        if not (self.remeasure and dst.kind == "cpu" and dst.threads
+                and dst.source.startswith(f"measured on {socket.gethostname()} ")):
+            return {}
+        cpu = (ctx.meta().get("device") or {}).get("cpu") or {}
+        threads = int(cpu.get("torch_threads") or ctx.device.threads or 0)
+        if not threads or threads == dst.threads:
+            return {}
+        tasks = np.flatnonzero(np.isin(cls, (Boundness.COMPUTE, Boundness.MEMORY)))
+        return rerun_ratios(ctx, tasks, lambda sigs: thread_time_ratios(sigs, threads, dst.threads),
+                            f"device: {{n}} distinct ops re-run here at {threads} and {dst.threads} threads")
 
     @staticmethod
     def classify(ctx):

@@ -142,3 +142,34 @@ def test_public_gpu_trace_onto_published_gpus(shared_dir):
     slow, _ = predict(trace, ["device:target=V100"])
     assert slow.metrics["compute_time_ratio"] > 1 and slow.metrics["memory_time_ratio"] == pytest.approx(2039 / 900)
     assert slow.predicted_ms >= same.predicted_ms
+
+
+def test_cpu_target_of_this_machine_rescales_ops_by_their_rerun_thread_ratio(own_trace, monkeypatch, tmp_path):
+    """The bundled trace (2 threads) onto a 1-thread profile measured on this host: every re-run
+    op takes its measured ratio (here a stand-in: 0.5 for every op); a profile from another
+    host keeps the curves."""
+    import dataclasses
+    import socket
+
+    import daydream.optimizations.device as device_opt
+    from daydream.whatif import predict
+
+    calls = []
+
+    def halve(sigs, threads, to_threads):
+        calls.append((threads, to_threads))
+        return {s: 0.5 for s in sigs}
+
+    monkeypatch.setattr(device_opt, "thread_time_ratios", halve)
+    src = dataclasses.replace(flat_profile(), threads=2)
+    here = dataclasses.replace(src, threads=1, source=f"measured on {socket.gethostname()} 2026-11-22 09:22")
+    elsewhere = dataclasses.replace(here, source="measured on another-host 2026-11-22 09:22")
+    trace = own_trace("mlp")
+    got = {}
+    for name, prof in (("here", here), ("elsewhere", elsewhere)):
+        path = save_profile(prof, str(tmp_path / f"{name}.json"))
+        rep, res = predict(trace, [f"device:target={path}"], device=src)
+        got[name] = rep.metrics
+    assert calls and set(calls) == {(2, 1)}
+    assert got["here"]["compute_time_ratio"] == pytest.approx(0.5, abs=0.01)
+    assert got["elsewhere"]["compute_time_ratio"] == pytest.approx(1.0)     # flat curves, same figures
