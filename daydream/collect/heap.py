@@ -37,6 +37,8 @@ __all__ = ["HeapReserve", "CHUNK_BYTES", "MAX_FRACTION_OF_AVAILABLE", "MAX_BYTES
 #: allocation unit of the reserve: below glibc's smallest mmap threshold
 #: (128 KiB), so every chunk comes from the heap whatever the threshold is now
 CHUNK_BYTES = 64 * 1024
+#: What one such chunk takes from the top: glibc's chunk header on 64-bit platforms.
+CHUNK_FOOTPRINT = CHUNK_BYTES + 16
 #: the reserve never exceeds this share of the machine's available memory ...
 MAX_FRACTION_OF_AVAILABLE = 1 / 8
 #: ... nor this many bytes (a profiler should not double a large host heap)
@@ -155,8 +157,8 @@ class HeapReserve:
         nbytes = min(nbytes, self.limit_bytes - self.reserved_bytes)
         below = self._below_top()
         chunks: list[int] = []
-        while (left := nbytes - (self._below_top() - below)) >= CHUNK_BYTES:
-            batch = [self._libc.malloc(CHUNK_BYTES) for _ in range(min(16, left // CHUNK_BYTES))]
+        while (left := nbytes - (self._below_top() - below)) >= CHUNK_FOOTPRINT:   # never past nbytes
+            batch = [self._libc.malloc(CHUNK_BYTES) for _ in range(min(16, left // CHUNK_FOOTPRINT))]
             chunks += batch
             if not all(batch):
                 break
