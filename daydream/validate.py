@@ -153,8 +153,9 @@ def _trace_cmd(name: str, path: Path, args=(), warmup: int = 2, iterations: int 
 def _traced(name: str, path: Path, args, nproc: int, returncode: int, stderr: str) -> Path:
     out = path if nproc == 1 else _rank0(path)
     if returncode != 0 or not out.exists():
-        tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise DaydreamError(f"tracing {name} {' '.join(args)} failed: {tail}")
+        lines = [ln for ln in stderr.strip().splitlines() if not ln.startswith("daydream: wrote ")]
+        why = f"exit status {returncode}" if returncode != 0 else f"no {out.name}"
+        raise DaydreamError(f"tracing {name} {' '.join(args)} failed ({why}): {(lines or ['(no other output)'])[-1]}")
     return out
 
 

@@ -119,3 +119,16 @@ def test_pipeline_action_cost_is_the_median_over_runs_measured_once(monkeypatch)
     assert vp.action_overhead_us(2, say) == pytest.approx(100.0)
     assert vp.action_overhead_us(2, say) == pytest.approx(100.0) and len(calls) == 16   # measured once
     vp.action_overhead_us.cache_clear()
+
+
+def test_failed_trace_names_the_exit_status_and_the_last_other_line(tmp_path):
+    from daydream.errors import DaydreamError
+    from daydream.validate import _traced
+
+    (tmp_path / "x.rank0.json.gz").write_bytes(b"")
+    err = "Traceback ...\nRuntimeError: gloo: connection reset\ndaydream: wrote x.rank1.json.gz (20 iterations)\n"
+    with pytest.raises(DaydreamError, match=r"failed \(exit status -11\): RuntimeError: gloo: connection reset$"):
+        _traced("mlp", tmp_path / "x.json.gz", (), 2, -11, err)
+    with pytest.raises(DaydreamError, match=r"failed \(no y.json.gz\): \(no other output\)"):
+        _traced("mlp", tmp_path / "y.json.gz", (), 1, 0, "daydream: wrote y.json.gz\n")
+    assert _traced("mlp", tmp_path / "x.json.gz", (), 2, 0, "") == tmp_path / "x.rank0.json.gz"
