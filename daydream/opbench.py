@@ -14,7 +14,8 @@ import json
 from .errors import DaydreamError
 
 __all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "dtype_time_pairs", "channels_last_time_pairs",
-           "thread_time_ratios", "float_inputs", "cast_ns", "scaled_signature", "batch_time_ratios", "fused_signature", "fused_time_ratios"]
+           "thread_time_ratios", "float_inputs", "cast_ns", "scaled_signature", "batch_time_ratios",
+           "fused_signature", "fused_time_ratios", "PAIR_ROUNDS"]
 
 _TENSOR_TYPES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
                  "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8",

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from daydream.device import DeviceProfile, load_profile, save_profile
+from daydream.device import load_profile, save_profile
 from daydream.errors import DaydreamError
 from daydream.primitives import select
 from daydream.whatif import predict
