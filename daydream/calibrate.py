@@ -381,8 +381,11 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
         conv[dt] = _conv_curve(torch, dev, tdt, sizes["conv"], min_time_s)
         for n in (FUSED_COPIES if dt == "float32" else (BMM_COPIES,)):
             say(f"batched matmul and grouped conv2d {dt}, {n} copies")
-            bmm[f"{dt}x{n}"] = _bmm_curve(torch, dev, tdt, sizes["matmul"][:-1], min_time_s, copies=n)
-            gconv[f"{dt}x{n}"] = _conv_curve(torch, dev, tdt, sizes["conv"][:-1], min_time_s, groups=n)
+            # all but the largest size (n copies of it take long), at least one (--quick has one conv)
+            bmm[f"{dt}x{n}"] = _bmm_curve(torch, dev, tdt, sizes["matmul"][:-1] or sizes["matmul"], min_time_s,
+                                          copies=n)
+            gconv[f"{dt}x{n}"] = _conv_curve(torch, dev, tdt, sizes["conv"][:-1] or sizes["conv"], min_time_s,
+                                             groups=n)
         say(f"elementwise {dt}")
         ew[dt] = _elementwise_curve(torch, dev, tdt, sizes["elementwise"], min_time_s)
     say("op overhead")

@@ -77,13 +77,14 @@ def optimizations():
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
 @click.option("-o", "--output", type=click.Path(), help="Where to save the profile (default: the user cache).")
 @click.option("--quick", is_flag=True, help="Fewer sizes, shorter timings.")
-@click.option("--no-collectives", is_flag=True, help="Skip the two-process all-reduce measurement.")
+@click.option("--no-collectives", is_flag=True, help="Skip the two-process all-reduce and send measurements.")
 @click.option("--threads", type=int, help="Intra-op threads to measure with (default: torch's default).")
 @click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
 @handle_errors
 def calibrate(device, output, quick, no_collectives, threads, force):
     """Measure this machine once (matmul/conv/elementwise throughput per dtype, op
-    overhead, all-reduce bandwidth) into the profile that what-ifs use."""
+    overhead, gloo all-reduce and point-to-point send bandwidth and latency) into the
+    profile that what-ifs use."""
     from .calibrate import calibrate as run
     from .device import save_profile
 
@@ -93,9 +94,12 @@ def calibrate(device, output, quick, no_collectives, threads, force):
     prof = run(device, quick=quick, collectives=not no_collectives, threads=threads,
                progress=lambda m: click.echo(f"calibrating: {m} ...", err=True))
     path = save_profile(prof, output)
+    links = "".join(f"; {what} {name} {bw / 1e9:.2f} GB/s + {lat / 1e3:.0f} us"
+                    for what, figures in (("all-reduce", prof.collective), ("send", prof.p2p))
+                    for name, (bw, lat) in figures.items())
     click.echo(f"{prof.name}: op overhead {prof.op_overhead_ns} ns; "
-               f"fp32 matmul up to {max(p[1] for p in prof.matmul['float32'].points) / 1e9:.1f} GFLOP/s; "
-               f"saved to {path}")
+               f"fp32 matmul up to {max(p[1] for p in prof.matmul['float32'].points) / 1e9:.1f} GFLOP/s"
+               f"{links}; saved to {path}")
 
 
 @click.command()

@@ -262,8 +262,13 @@ def default_profile_path(kind: str = "cpu", threads: int | None = None) -> str:
 
 
 def save_profile(profile: DeviceProfile, path: str | None = None) -> str:
-    """Save ``profile`` (atomically) to ``path`` or its default cache file; returns the path."""
+    """Save ``profile`` (atomically) to ``path`` or its default cache file; returns the path.
+    A profile that :func:`load_profile` would refuse is refused here, before anything is written."""
     from .fileio import atomic_write_bytes
+
+    bad = _profile_problem(profile)
+    if bad:
+        raise DaydreamError(f"{path or 'device profile'}: not saved: {bad}")
 
     path = path or default_profile_path(profile.kind, profile.threads)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

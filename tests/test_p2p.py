@@ -1,4 +1,5 @@
-"""Point-to-point transfer figures: calibrated apart from the all-reduce, used by the
+"""Point-to-point transfer figures: calibrated apart from the all-reduce (and reported by
+``daydream calibrate``, whose profiles must load again), used by the
 pipeline, Tessel and Hydra hand-overs, added to an older cached profile."""
 from __future__ import annotations
 
@@ -100,3 +101,27 @@ def test_hydra_runtime_runs_the_first_task_whose_input_has_arrived():
     assert picked == [1]
     a.event.set()
     assert arrivals.first_ready([0], needs.get) == 0                  # waits for model 0's input
+
+
+def test_calibrate_measures_and_reports_send_figures(tmp_path):
+    """``daydream calibrate --quick``: about 10 s, two spawned gloo pairs."""
+    pytest.importorskip("torch")
+    from click.testing import CliRunner
+
+    from daydream.cli import main
+
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(main, ["calibrate", "--quick", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    prof = load_profile(str(out))
+    (bw, lat), = prof.p2p.values()
+    assert bw > 0 and lat >= 0 and "send gloo" in res.output and "all-reduce gloo" in res.output
+
+
+def test_a_profile_that_would_not_load_is_not_saved(tmp_path):
+    from daydream.device import Curve
+
+    bad = dataclasses.replace(flat_profile(), gconv={"float32x2": Curve(())})
+    with pytest.raises(DaydreamError, match="gconv float32x2"):
+        save_profile(bad, str(tmp_path / "bad.json"))
+    assert not (tmp_path / "bad.json").exists()
