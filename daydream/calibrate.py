@@ -13,7 +13,7 @@ import socket
 import statistics
 import time
 
-from .device import BMM_COPIES, Curve, DeviceProfile
+from .device import BMM_COPIES, Curve, DeviceProfile, measured_on
 from .errors import DaydreamError
 
 __all__ = ["calibrate", "gloo_p2p", "time_call_ns", "SIZES", "QUICK_SIZES"]
@@ -412,5 +412,5 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
                          bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, p2p=p2p,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
                          checkpoint_call_ns=ckpt,
-                         source=f"measured on {socket.gethostname()} {time.strftime('%Y-%m-%d %H:%M')}"
+                         source=f"{measured_on()} {time.strftime('%Y-%m-%d %H:%M')}"
                                 f" torch {torch.__version__}")

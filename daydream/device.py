@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 from dataclasses import asdict, dataclass, field
 
 from .errors import DaydreamError
 
 __all__ = ["Curve", "DeviceProfile", "published", "PUBLISHED", "load_profile", "save_profile",
-           "default_profile_path", "ACHIEVABLE_FRACTION"]
+           "default_profile_path", "measured_on", "ACHIEVABLE_FRACTION"]
 
 #: Fraction of a published peak that real kernels reach (last-resort constant,
 #: used only for devices that were not calibrated).  Dense GEMMs of training
@@ -137,6 +138,17 @@ class DeviceProfile:
     #: Activation checkpointing: extra CPU time of one ``torch.utils.checkpoint``
     #: call over the plain call (forward ns, backward ns), measured by calibration.
     checkpoint_call_ns: tuple = (0, 0)
+
+    @property
+    def measured_here(self) -> bool:
+        """Whether calibration measured this profile on this host (its ``source`` says so).
+
+        >>> DeviceProfile("x", "cpu", {}, {}, 0, source=measured_on() + " 2026-11-22 09:22").measured_here
+        True
+        >>> DeviceProfile("x", "cpu", {}, {}, 0, source="published spec").measured_here
+        False
+        """
+        return self.source.startswith(measured_on() + " ")
 
     def loader_fetch_ns(self, nbytes: float) -> float:
         """Main-process time to receive one batch of ``nbytes`` from a DataLoader worker."""
@@ -259,6 +271,11 @@ def default_profile_path(kind: str = "cpu", threads: int | None = None) -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     name = f"device-cpu-{threads}t.json" if kind == "cpu" and threads else f"device-{kind}.json"
     return os.path.join(base, "daydream", name)
+
+
+def measured_on(host: str | None = None) -> str:
+    """The start of a calibrated profile's ``source``: ``"measured on HOST"`` (this host by default)."""
+    return f"measured on {host or socket.gethostname()}"
 
 
 def save_profile(profile: DeviceProfile, path: str | None = None) -> str:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 
 import numpy as np
 
@@ -136,8 +135,7 @@ class Device(Optimization):
 
     def _rerun(self, ctx, dst, cls) -> dict:
         """task -> t(target threads) / t(traced threads) of its op re-run here (see the module doc)."""
-        if not (self.remeasure and dst.kind == "cpu" and dst.threads
-                and dst.source.startswith(f"measured on {socket.gethostname()} ")):
+        if not (self.remeasure and dst.kind == "cpu" and dst.threads and dst.measured_here):
             return {}
         cpu = (ctx.meta().get("device") or {}).get("cpu") or {}
         threads = int(cpu.get("torch_threads") or ctx.device.threads or 0)

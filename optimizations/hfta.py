@@ -25,7 +25,7 @@ Every task of the traced iteration is one of:
   reductions, copies, the optimizer's updates): its first
   ``op_overhead_ns`` (the device's per-op fixed cost) is paid once, the rest
   ``D`` is streaming and grows to ``N x max(D, min(D x bw(b) / bw(N b),
-  N b / bw(N b) / N))`` with ``bw`` the calibrated (hot-cache) streaming
+  b / bw(N b)))`` with ``bw`` the calibrated (hot-cache) streaming
   bandwidth curve at the bytes the task moves ``b`` (1.5 x its input bytes,
   :data:`MOVED_PER_INPUT_BYTE`): fused tensors that leave the caches stream
   slower, but an op that the trace shows already streaming at or below the

@@ -149,9 +149,9 @@ def test_cpu_target_of_this_machine_rescales_ops_by_their_rerun_thread_ratio(own
     op takes its measured ratio (here a stand-in: 0.5 for every op); a profile from another
     host keeps the curves."""
     import dataclasses
-    import socket
 
     import daydream.optimizations.device as device_opt
+    from daydream.device import measured_on
     from daydream.whatif import predict
 
     calls = []
@@ -162,8 +162,8 @@ def test_cpu_target_of_this_machine_rescales_ops_by_their_rerun_thread_ratio(own
 
     monkeypatch.setattr(device_opt, "thread_time_ratios", halve)
     src = dataclasses.replace(flat_profile(), threads=2)
-    here = dataclasses.replace(src, threads=1, source=f"measured on {socket.gethostname()} 2026-11-22 09:22")
-    elsewhere = dataclasses.replace(here, source="measured on another-host 2026-11-22 09:22")
+    here = dataclasses.replace(src, threads=1, source=f"{measured_on()} 2026-11-22 09:22")
+    elsewhere = dataclasses.replace(here, source=f"{measured_on('another-host')} 2026-11-22 09:22")
     trace = own_trace("mlp")
     got = {}
     for name, prof in (("here", here), ("elsewhere", elsewhere)):

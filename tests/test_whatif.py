@@ -303,3 +303,31 @@ def test_signatures_rebuild_4d_inputs_channels_last():
     _, cl = call_for(sig, channels_last=True)
     assert all(x.is_contiguous() for x in plain[:2])
     assert all(x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous() for x in cl[:2])
+
+
+def test_op_reruns_keep_the_round_with_the_median_ratio(monkeypatch):
+    """An op and its variant timed in turns, 3 rounds: the round whose ratio is the median is
+    kept, so one slow timing on either side does not make the ratio."""
+    from daydream import opbench
+
+    traced = iter([100.0, 100.0, 400.0])           # the third round's op timing hit a slow spell
+    variant = iter([300.0, 150.0, 200.0])          # ratios 3.0, 1.5, 0.5
+    monkeypatch.setattr(opbench, "time_signature_ns", lambda sig: next(traced))
+    pairs = opbench._pairs(["sig"], lambda sig: next(variant))
+    assert pairs == {"sig": (100.0, 150.0)}
+
+
+def test_thread_ratios_time_the_variant_at_the_target_threads_and_restore(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from daydream import opbench
+
+    seen = []
+    monkeypatch.setattr(opbench, "time_signature_ns",
+                        lambda sig: seen.append(torch.get_num_threads()) or float(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    try:
+        ratios = opbench.thread_time_ratios(["sig"], 1, 2)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert ratios == {"sig": 2.0} and seen == [2, 1] * opbench.PAIR_ROUNDS and after == 1

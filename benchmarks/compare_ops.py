@@ -1,0 +1,62 @@
+"""Time per op name and phase: a baseline trace, its prediction, and a trace of the real variant.
+
+Daydream's diagnosis of a missed prediction: which ops the prediction gets wrong.  Per (op
+name, phase), the mean time per iteration on CPU threads (nested ops count in their parents
+too) in the baseline, the prediction from it and the real run, and the ratios to the baseline.
+
+Usage::
+
+    python benchmarks/compare_ops.py BASE.json.gz REAL.json.gz hfta:models=2 [--top 25]
+    python benchmarks/compare_ops.py BASE.json.gz REAL.rank0.json.gz data-parallel:workers=2
+"""
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+from daydream.analysis import trace_and_graph
+from daydream.model import LaneKind
+from daydream.sim import simulate
+from daydream.whatif import predict
+
+__all__ = ["per_name", "main"]
+
+
+def per_name(g, res) -> dict:
+    """(name, phase) -> mean ms per iteration of the CPU-thread tasks of the iterations."""
+    T = g.tasks
+    total, iterations = Counter(), set()
+    for t in range(g.n_tasks):
+        it = int(T["iteration"][t])
+        if it < 0 or g.lanes[T["lane"][t]].kind != LaneKind.CPU_THREAD:
+            continue
+        iterations.add(it)
+        total[(g.task_name(t), int(T["phase"][t]))] += int(res.end_ns[t] - res.start_ns[t])
+    return {k: v / max(len(iterations), 1) / 1e6 for k, v in total.items()}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("baseline")
+    p.add_argument("real")
+    p.add_argument("opt", nargs="+", help="optimizations, as daydream whatif --opt")
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--profile", help="device profile (default: the cached CPU profile)")
+    a = p.parse_args(argv)
+    _, pred = predict(a.baseline, a.opt, profile_path=a.profile)
+    cols = [per_name(pred.graph, pred)]
+    for path in (a.baseline, a.real):
+        _, g = trace_and_graph(path)
+        cols.append(per_name(g, simulate(g)))
+    pr, base, real = cols
+    keys = sorted(set(pr) | set(real), key=lambda k: -max(pr.get(k, 0.0), real.get(k, 0.0)))
+    print(f"{'op':45s} {'phase':>5s} {'base':>8s} {'pred':>8s} {'real':>8s} {'p/b':>6s} {'r/b':>6s}")
+    for k in keys[:a.top]:
+        b = base.get(k, 0.0)
+        ratio = (lambda x: f"{x / b:6.2f}") if b else (lambda x: f"{'-':>6s}")
+        print(f"{k[0][:45]:45s} {k[1]:5d} {b:8.3f} {pr.get(k, 0.0):8.3f} {real.get(k, 0.0):8.3f} "
+              f"{ratio(pr.get(k, 0.0))} {ratio(real.get(k, 0.0))}")
+
+
+if __name__ == "__main__":
+    main()
