@@ -136,6 +136,9 @@ def _op_overhead_ns(torch, device, min_time_s):
 #: Point-to-point calibration: transfers timed per size, and the sender's busy time before each
 #: (the receiver is already waiting, as a pipeline stage waiting for its input is).
 P2P_TRIES, P2P_BUSY_S = 30, 0.001
+#: Sizes up to which a send's host cost (posting it) is taken as fixed; above, the
+#: posting thread may write part of the data itself and its cost is in the transfer.
+P2P_POST_MAX_BYTES = 2 ** 18
 
 
 def _gloo_worker(rank, port, sizes, q, kind):
@@ -164,7 +167,7 @@ def _gloo_worker(rank, port, sizes, q, kind):
                 dist.all_reduce(t)
             out.append((nbytes, (time.perf_counter() - t0) / reps * 1e9))
         else:
-            out.append((nbytes, _p2p_one_way_ns(torch, dist, rank, t)))
+            out.append((nbytes, _p2p_one_way_ns(torch, dist, rank, t), *_p2p_post_ns(torch, dist, rank, t)))
     if rank == 0:
         q.put(out)
     dist.destroy_process_group()
@@ -195,9 +198,34 @@ def _p2p_one_way_ns(torch, dist, rank, t) -> float:
     return 0.0
 
 
+def _p2p_post_ns(torch, dist, rank, t) -> tuple:
+    """Rank 0: the median host time of posting a send (``isend`` until it returns; the sender
+    busy before it, as a pipeline stage is) and, from rank 1, of posting a receive (``irecv``),
+    in ns, over :data:`P2P_TRIES` tries after 3 warm-up ones.  Rank 1: ``(0, 0)``."""
+    took = []
+    for _ in range(P2P_TRIES + 3):
+        dist.barrier()
+        if rank == 0:
+            end = time.perf_counter() + P2P_BUSY_S
+            while time.perf_counter() < end:
+                pass
+        t0 = time.perf_counter_ns()
+        work = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0)
+        took.append(time.perf_counter_ns() - t0)
+        work.wait()
+    mine = torch.tensor([statistics.median(took[3:])], dtype=torch.float64)
+    if rank == 0:
+        peer = torch.zeros_like(mine)
+        dist.recv(peer, 1)
+        return float(mine), float(peer)
+    dist.send(mine, 0)
+    return 0.0, 0.0
+
+
 def gloo_p2p(sizes=None) -> tuple:
-    """(bytes/s, latency ns) of one gloo send between two local processes (idle CPUs polling):
-    the ``p2p`` figures of a CPU profile, measured alone to complete an older profile."""
+    """``((bytes/s, latency ns), (send post ns, receive post ns))`` of one gloo send between two
+    local processes (idle CPUs polling): the ``p2p`` and ``p2p_post`` figures of a CPU profile,
+    measured alone to complete an older profile."""
     from .cpuidle import polling_idle
 
     with polling_idle():
@@ -207,7 +235,9 @@ def gloo_p2p(sizes=None) -> tuple:
 def _gloo_fit(sizes, kind: str = "allreduce"):
     """(bytes/s, latency ns) of gloo between two local processes, fitted to ``t = a + bytes/bw``:
     the ring model for 2 workers (``a = 2 latency``) for ``"allreduce"``; one send
-    (``a = latency``; ranks pinned to a core each where there are two) for ``"p2p"``."""
+    (``a = latency``; ranks pinned to a core each where there are two) for ``"p2p"``, which
+    also returns the host cost of posting a send and a receive (median over the sizes up to
+    :data:`P2P_POST_MAX_BYTES`): ``((bytes/s, latency ns), (send ns, receive ns))``."""
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
@@ -224,7 +254,9 @@ def _gloo_fit(sizes, kind: str = "allreduce"):
         for p in procs:
             p.join(timeout=30)
     if kind == "p2p":
-        return _fit_relative(pts)
+        small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]
+        post = tuple(statistics.median(p[k] for p in small) for k in (2, 3))
+        return _fit_relative([p[:2] for p in pts]), post
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
@@ -398,18 +430,19 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     if not quick:
         say("torch.compile call overhead (compiles a tiny model, ~10 s)")
         compiled = _compiled_call_ns(torch, dev)
-    coll, p2p = {}, {}
+    coll, p2p, post = {}, {}, {}
     if collectives:
         say("all-reduce (gloo, 2 processes)")
         coll["gloo"] = _gloo_fit(sizes["allreduce"])
         say("point-to-point send (gloo, 2 processes)")
-        p2p["gloo"] = _gloo_fit(sizes["allreduce"], "p2p")
+        p2p["gloo"], post["gloo"] = _gloo_fit(sizes["allreduce"], "p2p")
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
     else:
         name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
                          bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, p2p=p2p,
+                         p2p_post=post,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
                          checkpoint_call_ns=ckpt,
                          source=f"{measured_on()} {time.strftime('%Y-%m-%d %H:%M')}"

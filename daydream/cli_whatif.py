@@ -97,6 +97,8 @@ def calibrate(device, output, quick, no_collectives, threads, force):
     links = "".join(f"; {what} {name} {bw / 1e9:.2f} GB/s + {lat / 1e3:.0f} us"
                     for what, figures in (("all-reduce", prof.collective), ("send", prof.p2p))
                     for name, (bw, lat) in figures.items())
+    links += "".join(f"; posting a {name} send / receive {s / 1e3:.0f} / {r / 1e3:.0f} us"
+                     for name, (s, r) in prof.p2p_post.items())
     click.echo(f"{prof.name}: op overhead {prof.op_overhead_ns} ns; "
                f"fp32 matmul up to {max(p[1] for p in prof.matmul['float32'].points) / 1e9:.1f} GFLOP/s"
                f"{links}; saved to {path}")

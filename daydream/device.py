@@ -115,6 +115,9 @@ class DeviceProfile:
     p2p : dict of str to (bytes_per_s, latency_ns)
         Per backend: bandwidth and latency of one point-to-point send (pipeline
         and shard hand-overs); where absent, one step of the ring model.
+    p2p_post : dict of str to (send_ns, recv_ns)
+        Per backend: host time of posting a send and a receive (the calling
+        thread's share of a hand-over, before the transfer); where absent, 0.
     """
 
     name: str
@@ -127,6 +130,7 @@ class DeviceProfile:
     gconv: dict = field(default_factory=dict)
     collective: dict = field(default_factory=dict)
     p2p: dict = field(default_factory=dict)
+    p2p_post: dict = field(default_factory=dict)
     threads: int = 0
     source: str = "published"
     #: DataLoader: main-process cost of receiving one batch from a worker
@@ -205,6 +209,21 @@ class DeviceProfile:
         bw, lat = figures.get(backend) if backend in figures else next(iter(figures.values()))
         return nbytes / bw * 1e9 + lat
 
+    def p2p_post_ns(self, backend: str | None = None) -> tuple:
+        """``(send, receive)``: host ns the sending and the receiving thread spend posting one
+        transfer (``(0.0, 0.0)`` where not calibrated).  :meth:`p2p_ns` counts from the send's
+        call, so it includes the send's share.
+
+        >>> DeviceProfile("x", "cpu", {}, {}, 0, p2p_post={"gloo": (50e3, 40e3)}).p2p_post_ns()
+        (50000.0, 40000.0)
+        >>> DeviceProfile("x", "cpu", {}, {}, 0).p2p_post_ns("gloo")
+        (0.0, 0.0)
+        """
+        if not self.p2p_post:
+            return 0.0, 0.0
+        send, recv = self.p2p_post.get(backend) if backend in self.p2p_post else next(iter(self.p2p_post.values()))
+        return float(send), float(recv)
+
     # ------------------------------------------------------------ persistence
     def to_json(self) -> dict:
         d = asdict(self)
@@ -212,6 +231,7 @@ class DeviceProfile:
             d[k] = {dt: [list(p) for p in c.points] for dt, c in getattr(self, k).items()}
         d["collective"] = {k: list(v) for k, v in self.collective.items()}
         d["p2p"] = {k: list(v) for k, v in self.p2p.items()}
+        d["p2p_post"] = {k: list(v) for k, v in self.p2p_post.items()}
         d["loader_fetch"] = list(self.loader_fetch)
         d["checkpoint_call_ns"] = list(self.checkpoint_call_ns)
         return d
@@ -223,6 +243,7 @@ class DeviceProfile:
         return cls(name=d["name"], kind=d["kind"], op_overhead_ns=int(d["op_overhead_ns"]),
                    collective={k: tuple(v) for k, v in d.get("collective", {}).items()},
                    p2p={k: tuple(v) for k, v in d.get("p2p", {}).items()},
+                   p2p_post={k: tuple(v) for k, v in d.get("p2p_post", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
                    compiled_call_ns=int(d.get("compiled_call_ns", 0)),
@@ -331,6 +352,9 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
         for name, v in getattr(prof, kind).items():
             if len(v) != 2 or not _positive(v[0]) or not (_positive(v[1]) or v[1] == 0):
                 return f"{kind} {name}: needs (bytes per second > 0, latency ns >= 0)"
+    for name, v in prof.p2p_post.items():
+        if len(v) != 2 or not all(_positive(x) or x == 0 for x in v):
+            return f"p2p_post {name}: needs (send ns >= 0, receive ns >= 0)"
     if len(prof.loader_fetch) != 2 or not all(_positive(x) or x == 0 for x in prof.loader_fetch):
         return "loader_fetch needs two non-negative numbers"
     if prof.op_overhead_ns < 0:

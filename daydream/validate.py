@@ -89,8 +89,9 @@ WORKLOAD_ARGS = {
 
 def ensure_profile(profile_path=None, progress=print) -> str:
     """Path of a CPU profile calibrated at :data:`THREADS` threads (measured now if missing).
-    The default cache file, if from before point-to-point sends were calibrated, gets them
-    added; a profile given by path is used as it is (transfers then use the all-reduce figures)."""
+    The default cache file, if from before point-to-point sends (or their host cost) were
+    calibrated, gets them added; a profile given by path is used as it is (transfers then use
+    the all-reduce figures, or no host cost)."""
     import dataclasses
 
     from .calibrate import calibrate, gloo_p2p
@@ -102,9 +103,10 @@ def ensure_profile(profile_path=None, progress=print) -> str:
         save_profile(calibrate("cpu", threads=THREADS, progress=lambda m: progress(f"calibrating: {m}")), path)
         return path
     prof = None if profile_path else load_profile(path)
-    if prof is not None and prof.kind == "cpu" and prof.collective and not prof.p2p:
+    if prof is not None and prof.kind == "cpu" and prof.collective and not (prof.p2p and prof.p2p_post):
         progress(f"calibrating: point-to-point send (gloo, 2 processes), added to {path}")
-        save_profile(dataclasses.replace(prof, p2p={"gloo": gloo_p2p()}), path)
+        link, post = gloo_p2p()
+        save_profile(dataclasses.replace(prof, p2p={"gloo": link}, p2p_post={"gloo": post}), path)
     return path
 
 

@@ -8,7 +8,12 @@
 * :func:`build_graph`: a dependency graph of stage tasks (F/B per stage per
   micro-batch on each rank's compute lane, transfers on one communication lane
   per directed link, the optimizer step and per-iteration input work) in the
-  schedule's per-rank order, replayed by :func:`daydream.sim.simulate`.
+  schedule's per-rank order, replayed by :func:`daydream.sim.simulate`.  Where
+  the device profile has the host cost of posting a send and a receive
+  (``p2p_post``: gloo on CPU), the sender's compute lane posts each send after
+  the action that produced it, and the receiver's posts each receive before
+  the action that needs it (not waiting for the data: runtimes post receives
+  ahead).
 
 Time attribution
 ----------------
@@ -261,6 +266,15 @@ def accumulate_ns(device, param_bytes: int) -> float:
     return moved / device.mem_bw_bytes_per_s(moved) * 1e9
 
 
+def _source(a: Action, n_stages: int):
+    """The action whose output ``a`` takes: the previous stage's F, the next stage's B, or the
+    last stage's own F (its loss); None for the first stage's F."""
+    if a.kind is Kind.B and a.stage == n_stages - 1:
+        return Action(a.stage, Kind.F, a.microbatch)
+    prev = a.stage - 1 if a.kind is Kind.F else a.stage + 1
+    return Action(prev, a.kind, a.microbatch) if 0 <= prev < n_stages else None
+
+
 @dataclass
 class PipeGraph:
     """A built pipeline graph and where its tasks are."""
@@ -307,6 +321,7 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
         return links[(a, b)]
 
     deps = []
+    send_post_ns, recv_post_ns = device.p2p_post_ns() if P > 1 else (0.0, 0.0)
     n_iter = iterations if flush else 1
     for r in range(P):
         g.markers[r] = []
@@ -326,13 +341,20 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                 if a.kind is Kind.B and a.microbatch % M and sc.accumulate_ns:
                     dur += sc.accumulate_ns[a.stage]
                 ph = Phase.FORWARD if a.kind is Kind.F else Phase.BACKWARD
+                prv = _source(a, len(sc.fwd_ns))
+                if recv_post_ns and prv is not None and where[prv.stage] != r:   # posted ahead: no wait for data
+                    add(comp[r], recv_post_ns, f"post receive {a}", ph, i)
                 t = out.task[(it, a)] = add(comp[r], dur, str(a), ph, i)
                 nxt = a.stage + 1 if a.kind is Kind.F else a.stage - 1
                 if 0 <= nxt < len(sc.fwd_ns) and where[nxt] != r:
                     nb = sc.send_bytes[min(a.stage, nxt)]
-                    x = add(link(r, where[nxt]), device.p2p_ns(nb), f"send {a}", ph, i, nbytes=nb,
-                            kind_=EventKind.COLLECTIVE)
-                    deps.append((t, x))
+                    src = t
+                    if send_post_ns:    # the sending thread's share; the transfer counts from its start
+                        src = add(comp[r], send_post_ns, f"post send {a}", ph, i)
+                        deps.append((t, src))
+                    x = add(link(r, where[nxt]), max(device.p2p_ns(nb) - send_post_ns, 0.0), f"send {a}", ph, i,
+                            nbytes=nb, kind_=EventKind.COLLECTIVE)
+                    deps.append((src, x))
                     sends[(it, a)] = x
                 if not flush and a.kind is Kind.B and a.microbatch % M == M - 1 and a.stage == first_stage[r]:
                     opt = add(comp[r], sum(sc.optimizer_ns[s] for s in where if where[s] == r),
@@ -348,13 +370,9 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
         for r in range(P):
             g.markers[r].append(add(comp[r], 0, "iteration boundary", Phase.OTHER, iterations, kind_=EventKind.MARKER))
     for (it, a), t in out.task.items():
-        prev = a.stage - 1 if a.kind is Kind.F else a.stage + 1
-        src = Action(prev, a.kind, a.microbatch) if 0 <= prev < len(sc.fwd_ns) else None
-        if a.kind is Kind.B and a.stage == len(sc.fwd_ns) - 1:
-            src = Action(a.stage, Kind.F, a.microbatch)
-        if src is None:
-            continue
-        deps.append((sends.get((it, src), out.task[(it, src)]), t))
+        src = _source(a, len(sc.fwd_ns))
+        if src is not None:
+            deps.append((sends.get((it, src), out.task[(it, src)]), t))
     s, d = zip(*deps) if deps else ((), ())
     g.add_edges(np.asarray(s, np.int32), np.asarray(d, np.int32), EdgeKind.DATA)
     if not flush:   # tasks of the unbounded tail iterations count in no iteration

@@ -25,7 +25,10 @@ activation (forward) or gradient (backward) transfer of the cut layer's
 output bytes on a link lane per direction, lasting ``bytes / bw + latency``
 with the device profile's point-to-point figures
 (:meth:`daydream.device.DeviceProfile.p2p_ns`; without them, one step of
-the all-reduce model).
+the all-reduce model); the sending device first spends the profile's host
+cost of posting a send (``p2p_post``), which the transfer time includes.
+Receives are posted before a step starts (as the real runtime does) and
+cost the step nothing.
 
 * ``model-parallel``: the models one after another (each device runs its
   shards in model order).
@@ -214,13 +217,17 @@ def _add(g, lane, dur, name, phase, prio):
     return int(t)
 
 
-def schedule_graph(costs: ShardCosts, models: int, transfer_ns, schedule: str) -> DependencyGraph:
+def schedule_graph(costs: ShardCosts, models: int, transfer_ns, schedule: str,
+                   send_post_ns: float = 0.0) -> DependencyGraph:
     """The graph of ``models`` training steps over the shards, on one lane per device.
 
-    ``transfer_ns(nbytes)`` gives a point-to-point transfer time.  Tasks are
-    added model by model, so FIFO lanes run the models one after another;
-    ``shard-parallel`` makes device and link lanes priority lanes keyed on
-    each task's position in its model's chain (earliest = longest remaining).
+    ``transfer_ns(nbytes)`` gives a point-to-point transfer time, counted from
+    the send's call; ``send_post_ns`` of it is the sending device's own work
+    (posting the send), run right after the shard that produced the data.
+    Tasks are added model by model, so FIFO lanes run the models one after
+    another; ``shard-parallel`` makes device and link lanes priority lanes
+    keyed on each task's position in its model's chain (earliest = longest
+    remaining).
     """
     D = len(costs.fwd_ns)
     g = DependencyGraph()
@@ -231,6 +238,16 @@ def schedule_graph(costs: ShardCosts, models: int, transfer_ns, schedule: str) -
     g.tasks["kind"][start] = EventKind.MARKER
     chain_len = 4 * D
     last = []
+
+    def send(after, device, link, nbytes, name, phase, pr):
+        if send_post_ns:     # before any other ready shard (priority -1): the runtime posts it at once
+            post = _add(g, device, send_post_ns, f"post {name}", phase, -1)
+            g.add_edges(after, post, EdgeKind.DATA)
+            after = post
+        x = _add(g, link, max(transfer_ns(nbytes) - send_post_ns, 0.0), name, phase, pr)
+        g.add_edges(after, x, EdgeKind.DATA)
+        return x
+
     for k in range(models):
         def prio(pos):
             return pos * models + k
@@ -240,23 +257,19 @@ def schedule_graph(costs: ShardCosts, models: int, transfer_ns, schedule: str) -
             g.add_edges(prev, f, EdgeKind.DATA)
             prev = f
             if s < D - 1:
-                x = _add(g, fwd_link[s], transfer_ns(costs.send_bytes[s]), f"model {k} activation {s}->{s + 1}",
-                         Phase.FORWARD, prio(2 * s + 1))
-                g.add_edges(prev, x, EdgeKind.DATA)
-                prev = x
+                prev = send(prev, dev[s], fwd_link[s], costs.send_bytes[s], f"model {k} activation {s}->{s + 1}",
+                            Phase.FORWARD, prio(2 * s + 1))
         for s in reversed(range(D)):
             b = _add(g, dev[s], costs.bwd_ns[s], f"model {k} backward shard {s}", Phase.BACKWARD,
                      prio(2 * D + 2 * (D - 1 - s)))
             g.add_edges(prev, b, EdgeKind.DATA)
+            prev = b
+            if s > 0:    # the gradient leaves before this shard's optimizer step, as in the runtime
+                prev = send(b, dev[s], bwd_link[s - 1], costs.send_bytes[s - 1], f"model {k} gradient {s}->{s - 1}",
+                            Phase.BACKWARD, prio(2 * D + 2 * (D - 1 - s) + 1))
             o = _add(g, dev[s], costs.opt_ns[s], f"model {k} optimizer shard {s}", Phase.OPTIMIZER, prio(chain_len))
             g.add_edges(b, o, EdgeKind.DATA)
             last.append(o)
-            prev = b
-            if s > 0:
-                x = _add(g, bwd_link[s - 1], transfer_ns(costs.send_bytes[s - 1]),
-                         f"model {k} gradient {s}->{s - 1}", Phase.BACKWARD, prio(2 * D + 2 * (D - 1 - s) + 1))
-                g.add_edges(prev, x, EdgeKind.DATA)
-                prev = x
     end = _add(g, dev[0], 0, "end", Phase.OTHER, 2 ** 30)
     g.tasks["kind"][end] = EventKind.MARKER
     g.add_edges(np.asarray(last), np.full(len(last), end), EdgeKind.DATA)
@@ -301,17 +314,17 @@ class Hydra(Optimization):
         dev = ctx.device
         if D > 1 and not (dev.p2p or dev.collective):
             raise NotApplicable(f"hydra: device profile {dev.name!r} has no transfer figures; run daydream calibrate")
-        transfer_ns = dev.p2p_ns
+        transfer_ns, (send_post_ns, _) = dev.p2p_ns, dev.p2p_post_ns()
         results = {}
         for sched in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL):
-            results[sched] = simulate(schedule_graph(costs, K, transfer_ns, sched))
+            results[sched] = simulate(schedule_graph(costs, K, transfer_ns, sched, send_post_ns))
         mp, sp = (results[s].makespan_ns / 1e6 for s in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL))
         ctx.metrics.update({"model_parallel_makespan_ms": mp, "shard_parallel_makespan_ms": sp,
                             "shard_parallel_speedup": mp / sp if sp else float("inf"),
                             "model_parallel_utilisation": _utilisation(results[Schedule.MODEL_PARALLEL], D),
                             "shard_parallel_utilisation": _utilisation(results[Schedule.SHARD_PARALLEL], D)})
         ctx.metrics.update({f"shard{s}_layers": n for s, n in enumerate(costs.layers)})
-        ctx.graph = schedule_graph(costs, K, transfer_ns, self.schedule)
+        ctx.graph = schedule_graph(costs, K, transfer_ns, self.schedule, send_post_ns)
         ctx.note(f"hydra: {K} model(s) x {D} shard(s) of {', '.join(map(str, costs.layers))} layer(s); "
                  f"shard forward/backward ms: "
                  + ", ".join(f"{f / 1e6:.2f}/{b / 1e6:.2f}" for f, b in zip(costs.fwd_ns, costs.bwd_ns))

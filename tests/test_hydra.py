@@ -40,6 +40,17 @@ def test_one_model_chain_exact():
         assert res.mean_iteration_ns()[1] == 69
 
 
+def test_one_model_chain_with_send_posting_exact():
+    # transfers of 4 ns from the send's call, 3 of them the sender posting it:
+    # F0 0-10, post 10-13, act 13-14, F1 14-26, B1 26-46, post 46-49, O1 49-54, grad 49-50, B0 50-70, O0 70-75
+    for sched in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL):
+        res = simulate(schedule_graph(COSTS, 1, lambda _b: 4, sched, send_post_ns=3))
+        g = res.graph
+        start = {g.task_name(t): int(res.start_ns[t]) for t in range(g.n_tasks)}
+        assert start["post model 0 gradient 1->0"] == 46 and start["model 0 optimizer shard 1"] == 49
+        assert start["model 0 backward shard 0"] == 50 and res.makespan_ns == 75
+
+
 def test_model_parallel_runs_models_one_after_another():
     res = simulate(schedule_graph(COSTS, 3, _one, Schedule.MODEL_PARALLEL))
     assert res.makespan_ns == 3 * 69

@@ -51,19 +51,45 @@ def test_pipeline_sends_take_the_p2p_figures(own_trace):
     assert b.predicted_ms < a.predicted_ms
 
 
+def test_pipeline_threads_post_sends_and_receives(own_trace):
+    """With ``p2p_post``: each hand-over's send is posted on the sender's compute lane right
+    after the action that produced it (the transfer starts then and lasts ``p2p_ns`` minus
+    that share), its receive on the receiver's lane right before the action that needs it."""
+    trace = own_trace("mlp")
+    prof = dataclasses.replace(flat_profile(), p2p={"gloo": (1e9, 100_000.0)}, p2p_post={"gloo": (30_000.0, 20_000.0)})
+    _, res = predict(trace, ["pipeline:stages=2,microbatches=2,schedule=gpipe"], device=prof)
+    g, T = res.graph, res.graph.tasks
+    posts, recvs, sends = (select(g, name=f"^{w} ") for w in ("post send", "post receive", "send"))
+    assert len(posts) == len(recvs) == len(sends) > 0
+    assert set(T["dur_ns"][posts]) == {30_000} and set(T["dur_ns"][recvs]) == {20_000}
+    for p in posts:
+        (x,) = [s for s in sends if g.task_name(s) == g.task_name(p)[len("post "):] and T["iteration"][s] == T["iteration"][p]]
+        assert res.start_ns[x] == res.end_ns[p]
+        assert T["dur_ns"][x] == prof.p2p_ns(T["bytes"][x]) - 30_000
+    for r in recvs:
+        order = g.lane_tasks[int(T["lane"][r])]
+        nxt = order[order.index(int(r)) + 1]
+        assert g.task_name(nxt) == g.task_name(r)[len("post receive "):]
+    _, plain = predict(trace, ["pipeline:stages=2,microbatches=2,schedule=gpipe"],
+                       device=dataclasses.replace(prof, p2p_post={}))
+    assert len(select(plain.graph, name="^post ")) == 0 and plain.mean_iteration_ns()[1] < res.mean_iteration_ns()[1]
+
+
 def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_path, monkeypatch):
     import daydream.calibrate as cal
     from daydream import validate
     from daydream.device import default_profile_path
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: (3e9, 50_000.0))
+    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: ((3e9, 50_000.0), (40_000.0, 30_000.0)))
     cached = save_profile(flat_profile(), default_profile_path("cpu", validate.THREADS))
     given = save_profile(flat_profile(), str(tmp_path / "mine.json"))
     before = open(given).read()
     said = []
     assert validate.ensure_profile(progress=said.append) == cached
-    assert load_profile(cached).p2p == {"gloo": (3e9, 50_000.0)} and "point-to-point" in said[0]
+    got = load_profile(cached)
+    assert got.p2p == {"gloo": (3e9, 50_000.0)} and got.p2p_post == {"gloo": (40_000.0, 30_000.0)}
+    assert "point-to-point" in said[0]
     assert validate.ensure_profile(given, progress=said.append) == given
     assert open(given).read() == before and len(said) == 1
 
@@ -73,8 +99,9 @@ def test_gloo_p2p_measures_two_processes():
     pytest.importorskip("torch")
     from daydream.calibrate import gloo_p2p
 
-    bw, lat = gloo_p2p([2 ** 10, 2 ** 16])
+    (bw, lat), (send, recv) = gloo_p2p([2 ** 10, 2 ** 16])
     assert bw > 1e6 and 0 <= lat < 1e9
+    assert 0 < send < 1e8 and 0 < recv < 1e8     # a posting call returns in well under 0.1 s
 
 
 def test_hydra_runtime_runs_the_first_task_whose_input_has_arrived():
