@@ -13,7 +13,9 @@
   (``p2p_post``: gloo on CPU), the sender's compute lane posts each send after
   the action that produced it, and the receiver's posts each receive before
   the action that needs it (not waiting for the data: runtimes post receives
-  ahead).
+  ahead); a runtime that runs sends and receives as actions of their own
+  (``tessel``'s, torch's ``_PipelineScheduleRuntime``) adds its per-action
+  cost to each.
 
 Time attribution
 ----------------
@@ -73,6 +75,7 @@ class StageCosts:
     pre_ns: float
     bounds: tuple = ()           # first unit of each stage, then the unit count
     accumulate_ns: tuple = ()    # adding a micro-batch's gradients into .grad (not after the first)
+    comm_action_ns: float = 0.0  # the runtime's own cost per send or receive action (where they are actions)
 
 
 def _work_lanes(g, rank):
@@ -232,9 +235,12 @@ def partition(cost_ns, comm_ns, stages: int) -> list:
     return [int(b) for b in bounds[::-1]]
 
 
-def stage_costs(u: UnitCosts, bounds, device, action_overhead_ns: float = 0.0) -> StageCosts:
+def stage_costs(u: UnitCosts, bounds, device, action_overhead_ns: float = 0.0,
+                comm_actions: bool = False) -> StageCosts:
     """Sum units into stages (``bounds``: first unit of each); ``action_overhead_ns`` is added to
-    every stage's forward and backward (the pipeline runtime's own cost per action)."""
+    every stage's forward and backward (the pipeline runtime's own cost per action) and, with
+    ``comm_actions`` (a runtime that runs each send and receive as an action of its own, as
+    ``_PipelineScheduleRuntime`` does), to every posting of a send or a receive."""
     edges = list(bounds) + [len(u.names)]
     sl = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
     params = [int(u.param_bytes[s].sum()) for s in sl]
@@ -248,7 +254,8 @@ def stage_costs(u: UnitCosts, bounds, device, action_overhead_ns: float = 0.0) -
                       stash_bytes=tuple(int(u.out_bytes[s].sum()) for s in sl),
                       optimizer_ns=tuple(u.optimizer_ns * x for x in share), pre_ns=u.pre_ns,
                       bounds=tuple(edges),
-                      accumulate_ns=tuple(sum(accumulate_ns(device, int(p)) for p in u.param_bytes[s]) for s in sl))
+                      accumulate_ns=tuple(sum(accumulate_ns(device, int(p)) for p in u.param_bytes[s]) for s in sl),
+                      comm_action_ns=action_overhead_ns if comm_actions else 0.0)
 
 
 #: Bytes an in-place gradient accumulation (``grad += new``) moves per gradient byte:
@@ -322,6 +329,7 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
 
     deps = []
     send_post_ns, recv_post_ns = device.p2p_post_ns() if P > 1 else (0.0, 0.0)
+    send_task_ns, recv_task_ns = send_post_ns + sc.comm_action_ns, recv_post_ns + sc.comm_action_ns
     n_iter = iterations if flush else 1
     for r in range(P):
         g.markers[r] = []
@@ -342,15 +350,15 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                     dur += sc.accumulate_ns[a.stage]
                 ph = Phase.FORWARD if a.kind is Kind.F else Phase.BACKWARD
                 prv = _source(a, len(sc.fwd_ns))
-                if recv_post_ns and prv is not None and where[prv.stage] != r:   # posted ahead: no wait for data
-                    add(comp[r], recv_post_ns, f"post receive {a}", ph, i)
+                if recv_task_ns and prv is not None and where[prv.stage] != r:   # posted ahead: no wait for data
+                    add(comp[r], recv_task_ns, f"post receive {a}", ph, i)
                 t = out.task[(it, a)] = add(comp[r], dur, str(a), ph, i)
                 nxt = a.stage + 1 if a.kind is Kind.F else a.stage - 1
                 if 0 <= nxt < len(sc.fwd_ns) and where[nxt] != r:
                     nb = sc.send_bytes[min(a.stage, nxt)]
                     src = t
-                    if send_post_ns:    # the sending thread's share; the transfer counts from its start
-                        src = add(comp[r], send_post_ns, f"post send {a}", ph, i)
+                    if send_task_ns:    # the sending thread's share; the transfer counts from the post's call
+                        src = add(comp[r], send_task_ns, f"post send {a}", ph, i)
                         deps.append((t, src))
                     x = add(link(r, where[nxt]), max(device.p2p_ns(nb) - send_post_ns, 0.0), f"send {a}", ph, i,
                             nbytes=nb, kind_=EventKind.COLLECTIVE)

@@ -141,7 +141,8 @@ class Tessel(Optimization):
     params = (Param("stages", 2, "devices (with the default placement: stages)", int),
               Param("microbatches", 4, "micro-batches per iteration", int),
               Param("partition", "auto", "auto, layers per stage (5:6) or first layer of each later stage", str),
-              Param("action_overhead_us", 0.0, "pipeline runtime's own cost per F/B action, us (0: not modelled)"),
+              Param("action_overhead_us", 0.0, "pipeline runtime's own cost per action (F, B, and each send or "
+                    "receive), us (0: not modelled)"),
               Param("placement", "", "device of each stage, ':'-separated (default: stage k on device k)", str),
               Param("max_lag", 0, "largest micro-batch lag of a block (0: 2 x stages)", int),
               Param("memory_mb", 0.0, "limit on stashed activations per device, MB (0: none)"),
@@ -163,7 +164,7 @@ class Tessel(Optimization):
             bounds = parse_partition(self.partition, units.names, n)
         if self.action_overhead_us < 0:
             raise OptionError(f"{self.name}: action_overhead_us must be non-negative")
-        sc = stage_costs(units, bounds, ctx.device, self.action_overhead_us * 1e3)
+        sc = stage_costs(units, bounds, ctx.device, self.action_overhead_us * 1e3, comm_actions=True)
         max_lag = self.max_lag or 2 * n
         best, costed, cut = search(sc, place, self.microbatches, ctx.device, max_lag, self.budget,
                                    int(self.memory_mb * 1e6), lambda m: print(m, file=sys.stderr, flush=True))

@@ -75,6 +75,20 @@ def test_pipeline_threads_post_sends_and_receives(own_trace):
     assert len(select(plain.graph, name="^post ")) == 0 and plain.mean_iteration_ns()[1] < res.mean_iteration_ns()[1]
 
 
+def test_tessel_charges_the_runtime_per_send_and_receive_action(own_trace):
+    """torch's schedule runtime runs each send and receive as an action of its own: Tessel's
+    graph charges ``action_overhead_us`` to each posting (the pipeline's schedules send inside
+    their F/B actions and do not)."""
+    trace = own_trace("mlp")
+    prof = dataclasses.replace(flat_profile(), p2p={"gloo": (1e9, 100_000.0)})
+    spec = "stages=2,microbatches=2,action_overhead_us=40"
+    _, tes = predict(trace, [f"tessel:{spec}"], device=prof)
+    posts = select(tes.graph, name="^post (send|receive) ")
+    assert len(posts) > 0 and set(tes.graph.tasks["dur_ns"][posts]) == {40_000}
+    _, pipe = predict(trace, [f"pipeline:{spec},schedule=1f1b"], device=prof)
+    assert len(select(pipe.graph, name="^post ")) == 0
+
+
 def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_path, monkeypatch):
     import daydream.calibrate as cal
     from daydream import validate
