@@ -121,20 +121,29 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                    "its rounds.  The parallelism runners keep each configuration's fastest round.")
 @click.option("--public/--no-public", default=True, help="Also the public ResNet-50 DataLoader pair.")
 @click.option("--shared", type=click.Path(), default=None, help="Folder of the public traces.")
-@click.option("--profile", "profile_path", type=click.Path(), help="Device profile (default: calibrated cache).")
-@click.option("--force", is_flag=True, help="Overwrite an existing OUTPUT/results.csv and plots.")
+@click.option("--profile", "profile_path", type=click.Path(), help="Device profile (default: calibrated now, see "
+              "--calibrate).")
+@click.option("--calibrate/--no-calibrate", "fresh", default=True, show_default=True,
+              help="Without --profile: measure this machine first (about 30 s) into OUTPUT/device-cpu-1t.json, so "
+                   "that predictions use the device as it runs while the runs are measured (a shared machine's "
+                   "speed moves by tens of percent within hours); --no-calibrate uses the cached profile of "
+                   "`daydream calibrate`.")
+@click.option("--force", is_flag=True, help="Overwrite an existing OUTPUT/results.csv, plots and profile.")
 @handle_errors
-def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profile_path, force):
+def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profile_path, fresh, force):
     """Predict each optimization, apply it for real, measure, and compare.
 
     Writes OUTPUT/results.csv (workload, optimization, predicted_ms,
-    measured_ms, error_pct, ...) and OUTPUT/accuracy.png/.svg.
+    measured_ms, error_pct, ...), OUTPUT/accuracy.png/.svg and the device
+    profile the predictions used.
     """
     from pathlib import Path
 
+    from .calibrate import calibrate
     from .cpuidle import PM_QOS_PATH, polling_idle
+    from .device import save_profile
     from .optimizations import OptionError
-    from .validate import CASES, RUNNERS, write_results
+    from .validate import CASES, RUNNERS, THREADS, write_results
 
     wanted = [o for o in opts.split(",") if o]
     bad = [o for o in wanted if o not in CASES and o not in RUNNERS]
@@ -142,13 +151,19 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
         raise OptionError(f"cannot validate {', '.join(bad)} here (valid: {', '.join([*CASES, *RUNNERS])})")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("results.csv", "accuracy.png", "accuracy.svg"):   # before hours of measuring
-        check_writable(out / name, force)
+    fresh_name = f"device-cpu-{THREADS}t.json" if fresh and not profile_path else None
+    for name in ("results.csv", "accuracy.png", "accuracy.svg", fresh_name):   # before hours of measuring
+        if name:
+            check_writable(out / name, force)
     progress = lambda m: click.echo(m, err=True)  # noqa: E731
     with polling_idle() as held:
         if not held:
             progress(f"note: could not hold {PM_QOS_PATH} at 0 (needs root on Linux): idle CPUs halt, and "
                      "multi-process runs wake late on a virtual machine")
+        if fresh_name:
+            progress(f"calibrating this machine at {THREADS} thread(s) for this run (about 30 s) ...")
+            prof = calibrate("cpu", threads=THREADS, progress=lambda m: progress(f"calibrating: {m}"))
+            profile_path = save_profile(prof, str(out / fresh_name))
         rows = _measure(wanted, workloads, out, iterations, profile_path, progress, repeat, public, shared)
     path = write_results(rows, out, force=force)
     import matplotlib

@@ -92,11 +92,32 @@ def test_a_failing_runner_loses_no_other_rows(monkeypatch, tmp_path):
     monkeypatch.setattr(validate, "runner", fns.get)
     monkeypatch.setattr(validate, "ensure_profile", lambda path=None, progress=print: "profile.json")
     res = CliRunner().invoke(main, ["validate", "--workload", "", "--opt", "hydra,hfta", "--no-public",
-                                    "-o", str(tmp_path)])
+                                    "--no-calibrate", "-o", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert "hydra: skipped (the real run failed)" in res.output
     rows = (tmp_path / "results.csv").read_text().splitlines()
     assert any(r.startswith("mlp,hfta:models=2,") for r in rows)
+
+
+def test_validate_calibrates_into_its_output_and_predicts_with_that(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    import daydream.calibrate as cal
+    from daydream.cli import main
+    from daydream.device import load_profile
+
+    from conftest import flat_profile
+
+    used = []
+    monkeypatch.setattr(cal, "calibrate", lambda kind, threads=None, progress=print: flat_profile())
+    monkeypatch.setattr(validate, "runner", lambda name: lambda out, prof, progress, repeat: used.append(prof) or [])
+    args = ["validate", "--workload", "", "--opt", "hfta", "--no-public", "-o", str(tmp_path)]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    fresh = tmp_path / f"device-cpu-{validate.THREADS}t.json"
+    assert used == [str(fresh)] and load_profile(str(fresh)).name == flat_profile().name
+    again = CliRunner().invoke(main, args)          # the profile of the earlier run is kept
+    assert again.exit_code != 0 and "--force" in again.output and used == [str(fresh)]
 
 
 def test_pipeline_action_cost_is_the_median_over_runs_measured_once(monkeypatch):
