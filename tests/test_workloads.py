@@ -64,3 +64,21 @@ def test_checkpointed_workload_traces_with_markers(tmp_path):
         assert all(e["ts"] < first_bwd for e in fwd if s <= e["ts"] <= t)
     rows = {r["path"]: r for r in doc["daydream"]["modules"]}
     assert rows["SmallResNet.stem.0"]["output_bytes"] == 4 * 4 * 8 * 8 * 4
+
+
+def test_shut_down_distributed_destroys_the_group():
+    """The bundled multi-rank workloads end with it: the group is destroyed (and gloo's threads
+    joined) while the interpreter is alive, not during finalization."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from daydream.workloads.common import shut_down_distributed
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    model = DistributedDataParallel(torch.nn.Linear(4, 4))
+    model(torch.randn(2, 4)).sum().backward()          # a gradient all-reduce through gloo
+    del model
+    shut_down_distributed()
+    assert not dist.is_initialized()
+    shut_down_distributed()                               # and again: nothing to do

@@ -40,6 +40,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorData
 
 from ..collect.runner import pin_rank
 from . import mlp
+from .common import shut_down_distributed
 from .mlp import MLP
 
 __all__ = ["SCHEDULES", "units_of", "task_priority", "main"]
@@ -251,7 +252,8 @@ def _worker(rank, args, port, world):
         print(json.dumps({"models": args.models, "devices": world,
                           **{f"{s}_ms": statistics.median(v) for s, v in times.items()},
                           **{f"{s}_rounds_ms": v for s, v in times.items()}}), flush=True)
-    dist.destroy_process_group()
+    del shard
+    shut_down_distributed()
 
 
 def _free_port() -> int:

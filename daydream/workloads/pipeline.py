@@ -31,6 +31,7 @@ from torch import nn
 
 from ..collect.runner import pin_rank
 from . import mlp
+from .common import shut_down_distributed
 
 __all__ = ["main", "stage_modules", "parse_args"]
 
@@ -170,7 +171,8 @@ def _worker(rank: int, world: int, args) -> None:
     if rank == 0:
         _summary(args, times, world)
     dist.barrier()
-    dist.destroy_process_group()
+    del sched, stages, mods, opt
+    shut_down_distributed()
 
 
 def _free_port() -> int:

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import Workload, add_common_args, make_loader, make_optimizer, resolve_device, train
+from .common import Workload, add_common_args, make_loader, make_optimizer, resolve_device, shut_down_distributed, train
 from .transformer import TinyGPT, _loss
 
 __all__ = ["HeadAttention", "build", "parallelize", "measure_api_overhead", "main"]
@@ -132,7 +132,8 @@ def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 5, p
             best(lambda: m(x).sum().backward())          # warm-up (sharding propagation caches)
             best(opt.step)
             res[name] = (best(lambda: m(x).sum()), best(lambda: m(x).sum().backward()), best(opt.step))
-    dist.destroy_process_group()
+    plain = split = mesh = m = opt = None     # noqa: F841 - dropped before the process group
+    shut_down_distributed()
     fwd = max(0.0, res["split"][0] - res["plain"][0])
     both = max(0.0, res["split"][1] - res["plain"][1])
     return {"forward_ns": fwd, "backward_ns": max(0.0, both - fwd),
@@ -173,9 +174,8 @@ def main(argv=None):
         print(f"tensor_parallel: {len(times)} steps, median step {med:.2f} ms "
               f"(rank {w.rank}/{w.world_size}, {w.device})", file=sys.stdout, flush=True)
     if w.world_size > 1:
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
+        del w
+        shut_down_distributed()
     return times
 
 
