@@ -318,6 +318,54 @@ def _loader_fetch(torch, sizes=(2 ** 12, 2 ** 18), batches: int = 40, busy_s: fl
     return (max(y0 - per_byte * x0, 0.0), per_byte)
 
 
+#: Co-run measurement: a matmul whose weight (4 MiB) streams from the shared cache, timed alone
+#: and while a second process runs the same loop (the cores' shared caches, memory bandwidth,
+#: and on a virtual machine whatever the host does with two busy virtual CPUs).
+CORUN_SHAPE = (16, 1024, 1024)
+
+
+def _corun_spin(ready, stop) -> None:
+    """The second process of :func:`_corun_factor`: the same matmul loop until told to stop."""
+    import torch
+
+    torch.set_num_threads(1)
+    m, k, n = CORUN_SHAPE
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    ready.set()
+    while not stop.is_set():
+        for _ in range(20):
+            torch.mm(a, b)
+
+
+def _corun_factor(torch) -> float:
+    """Throughput of one 1-thread process's matmul with another such process busy on another
+    core, relative to alone (typical batch of each; 1.0 where there is one core or no slow-down)."""
+    import torch.multiprocessing as mp
+
+    if (os.cpu_count() or 1) < 2:
+        return 1.0
+    m, k, n = CORUN_SHAPE
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        alone = time_call_ns(lambda: torch.mm(a, b), torch.device("cpu"), 0.3, typical=True)
+        ctx = mp.get_context("spawn")
+        ready, stop = ctx.Event(), ctx.Event()
+        proc = ctx.Process(target=_corun_spin, args=(ready, stop), daemon=True)
+        proc.start()
+        try:
+            if not ready.wait(60):
+                return 1.0
+            paired = time_call_ns(lambda: torch.mm(a, b), torch.device("cpu"), 0.3, typical=True)
+        finally:
+            stop.set()
+            proc.join(10)
+    finally:
+        torch.set_num_threads(threads)
+    return min(1.0, alone / paired)
+
+
 def _checkpoint_call_ns(torch, device) -> tuple:
     """Extra CPU time of a ``torch.utils.checkpoint`` call over the plain one: (forward, backward) ns.
 
@@ -430,8 +478,10 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     if not quick:
         say("torch.compile call overhead (compiles a tiny model, ~10 s)")
         compiled = _compiled_call_ns(torch, dev)
-    coll, p2p, post = {}, {}, {}
+    coll, p2p, post, corun = {}, {}, {}, 1.0
     if collectives:
+        say("compute beside a second busy process")
+        corun = _corun_factor(torch) if dev.type == "cpu" else 1.0
         say("all-reduce (gloo, 2 processes)")
         coll["gloo"] = _gloo_fit(sizes["allreduce"])
         say("point-to-point send (gloo, 2 processes)")
@@ -442,7 +492,7 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
         name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
                          bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, p2p=p2p,
-                         p2p_post=post,
+                         p2p_post=post, corun=corun,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
                          checkpoint_call_ns=ckpt,
                          source=f"{measured_on()} {time.strftime('%Y-%m-%d %H:%M')}"

@@ -142,6 +142,10 @@ class DeviceProfile:
     #: Activation checkpointing: extra CPU time of one ``torch.utils.checkpoint``
     #: call over the plain call (forward ns, backward ns), measured by calibration.
     checkpoint_call_ns: tuple = (0, 0)
+    #: CPU: compute throughput of a process while a second one is busy on another core,
+    #: relative to alone (1.0: no slow-down, or not measured); multi-process what-ifs on one
+    #: host (data-parallel) run their ranks' work at this rate.
+    corun: float = 1.0
 
     @property
     def measured_here(self) -> bool:
@@ -247,7 +251,8 @@ class DeviceProfile:
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
                    compiled_call_ns=int(d.get("compiled_call_ns", 0)),
-                   checkpoint_call_ns=tuple(int(x) for x in d.get("checkpoint_call_ns", (0, 0))), **curves)
+                   checkpoint_call_ns=tuple(int(x) for x in d.get("checkpoint_call_ns", (0, 0))),
+                   corun=float(d.get("corun", 1.0)), **curves)
 
 
 def _gpu(name, fp32_tflops, tensor_tflops, bw_gbs, link_gbs, launch_us=4.0):
@@ -357,6 +362,8 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
             return f"p2p_post {name}: needs (send ns >= 0, receive ns >= 0)"
     if len(prof.loader_fetch) != 2 or not all(_positive(x) or x == 0 for x in prof.loader_fetch):
         return "loader_fetch needs two non-negative numbers"
+    if not (isinstance(prof.corun, (int, float)) and 0 < prof.corun <= 1):
+        return "corun must be in (0, 1]"
     if prof.op_overhead_ns < 0:
         return "op_overhead_ns must be >= 0"
     if len(prof.checkpoint_call_ns) != 2 or any(x < 0 for x in prof.checkpoint_call_ns):

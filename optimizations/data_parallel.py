@@ -27,6 +27,12 @@ spare core per worker (cores - workers x threads < workers, from the trace
 metadata), the all-reduces run in turn with the training thread instead of
 overlapping it.
 
+On a CPU device the workers share one host: the traced thread work (ops
+and the Python gaps between them) runs at the profile's co-run rate
+(``corun``: a 1-thread matmul's throughput with a second process busy on
+another core, relative to alone, measured by ``daydream calibrate``; 1.0
+where the cores do not slow each other).
+
 Workers run at the same mean speed but not in lockstep: before the last
 all-reduce of an iteration each waits for the slowest of the N, the expected
 wait computed from the traced rank's own iteration-to-iteration spread
@@ -42,7 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from daydream.model import Lane, LaneKind, Phase
-from daydream.primitives import insert, select
+from daydream.primitives import insert, scale, select
 
 from ._common import OPTIMIZER_STEP_RE, by_rank_iteration, module_table
 from ._stragglers import wait_for_stragglers
@@ -102,6 +108,7 @@ class DataParallel(Optimization):
         sizes = dict(params)
         groups = buckets([(p, sizes[p]) for p in order], int(self.bucket_mb * (1 << 20)),
                          min(FIRST_BUCKET_BYTES, int(self.bucket_mb * (1 << 20))))
+        self._corun(ctx)
         steps = select(g, layer=OPTIMIZER_STEP_RE)
         step_first = {k: v[0] for k, v in by_rank_iteration(g, steps).items()}
         comm, barriers = {}, []
@@ -151,6 +158,20 @@ class DataParallel(Optimization):
             first = tasks[int(np.argmin(g.tasks["traced_start_ns"][tasks]))]
             insert(g, int(g.tasks["lane"][first]), dur_ns=dur, name="DDP: broadcast buffers", kind=6,
                    phase=Phase.FORWARD, iteration=it, before=first, bytes_=nbytes)
+
+    def _corun(self, ctx) -> None:
+        """On a CPU the workers run on one host at once: the traced thread work (ops and the
+        Python gaps between them) runs at the profile's co-run rate (``corun``, calibrated)."""
+        g, dev = ctx.graph, ctx.device
+        if dev.kind != "cpu" or self.workers < 2 or dev.corun >= 1.0:
+            return
+        T = g.tasks
+        cpu = np.isin(T["lane"], [i for i, ln in enumerate(g.lanes) if ln.kind == LaneKind.CPU_THREAD])
+        work = np.flatnonzero(cpu & (T["iteration"] >= 0))
+        scale(g, work, 1.0 / dev.corun)
+        T["gap_ns"][work] = np.round(T["gap_ns"][work] / dev.corun).astype(np.int64)
+        ctx.note(f"data-parallel: {self.workers} workers on one host: their work runs at {dev.corun:.2f}x the "
+                 f"speed of one alone (the profile's co-run rate)")
 
     def _collectives_share_core(self, ctx) -> bool:
         """On a CPU, gloo reduces with CPU cores: without a spare core per worker, the
