@@ -173,6 +173,13 @@ def _gloo_worker(rank, port, sizes, q, kind):
     dist.destroy_process_group()
 
 
+def _spin(seconds: float) -> None:
+    """Keep this thread busy (not asleep) for ``seconds``: a sender that has been computing."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def _p2p_one_way_ns(torch, dist, rank, t) -> float:
     """Rank 0: the trimmed mean (fastest 95 %) of :data:`P2P_TRIES` sends of ``t`` after 3
     warm-up ones, each from its start on rank 0 to the receive's end on rank 1 (both stamp the
@@ -181,9 +188,7 @@ def _p2p_one_way_ns(torch, dist, rank, t) -> float:
     for i in range(len(stamps)):
         dist.barrier()
         if rank == 0:
-            end = time.perf_counter() + P2P_BUSY_S
-            while time.perf_counter() < end:
-                pass
+            _spin(P2P_BUSY_S)
             stamps[i] = time.perf_counter_ns()
             dist.send(t, 1)
         else:
@@ -206,9 +211,7 @@ def _p2p_post_ns(torch, dist, rank, t) -> tuple:
     for _ in range(P2P_TRIES + 3):
         dist.barrier()
         if rank == 0:
-            end = time.perf_counter() + P2P_BUSY_S
-            while time.perf_counter() < end:
-                pass
+            _spin(P2P_BUSY_S)
         t0 = time.perf_counter_ns()
         work = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0)
         took.append(time.perf_counter_ns() - t0)

@@ -191,7 +191,7 @@ class DeviceProfile:
             return 0.0
         if not self.collective:
             raise DaydreamError(f"device profile {self.name!r} has no collective figures; run daydream calibrate")
-        bw, lat = self.collective.get(backend) if backend in self.collective else next(iter(self.collective.values()))
+        bw, lat = _for_backend(self.collective, backend)
         steps = 2 * (workers - 1)
         return steps / workers * nbytes / bw * 1e9 + steps * lat
 
@@ -210,7 +210,7 @@ class DeviceProfile:
         figures = self.p2p or self.collective
         if nbytes <= 0 or not figures:
             return 0.0
-        bw, lat = figures.get(backend) if backend in figures else next(iter(figures.values()))
+        bw, lat = _for_backend(figures, backend)
         return nbytes / bw * 1e9 + lat
 
     def p2p_post_ns(self, backend: str | None = None) -> tuple:
@@ -225,7 +225,7 @@ class DeviceProfile:
         """
         if not self.p2p_post:
             return 0.0, 0.0
-        send, recv = self.p2p_post.get(backend) if backend in self.p2p_post else next(iter(self.p2p_post.values()))
+        send, recv = _for_backend(self.p2p_post, backend)
         return float(send), float(recv)
 
     # ------------------------------------------------------------ persistence
@@ -253,6 +253,11 @@ class DeviceProfile:
                    compiled_call_ns=int(d.get("compiled_call_ns", 0)),
                    checkpoint_call_ns=tuple(int(x) for x in d.get("checkpoint_call_ns", (0, 0))),
                    corun=float(d.get("corun", 1.0)), **curves)
+
+
+def _for_backend(figures: dict, backend: str | None):
+    """``figures[backend]``, or the first backend's figures where that one is not given."""
+    return figures[backend] if backend in figures else next(iter(figures.values()))
 
 
 def _gpu(name, fp32_tflops, tensor_tflops, bw_gbs, link_gbs, launch_us=4.0):

@@ -28,6 +28,17 @@ def test_profile_keeps_p2p_figures_and_refuses_bad_ones(tmp_path):
         load_profile(path)
 
 
+def test_profile_keeps_p2p_post_and_refuses_bad_ones(tmp_path):
+    prof = dataclasses.replace(flat_profile(), p2p_post={"gloo": (40_000.0, 30_000.0)})
+    path = save_profile(prof, str(tmp_path / "p.json"))
+    assert load_profile(path).p2p_post_ns("gloo") == (40_000.0, 30_000.0)
+    doc = json.loads(open(path).read())
+    doc["p2p_post"] = {"gloo": [-1, 5]}
+    open(path, "w").write(json.dumps(doc))
+    with pytest.raises(DaydreamError, match="p2p_post gloo: needs"):
+        load_profile(path)
+
+
 def test_hydra_transfers_take_the_p2p_figures(own_trace):
     trace = own_trace("mlp")
     old = flat_profile(allreduce=(1e9, 500_000.0))
