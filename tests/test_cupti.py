@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daydream import cupti
+from daydream import cupti, cupti_export
 from daydream.errors import DaydreamError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -315,7 +315,7 @@ def test_attach_external_ids_joins_kernels_to_cpu_ops():
     assert ids.tolist()[:5] == [1001, 1001, 1002, 1002, 0]
     ids1 = cupti.attach_external_ids(records, cupti.ExternalKind.CUSTOM1)
     assert ids1.tolist()[:5] == [5, 5, 0, 0, 0]
-    events = cupti._chrome_events(records)
+    events = cupti_export._chrome_events(records)
     kernels = {e["name"]: e for e in events if e["cat"] == "kernel"}
     assert kernels["relu"]["args"]["External id"] == 5  # no kind: the last record wins
     assert kernels["add"] == {"ph": "X", "cat": "kernel", "name": "add", "pid": 0, "tid": 7,
@@ -325,6 +325,18 @@ def test_attach_external_ids_joins_kernels_to_cpu_ops():
                                        "registers per thread": 0, "shared memory": 0}}
     runtime = [e for e in events if e["cat"] == "cuda_runtime"]
     assert [(e["name"], e["pid"], e["tid"]) for e in runtime] == [("cudaLaunchKernel", 100, 200)] * 2
+
+
+def test_export_names_are_reexported_whichever_module_is_imported_first():
+    for name in cupti.__all__:
+        assert getattr(cupti, name) is not None
+    assert cupti.make_collector is cupti_export.make_collector
+    assert "make_collector" in cupti.__all__ and "make_collector" in cupti_export.__all__
+    with pytest.raises(AttributeError):
+        cupti.no_such_name  # noqa: B018
+    code = ("import daydream.cupti_export as e; from daydream.cupti import *; "
+            "assert CuptiKernelCollector is e.CuptiKernelCollector")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 # --------------------------------------------------------------------------

@@ -15,16 +15,22 @@ constraint kind where it was the releasing one (from the same trace).  An
 unedited replay therefore reproduces every traced start, while an edit that
 makes a predecessor faster lets its successors move.  End constraints
 (synchronizations, collectives) follow the same rule.
+
+The synchronisation semantics of CUDA calls live in :mod:`daydream.graph.sync`,
+the joining of collectives and the calibration in :mod:`daydream.graph.offsets`.
 """
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 
 import numpy as np
 
 from ..errors import TraceError
 from ..model import EventKind, LaneKind, Phase, Trace
-from .graph import Anchor, DependencyGraph, EdgeKind, WaitKind
+from .graph import Anchor, DependencyGraph, EdgeKind
+from .offsets import _calibrate_ends, _calibrate_starts, _join_collectives
+from .sync import (BLOCKING_COPY_CALLS, DEVICE_SYNC_CALLS, EVENT_SYNC_CALLS, STREAM_SYNC_CALLS, _enqueue_times,
+                   _handoffs, _thread_semantics)
 
 try:   # compiled _cpu_slices (daydream/loader/_kineto.cpp; identical results, tests/test_fast_loader.py)
     from .._kineto import cpu_slices as _compiled_cpu_slices
@@ -34,14 +40,6 @@ except ImportError:  # pragma: no cover - depends on the build
 __all__ = ["build_graph", "GraphBuilder", "STREAM_SYNC_CALLS", "DEVICE_SYNC_CALLS", "EVENT_SYNC_CALLS",
            "BLOCKING_COPY_CALLS"]
 
-STREAM_SYNC_CALLS = frozenset({"cudaStreamSynchronize", "cuStreamSynchronize"})
-DEVICE_SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize"})
-EVENT_SYNC_CALLS = frozenset({"cudaEventSynchronize", "cuEventSynchronize"})
-BLOCKING_COPY_CALLS = frozenset({"cudaMemcpy", "cudaMemcpy2D", "cudaMemset"})
-_ASYNC_COPY_CALLS = frozenset({"cudaMemcpyAsync", "cuMemcpyAsync", "cudaMemcpy2DAsync"})
-_PAGEABLE = "Pageable"
-_RECORD_CALLS = frozenset({"cudaEventRecord", "cuEventRecord", "cudaEventRecordWithFlags"})
-_WAIT_CALLS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent"})
 _CPU_TASK_KINDS = (EventKind.CPU_OP, EventKind.RUNTIME, EventKind.SYNC)
 _GPU_TASK_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET, EventKind.COLLECTIVE)
 
@@ -415,261 +413,3 @@ def _leaf_within(g, gl, t_rel, starts_now):
     st = starts_now[gl]
     p = int(np.searchsorted(st, t_rel, side="left"))
     return g.lane_tasks[gl][p] if p < len(st) else -1
-
-
-def _enqueue_times(g, launch_of, starts_now, sc):
-    """When each GPU task reached its stream's queue (its launch's start).
-
-    Builds, per GPU lane, a lookup for "last task enqueued by time t".
-    """
-    start = g.tasks["traced_start_ns"]
-    sc.lookup = {}
-    for gl, st in starts_now.items():
-        if g.lanes[gl].kind != LaneKind.GPU_STREAM or not len(st):
-            continue
-        seq = sc.ids[gl]
-        by = launch_of[seq - sc.base]
-        enq = np.where(by >= 0, start[np.maximum(by, 0)], st)
-        order = np.argsort(enq, kind="stable")
-        sc.lookup[gl] = (enq[order], np.maximum.accumulate(order), seq)
-
-
-def _last_enqueued(g, sc, gl, t_ns):
-    """Last task of GPU lane ``gl`` enqueued at or before ``t_ns`` (or -1)."""
-    if gl not in sc.lookup:
-        return -1
-    enq, prefmax, seq = sc.lookup[gl]
-    k = int(np.searchsorted(enq, t_ns, side="right"))
-    return int(seq[prefmax[k - 1]]) if k else -1
-
-
-# name flags of the calls _thread_semantics acts on
-_RECORD, _WAIT, _ASYNC, _STREAM_SYNC, _DEVICE_SYNC, _EVENT_SYNC, _BLOCKING = (1 << k for k in range(7))
-_FLAG_SETS = ((_RECORD, _RECORD_CALLS), (_WAIT, _WAIT_CALLS), (_ASYNC, _ASYNC_COPY_CALLS),
-              (_STREAM_SYNC, STREAM_SYNC_CALLS), (_DEVICE_SYNC, DEVICE_SYNC_CALLS),
-              (_EVENT_SYNC, EVENT_SYNC_CALLS), (_BLOCKING, BLOCKING_COPY_CALLS))
-
-
-def _name_flags(strings: list) -> np.ndarray:
-    flags = np.zeros(len(strings), np.int64)
-    for i, name in enumerate(strings):
-        for bit, names in _FLAG_SETS:
-            if name in names:
-                flags[i] |= bit
-    return flags
-
-
-def _thread_semantics(g, r, lane_map, launch_of, sc):
-    """Syncs, event records and cross-stream waits, scanning each CPU thread."""
-    launched = np.flatnonzero(launch_of >= 0)
-    # GPU tasks grouped by their launching call, in trace order within a call
-    by_call = launched[np.lexsort((g.tasks["event"][launched + sc.base], launch_of[launched]))]
-    call_keys = launch_of[by_call]
-    by_call += sc.base
-    lane_col, kind_col, name_col = g.tasks["lane"], g.tasks["kind"], g.tasks["name"]
-    start = g.tasks["traced_start_ns"]
-    strings = g.names.strings
-    flags = _name_flags(strings)
-    sync = int(EventKind.SYNC)
-    gpu_lanes = [gl for gl in lane_map.values() if g.lanes[gl].kind == LaneKind.GPU_STREAM]
-    es, ed, ek, et = [], [], [], []          # edges, added at the end in this order
-
-    def edge(a, b, kind, target=Anchor.START):
-        es.append(a)
-        ed.append(b)
-        ek.append(kind)
-        et.append(target)
-
-    for gl in lane_map.values():
-        if g.lanes[gl].kind != LaneKind.CPU_THREAD:
-            continue
-        last_gpu, record, pending = -1, None, []
-        seq = sc.ids[gl]
-        calls = seq[np.isin(kind_col[seq], (EventKind.RUNTIME, EventKind.SYNC))]
-        lo = np.searchsorted(call_keys, calls, side="left")
-        hi = np.searchsorted(call_keys, calls, side="right")
-        acts = (hi > lo) | (flags[name_col[calls]] != 0)     # the others change nothing
-        calls, lo, hi = calls[acts], lo[acts], hi[acts]
-        for t, k, name_id, a, b in zip(calls.tolist(), kind_col[calls].tolist(), name_col[calls].tolist(),
-                                       lo.tolist(), hi.tolist()):
-            f = int(flags[name_id])
-            ts = int(start[t])
-            xs = by_call[a:b].tolist()
-            for x in xs:
-                last_gpu = int(lane_col[x])
-                for target in pending:
-                    if lane_col[target] != lane_col[x]:
-                        edge(target, x, EdgeKind.WAIT)
-                pending = []
-            if f & _RECORD and last_gpu >= 0:
-                record = (last_gpu, ts)
-            elif f & _WAIT and record is not None:
-                target = _last_enqueued(g, sc, record[0], record[1])
-                if target >= 0:
-                    pending.append(target)
-            if f & _ASYNC:      # pageable host memory: the call returns when the copy is done
-                for x in xs:
-                    if _PAGEABLE in strings[name_col[x]]:
-                        edge(x, t, EdgeKind.SYNC, Anchor.END)
-            if k != sync:
-                continue
-            if f & _STREAM_SYNC and last_gpu >= 0:
-                g.tasks["wait_kind"][t] = WaitKind.STREAM
-                g.tasks["wait_lane"][t] = last_gpu
-                x = _last_enqueued(g, sc, last_gpu, ts)
-                if x >= 0:
-                    sc.waits.append((t, x))
-            elif f & _DEVICE_SYNC:
-                g.tasks["wait_kind"][t] = WaitKind.DEVICE
-                for lane in gpu_lanes:
-                    x = _last_enqueued(g, sc, lane, ts)
-                    if x >= 0:
-                        sc.waits.append((t, x))
-            elif f & _EVENT_SYNC and record is not None:
-                x = _last_enqueued(g, sc, record[0], record[1])
-                if x >= 0:
-                    edge(x, t, EdgeKind.SYNC, Anchor.END)
-            elif f & _BLOCKING:
-                for x in xs:
-                    edge(x, t, EdgeKind.SYNC, Anchor.END)
-    if es:
-        g.add_edges(es, ed, np.asarray(ek, np.int8), target=np.asarray(et, np.int8))
-
-
-def _handoffs(g, r, sc, lane_map, starts_now):
-    """Main thread <-> worker threads (e.g. autograd) per iteration."""
-    main = lane_map.get(r.main_lane)
-    if main is None:
-        return
-    mseq = sc.ids[main]
-    if not len(mseq):
-        return
-    ms = starts_now[main]
-    me = ms + g.tasks["dur_ns"][mseq]
-    it_col = g.tasks["iteration"]
-    for gl in lane_map.values():
-        seq = sc.ids[gl]
-        if gl == main or g.lanes[gl].kind != LaneKind.CPU_THREAD or not len(seq):
-            continue
-        st = starts_now[gl]
-        en = st + g.tasks["dur_ns"][seq]
-        on = np.flatnonzero(it_col[seq] >= 0)
-        its = it_col[seq][on]
-        first = on[np.unique(its, return_index=True)[1]]               # per iteration: first task
-        last = on[len(on) - 1 - np.unique(its[::-1], return_index=True)[1]]   # and last task
-        ps = np.searchsorted(me, st[first], side="right") - 1
-        qs = np.searchsorted(ms, en[last], side="left")
-        es, ed, ek = [], [], []
-        for f, l, p, q in zip(first.tolist(), last.tolist(), ps.tolist(), qs.tolist()):
-            if p >= 0:
-                es.append(mseq[p]), ed.append(seq[f]), ek.append(EdgeKind.FWD_BWD)
-            if q < len(mseq):
-                es.append(seq[l]), ed.append(mseq[q]), ek.append(EdgeKind.THREAD)
-        if es:
-            g.add_edges(es, ed, np.asarray(ek, np.int8))
-
-
-def _coll_key(name: str) -> str:
-    return name.split("(", 1)[0]
-
-
-def _join_collectives(g, collectives, start, dur, repairs):
-    """Group the k-th collective of each kind across ranks into one collective."""
-    if len(collectives) < 2:
-        return
-    by_key = {}
-    for rank, tasks in collectives.items():
-        d = defaultdict(list)
-        for t in sorted(tasks, key=lambda t: start[t]):
-            d[_coll_key(g.task_name(t))].append(t)
-        by_key[rank] = d
-    keys = set().union(*(d.keys() for d in by_key.values()))
-    transfer = []
-    for key in sorted(keys):
-        lists = [d.get(key, []) for d in by_key.values()]
-        m = min(len(x) for x in lists)
-        repairs_n = sum(len(x) - m for x in lists)
-        if repairs_n:
-            repairs["collectives without a partner on every rank (not joined)"] += repairs_n
-        for k in range(m):
-            parts = np.array([x[k] for x in lists])
-            max_start = int(start[parts].max())
-            ends = start[parts] + dur[parts]
-            T = max(int(ends.min()) - max_start, 0)
-            gid = len(transfer)
-            transfer.append(T)
-            g.tasks["group"][parts] = gid
-            g.tasks["wait_lag_ns"][parts] = ends - (max_start + T)
-            g.tasks["dur_ns"][parts] = np.minimum(dur[parts], T)
-    g.group_transfer_ns = np.asarray(transfer, np.int64)
-
-
-# --------------------------------------------------------------- calibration
-def _lane_prev_end(g, sc, start, dur):
-    prev_end = np.zeros(g.n_tasks, np.int64)
-    for a in sc.ids.values():
-        if len(a):
-            e = start[a] + dur[a]
-            prev_end[a[1:]] = e[:-1]
-    return prev_end
-
-
-def _natural(offsets, binding, groups, n_groups):
-    """Median releasing offset per group (0 where a group never released)."""
-    out = np.zeros(n_groups, np.int64)
-    offsets, groups = offsets[binding], groups[binding]
-    for k in np.flatnonzero(np.bincount(groups, minlength=n_groups)).tolist():
-        out[k] = int(np.median(offsets[groups == k]))
-    return out
-
-
-def _calibrate_starts(g, sc, start, dur):
-    t, e = g.tasks, g.edges
-    lane_off = start - _lane_prev_end(g, sc, start, dur)
-    lane_kind = np.array([int(ln.kind) for ln in g.lanes], np.int64)[t["lane"]] if g.n_tasks else np.zeros(0, np.int64)
-    on_start = e["target"] == Anchor.START
-    src, dst = e["src"], e["dst"]
-    anchor_t = start[src] + np.where(e["anchor"] == Anchor.END, dur[src], 0)
-    edge_off = start[dst] - anchor_t
-    min_edge = np.full(g.n_tasks, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(min_edge, dst[on_start], edge_off[on_start])
-    lane_bind = lane_off <= min_edge
-    edge_bind = on_start & (edge_off == min_edge[dst]) & (edge_off < lane_off[dst])
-    nat_lane = _natural(lane_off, lane_bind, lane_kind, len(LaneKind))
-    t["gap_ns"] = np.where(lane_bind, lane_off, np.minimum(lane_off, nat_lane[lane_kind]))
-    nat_edge = _natural(edge_off, edge_bind, e["kind"].astype(np.int64), len(EdgeKind))
-    relaxed = np.minimum(edge_off, nat_edge[e["kind"]])
-    e["lag_ns"] = np.where(on_start, np.where(edge_bind, edge_off, relaxed), e["lag_ns"])
-
-
-def _calibrate_ends(g, start, dur, waits):
-    """Synchronizing calls: which of (own duration, waited-for work) ended them."""
-    t, e = g.tasks, g.edges
-    end = start + dur
-    on_end = np.flatnonzero(e["target"] == Anchor.END)
-    # latest anchor among end constraints, per task
-    anchor = {}
-    for i in on_end.tolist():
-        d = int(e["dst"][i])
-        anchor[d] = max(anchor.get(d, -(1 << 62)), int(end[e["src"][i]]))
-    dyn = {}
-    for s_task, x in waits:
-        dyn[s_task] = max(dyn.get(s_task, -(1 << 62)), int(end[x]))
-        anchor[s_task] = max(anchor.get(s_task, -(1 << 62)), dyn[s_task])
-    if not anchor:
-        return
-    tasks = np.fromiter(anchor.keys(), np.int64)
-    a = np.fromiter(anchor.values(), np.int64)
-    bind = (end[tasks] - a) < dur[tasks]          # released by the awaited work
-    nat_dur = int(np.median(dur[tasks][~bind])) if (~bind).any() else 0
-    nat_wake = int(np.median((end[tasks] - a)[bind])) if bind.any() else 0
-    t["dur_ns"][tasks] = np.where(bind, np.minimum(dur[tasks], nat_dur), dur[tasks])
-    bound = dict(zip(tasks.tolist(), bind.tolist()))
-    for s_task, lat in dyn.items():
-        off = int(end[s_task]) - lat
-        t["wait_lag_ns"][s_task] = off if bound[s_task] and lat == anchor[s_task] else min(off, nat_wake)
-    for i in on_end.tolist():
-        d = int(e["dst"][i])
-        off = int(end[d]) - int(end[e["src"][i]])
-        exact = bound[d] and int(end[e["src"][i]]) == anchor[d]
-        e["lag_ns"][i] = off if exact else min(off, nat_wake)
