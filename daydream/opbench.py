@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import ast
 import json
+import math
+import statistics
+import time
 
 from .errors import DaydreamError
 
 __all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "dtype_time_pairs", "channels_last_time_pairs",
            "thread_time_ratios", "float_inputs", "cast_ns", "scaled_signature", "batch_time_ratios",
-           "fused_signature", "fused_time_ratios", "PAIR_ROUNDS"]
+           "fused_signature", "fused_time_ratios", "PAIR_ROUNDS", "sequence_ratios", "SEQUENCE_ROUNDS",
+           "SEQUENCE_MAX_BYTES"]
 
 _TENSOR_TYPES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
                  "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8",
@@ -233,12 +237,88 @@ def scaled_signature(signature: str, batch_values, factor: float) -> str | None:
     return json.dumps([name, new_dims, types, new_strides, concrete])
 
 
-def batch_time_ratios(signatures, batch_values, factor: float, threads: int | None = None) -> dict:
+def batch_time_ratios(signatures, batch_values, factor: float, threads: int | None = None,
+                      sequence=None) -> dict:
     """Per signature: ``t(at factor x the batch) / t(as traced)``, both re-run now.
 
     Signatures without a batch dimension, or that fail to run, are left out.
+    ``sequence``: the signatures of one traced iteration in order; the ops
+    are then re-run as that sequence (:func:`sequence_ratios`).
     """
-    return _ratios(signatures, lambda sig: _time_or_none(scaled_signature(sig, batch_values, factor)), threads)
+    return _ratios_by(signatures, lambda sig: scaled_signature(sig, batch_values, factor), threads, sequence)
+
+
+def _ratios_by(signatures, variant, threads, sequence) -> dict:
+    """``t(variant(sig)) / t(sig)`` per signature: in sequence where one is given and fits, else each alone."""
+    if sequence:
+        got = sequence_ratios(sequence, variant, threads)
+        if got is not None:
+            wanted = set(signatures)
+            return {s: r for s, r in got.items() if s in wanted}
+    return _ratios(signatures, lambda sig: _time_or_none(variant(sig)), threads)
+
+
+#: Rounds of a sequence re-run (each: the traced sequence, then the variant's).
+SEQUENCE_ROUNDS = 7
+#: Operand bytes of both sequences above which ops are re-run each alone instead.
+SEQUENCE_MAX_BYTES = 1 << 30
+
+
+def _operand_bytes(signature: str) -> int:
+    _, dims, types, _, _ = json.loads(signature)
+    return sum(4 * math.prod(d) for d, t in zip(dims or [], types or [])
+               if isinstance(d, list) and str(t).lower() in _TENSOR_TYPES)
+
+
+def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int = SEQUENCE_ROUNDS) -> dict | None:
+    """Per signature of ``sequence`` with a variant: ``t(variant(sig)) / t(sig)``, re-run as one iteration.
+
+    A compute op in training finds its operands where the rest of the
+    iteration left them: another layer's weights passed through the caches
+    since this layer's were last used.  Timed alone in a loop, the op finds
+    everything in cache, which under-states ops that stream a large weight
+    against little work (a micro-batch's matmul: 16-row matmuls against
+    1024 x 1024 weights here ran 0.9-1.0 ms in a micro-batched training loop
+    and in sequence, 0.75 ms alone).  So the traced iteration's ops are
+    re-run in order, each occurrence with operands of its own, and so is the
+    variant sequence (``variant(sig)``, or the op as traced where it has
+    none); the two sequences alternate ``rounds`` times after a warm-up, and
+    each occurrence's ratio is the median over rounds, each signature's the
+    median over its occurrences.  Ops that cannot be rebuilt are left out of
+    both.  ``None`` when the operands of both sequences exceed
+    :data:`SEQUENCE_MAX_BYTES` (then time each op alone).
+    """
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    pairs = [(sig, variant(sig)) for sig in sequence]
+    if sum(_operand_bytes(a) + _operand_bytes(b or a) for a, b in pairs) > SEQUENCE_MAX_BYTES:
+        return None
+    calls = []
+    for sig, var in pairs:
+        try:
+            calls.append((sig, var is not None, _bind(*call_for(sig)), _bind(*call_for(var or sig))))
+        except DaydreamError:
+            continue
+    got = [[] for _ in calls]
+    for r in range(rounds + 1):
+        times = []
+        for side in (2, 3):
+            row = []
+            for c in calls:
+                t0 = time.perf_counter_ns()
+                c[side]()
+                row.append(time.perf_counter_ns() - t0)
+            times.append(row)
+        if r:                                   # the first round warms up
+            for g, a, b in zip(got, *times):
+                g.append(b / max(a, 1))
+    by_sig: dict = {}
+    for (sig, has_variant, _, _), ratios in zip(calls, got):
+        if has_variant:
+            by_sig.setdefault(sig, []).append(statistics.median(ratios))
+    return {sig: statistics.median(v) for sig, v in by_sig.items()}
 
 
 #: Convolution ops: position of ``groups`` among their arguments.
@@ -300,9 +380,11 @@ def fused_signature(signature: str, copies: int) -> str | None:
     return json.dumps([name, new, types, st, concrete])
 
 
-def fused_time_ratios(signatures, copies: int, threads: int | None = None) -> dict:
-    """Per signature: ``t(N copies fused) / t(one)``, both re-run now; ops without a fused form left out."""
-    return _ratios(signatures, lambda sig: _time_or_none(fused_signature(sig, copies)), threads)
+def fused_time_ratios(signatures, copies: int, threads: int | None = None, sequence=None) -> dict:
+    """Per signature: ``t(N copies fused) / t(one)``, both re-run now; ops without a fused form left out.
+
+    ``sequence``: as for :func:`batch_time_ratios`."""
+    return _ratios_by(signatures, lambda sig: fused_signature(sig, copies), threads, sequence)
 
 
 def _time_or_none(signature: str | None) -> float | None:

@@ -24,7 +24,7 @@ from daydream.primitives import check_acyclic
 from ._common import launch_of
 
 __all__ = ["meta", "ALLREDUCE_RE", "allreduce_tasks", "FAMILIES", "Instance", "op_figures", "layer_instances", "world_size", "work_mask",
-           "add_edges_checked", "lane_position", "signatures_of", "rerun_ratios"]
+           "add_edges_checked", "lane_position", "signatures_of", "rerun_ratios", "iteration_sequence"]
 
 #: Layer families: regexes matched against layer names (op names of both the
 #: forward op and its autograd node, e.g. ``aten::relu_`` / ``ReluBackward1``)
@@ -273,6 +273,20 @@ def _portable_parent(r, ev: int) -> int:
                 and c["start_ns"][p] + c["dur_ns"][p] >= end:
             return p
     return ev
+
+
+def iteration_sequence(ctx, tasks) -> list:
+    """Signatures of ``tasks`` in one iteration (the lowest rank's first), in traced order."""
+    T = ctx.graph.tasks
+    tasks = np.asarray(tasks)[T["iteration"][tasks] >= 0]
+    if not len(tasks):
+        return []
+    rank = T["rank"][tasks].min()
+    tasks = tasks[T["rank"][tasks] == rank]
+    tasks = tasks[T["iteration"][tasks] == T["iteration"][tasks].min()]
+    tasks = tasks[np.argsort(T["traced_start_ns"][tasks], kind="stable")]
+    sig_of = signatures_of(ctx, tasks)
+    return [sig_of[t] for t in tasks.tolist() if t in sig_of]
 
 
 def rerun_ratios(ctx, tasks, measure, note: str) -> dict:

@@ -32,7 +32,12 @@ matmul's speed depends on its shape, not only its FLOPs (a batch of 16 rows
 against a 512 x 1024 weight runs at 0.6x the FLOP rate of 64 rows here).  The
 batch comes from the root module's recorded input shapes; a batch value that
 is also a parameter dimension is ambiguous, and ops showing it keep the
-curve-based multiplier.
+curve-based multiplier.  With ``in_sequence`` (the default) the ops are
+re-run in the order of one traced iteration, each occurrence with operands of
+its own, alternating with the same sequence at the new batch
+(:func:`daydream.opbench.sequence_ratios`): in training a layer's weights come
+partly from memory, a cost that does not shrink with the batch, which an op
+timed alone in a loop (weights in cache) misses.
 
 Assumptions: the larger batch fits in memory and the framework picks the
 same kernels (cuDNN may choose other algorithms); published device profiles
@@ -53,7 +58,7 @@ from daydream.model import EventKind, Phase
 
 from daydream.opbench import batch_time_ratios
 
-from ._layers import meta, op_figures, rerun_ratios, work_mask
+from ._layers import iteration_sequence, meta, op_figures, rerun_ratios, work_mask
 from .base import NotApplicable, Optimization, Param
 from daydream.primitives import set_duration
 
@@ -109,7 +114,9 @@ class BatchSize(Optimization):
     params = (Param("factor", 2.0, "new batch size / traced batch size"),
               Param("fixed_ns", -1, "fixed cost per GPU kernel, ns (-1: the trace's shortest kernel per rank)", int),
               Param("remeasure", True, "CPU traces with shapes: re-run compute ops at the new batch on this machine",
-                    bool))
+                    bool),
+              Param("in_sequence", True, "re-run the ops as one traced iteration's sequence (each finds the caches "
+                    "as the rest of the iteration leaves them), not each alone in a loop", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -153,8 +160,9 @@ class BatchSize(Optimization):
         values = batch_values(meta(ctx)) if self.remeasure else set()
         if not values:
             return {}
+        seq = iteration_sequence(ctx, tasks) if self.in_sequence else None
         return rerun_ratios(ctx, tasks, lambda sigs: batch_time_ratios(sigs, values, self.factor,
-                                                                        ctx.device.threads or None),
+                                                                        ctx.device.threads or None, seq),
                             "batch-size: {n} distinct compute ops re-run at "
                             f"x{self.factor} of batch {'/'.join(map(str, sorted(values)))} on this machine")
 

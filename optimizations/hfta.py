@@ -54,6 +54,11 @@ instead re-run on this machine as traced and fused as HFTA runs it
 the channels, ``bmm`` / ``baddbmm`` over N stacked operands), and the measured
 time ratio scales it: oneDNN's grouped convolutions here often take more
 than N times one group's time, which a FLOP-indexed curve cannot know.
+With ``in_sequence`` (the default) the ops are re-run in the order of one
+traced iteration, alternating with the fused sequence
+(:func:`daydream.opbench.sequence_ratios`), so each finds the caches as the
+rest of its iteration leaves them (N copies of the weights and activations
+are N times the data passing through them).
 
 Where it stops being valid: models whose operators do not fuse
 horizontally (data-dependent control flow, ops without a batched or grouped
@@ -74,7 +79,7 @@ from daydream.sim import simulate
 
 from daydream.opbench import fused_time_ratios
 
-from ._layers import rerun_ratios
+from ._layers import iteration_sequence, rerun_ratios
 from .base import NotApplicable, Optimization, OptionError, Param
 
 __all__ = ["HFTA", "OPTIMIZATION", "TaskClass", "classify", "fused_durations", "MAX_MODELS", "MOVED_PER_INPUT_BYTE"]
@@ -189,7 +194,9 @@ class HFTA(Optimization):
               Param("dtype", "float32", "dtype of the fused ops' throughput curves", str,
                     ("float32", "bfloat16", "float16")),
               Param("remeasure", True, "CPU traces with shapes: re-run each convolution and matmul fused "
-                    "(grouped / batched) on this machine", bool))
+                    "(grouped / batched) on this machine", bool),
+              Param("in_sequence", True, "re-run the ops as one traced iteration's sequence (each finds the caches "
+                    "as the rest of the iteration leaves them), not each alone in a loop", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -221,7 +228,9 @@ class HFTA(Optimization):
         """task -> t(N fused) / t(one) of its op re-run here (CPU traces recorded with shapes)."""
         if not self.remeasure or self.models < 2:
             return {}
-        return rerun_ratios(ctx, tasks, lambda sigs: fused_time_ratios(sigs, self.models, ctx.device.threads or None),
+        seq = iteration_sequence(ctx, tasks) if self.in_sequence else None
+        return rerun_ratios(ctx, tasks, lambda sigs: fused_time_ratios(sigs, self.models, ctx.device.threads or None,
+                                                                       seq),
                             "hfta: {n} distinct convolutions/matmuls re-run fused " f"x{self.models} on this machine")
 
 
