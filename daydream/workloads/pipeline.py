@@ -54,6 +54,8 @@ def parse_args(argv=None):
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true",
+                   help="accepted as by the other bundled workloads (this one prints only its summary line)")
     return p.parse_args(argv)
 
 
