@@ -120,26 +120,35 @@ def test_validate_calibrates_into_its_output_and_predicts_with_that(monkeypatch,
     assert again.exit_code != 0 and "--force" in again.output and used == [str(fresh)]
 
 
-def test_pipeline_action_cost_is_the_median_over_runs_measured_once(monkeypatch):
+def test_pipeline_action_cost_is_the_median_over_probes_measured_once(monkeypatch):
     from daydream.validation import pipeline as vp
 
-    # least-disturbed step (ms) of each of 2 x repeat = 4 runs per configuration, one outlier in two
-    runs = {("gpipe", 1): iter([1.0, 1.0, 1.0, 9.0]), ("gpipe", 8): iter([2.4, 2.4, 0.0, 2.4]),
-            ("none", 1): iter([1.0] * 4), ("none", 8): iter([1.0] * 4)}
+    # median steps (ms) of the 2 x repeat = 4 probe processes, one of them disturbed
+    probes = iter([{"gpipe_1": 1.0, "gpipe_M": 2.4, "plain_1": 1.0, "plain_M": 1.0},
+                   {"gpipe_1": 1.0, "gpipe_M": 2.4, "plain_1": 1.0, "plain_M": 1.0},
+                   {"gpipe_1": 9.0, "gpipe_M": 2.4, "plain_1": 1.0, "plain_M": 1.0},     # -> 0, not negative
+                   {"gpipe_1": 2.0, "gpipe_M": 4.8, "plain_1": 1.5, "plain_M": 2.9}])    # 2.8 - 1.4 ms
     calls = []
 
-    def run(sched, extra, steps=None, warmup=None, microbatches=None, model=None):
-        calls.append(sched)
-        return {"min_ms": next(runs[(sched, microbatches)])}
+    def run(sched, extra=(), steps=None, warmup=None, microbatches=None, model=None):
+        calls.append((sched, microbatches, model))
+        return next(probes)
 
     monkeypatch.setattr(vp, "_run", run)
-    monkeypatch.setattr(vp, "OVERHEAD_MB", (1, 8))
     vp.action_overhead_us.cache_clear()
     say = [].append
-    # medians: ScheduleGPipe 1.0 -> 2.4 ms, plain loop 1.0 -> 1.0 ms: 1.4 ms over 2 x 7 extra actions
+    # per probe: 1.4 / 1.4 / 0 / 1.4 ms over 2 x 7 extra actions -> median 100 us
     assert vp.action_overhead_us(2, say) == pytest.approx(100.0)
-    assert vp.action_overhead_us(2, say) == pytest.approx(100.0) and len(calls) == 16   # measured once
+    assert vp.action_overhead_us(2, say) == pytest.approx(100.0) and len(calls) == 4      # measured once
+    assert {c[:2] for c in calls} == {("probe", vp.OVERHEAD_MB)} and calls[0][2] == vp.TINY_ARGS
     vp.action_overhead_us.cache_clear()
+
+
+def test_the_probe_runs_and_reports_four_medians():
+    from daydream.validation import pipeline as vp
+
+    out = vp._run("probe", steps=4, warmup=1, microbatches=2, model=vp.TINY_ARGS)
+    assert set(out) == {"gpipe_1", "gpipe_M", "plain_1", "plain_M"} and all(v > 0 for v in out.values())
 
 
 def test_failed_trace_names_the_exit_status_and_the_last_other_line(tmp_path):

@@ -14,6 +14,11 @@ per-step times: ``{"schedule": ..., "step_ms": [...], "mean_ms": ..., "min_ms": 
 (over the steps after ``--warmup``).  ``--schedule none`` runs the whole model
 in one process without the pipelining runtime, accumulating gradients over
 the micro-batches (the reference for the runtime's own per-action cost).
+``--schedule probe`` measures that cost in one process: ``ScheduleGPipe``
+(one stage) and the plain loop, each at 1 and ``--microbatches``
+micro-batches, interleaved step by step so that the machine's drift falls on
+all four; it prints their median steps (``{"gpipe_1": ..., "gpipe_M": ...,
+"plain_1": ..., "plain_M": ...}``, ms).
 """
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ __all__ = ["main", "stage_modules", "parse_args"]
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m daydream.workloads.pipeline", description=__doc__.split("\n")[0])
-    p.add_argument("--schedule", choices=("gpipe", "1f1b", "csv", "none"), default="gpipe",
+    p.add_argument("--schedule", choices=("gpipe", "1f1b", "csv", "none", "probe"), default="gpipe",
                    help="none: no pipelining runtime, one process accumulating gradients over the micro-batches")
     p.add_argument("--csv", help="per-rank action list (with --schedule csv)")
     p.add_argument("--microbatches", type=int, default=4)
@@ -128,6 +133,44 @@ def _plain(args) -> None:
     _summary(args, times, 1)
 
 
+def _probe(args) -> None:
+    """``--schedule probe``: the runtime's per-action cost, its configurations interleaved step by step."""
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+    torch.set_num_threads(args.threads)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    (model,) = stage_modules(args, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    g = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(args.batch_size, args.in_features, generator=g)
+    y = torch.randint(0, args.classes, (args.batch_size,), generator=g)
+    counts = {"1": 1, "M": args.microbatches}
+    scheds = {k: ScheduleGPipe(PipelineStage(model, 0, 1, torch.device("cpu")), m, loss_fn=_loss)
+              for k, m in counts.items()}
+
+    def gpipe(k):
+        scheds[k].step(x, target=y, losses=[])
+
+    def plain(k):
+        for xc, yc in zip(x.chunk(counts[k]), y.chunk(counts[k])):
+            _loss(model(xc), yc).backward()
+
+    runs = [(f"{name}_{k}", fn, k) for name, fn in (("gpipe", gpipe), ("plain", plain)) for k in counts]
+    times = {key: [] for key, _, _ in runs}
+    for step in range(args.steps):
+        for key, fn, k in runs[step % len(runs):] + runs[:step % len(runs)]:
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            fn(k)
+            opt.step()
+            times[key].append((time.perf_counter() - t0) * 1e3)
+    print(json.dumps({key: statistics.median(v[args.warmup:] or v) for key, v in times.items()}), flush=True)
+    scheds.clear()
+    shut_down_distributed()
+
+
 def _summary(args, times, world) -> None:
     tail = times[args.warmup:] or times
     print(json.dumps({"schedule": args.schedule, "microbatches": args.microbatches, "world": world,
@@ -194,6 +237,9 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if args.schedule == "none":
         _plain(args)
+        return
+    if args.schedule == "probe":
+        _probe(args)
         return
     if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
         if args.pin_cores:
