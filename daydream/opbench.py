@@ -19,7 +19,7 @@ from .errors import DaydreamError
 __all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "dtype_time_pairs", "channels_last_time_pairs",
            "thread_time_ratios", "float_inputs", "cast_ns", "scaled_signature", "batch_time_ratios",
            "fused_signature", "fused_time_ratios", "PAIR_ROUNDS", "sequence_ratios", "SEQUENCE_ROUNDS",
-           "SEQUENCE_MAX_BYTES"]
+           "SEQUENCE_MAX_BYTES", "sequence_corun"]
 
 _TENSOR_TYPES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
                  "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8",
@@ -412,3 +412,99 @@ def cast_ns(dims, src: str, dst: str) -> float:
         x = torch.randn(list(dims)).to(getattr(torch, src))
         _CAST_CACHE[key] = time_call_ns(lambda: x.to(getattr(torch, dst)), torch.device("cpu"), 0.01, typical=True)
     return _CAST_CACHE[key]
+
+
+def _sequence_calls(sequence) -> list:
+    """Callables re-running ``sequence``, each occurrence with operands of its own (failures left out)."""
+    calls = []
+    for sig in sequence:
+        try:
+            calls.append(_bind(*call_for(sig)))
+        except DaydreamError:
+            continue
+    return calls
+
+
+def _pass_ns(calls) -> int:
+    t0 = time.perf_counter_ns()
+    for c in calls:
+        c()
+    return time.perf_counter_ns() - t0
+
+
+def _twin_main() -> None:
+    """The twin of :func:`sequence_corun`: read a sequence (JSON) on stdin, say ``ready``, replay it for ever."""
+    import os
+    import sys
+
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("DAYDREAM_TWIN_THREADS", "1")))
+    calls = _sequence_calls(json.loads(sys.stdin.readline()))
+    _pass_ns(calls)
+    print("ready", flush=True)
+    while True:
+        _pass_ns(calls)
+
+
+#: Rounds of :func:`sequence_corun` (each: passes with the twin stopped, then running).
+CORUN_ROUNDS = 5
+#: Passes of the sequence timed per side of a round.
+CORUN_PASSES = 3
+
+
+def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROUNDS) -> float | None:
+    """Speed of a traced iteration's op sequence beside a twin replaying it on another core, relative to alone.
+
+    Processes of one job on one host's cores (pipeline stages, data-parallel
+    workers) share its last-level cache and memory bandwidth; a job that
+    streams weights slows down beside another that does the same, which a
+    probe of other work does not show (a 1-thread matmul beside a matmul
+    read 0.99 here while the pipeline validation's micro-batch sequence ran
+    at 0.81-0.93 beside its twin).  This process, pinned to one core,
+    replays ``sequence`` (as :func:`sequence_ratios` builds it); a twin
+    process pinned to another core replays the same.  Each round times
+    :data:`CORUN_PASSES` passes with the twin stopped (``SIGSTOP``), then as
+    many with it running; the result is the median over rounds of alone /
+    beside, at most 1.  ``None`` where this process has a single core, the
+    operands exceed :data:`SEQUENCE_MAX_BYTES`, or the twin does not start.
+    """
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import torch
+
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2 or not sequence or 2 * sum(_operand_bytes(s) for s in sequence) > SEQUENCE_MAX_BYTES:
+        return None
+    if threads:
+        torch.set_num_threads(threads)
+    calls = _sequence_calls(sequence)
+    env = {**os.environ, "DAYDREAM_TWIN_THREADS": str(torch.get_num_threads())}
+    twin = subprocess.Popen([sys.executable, "-c", "from daydream.opbench import _twin_main; _twin_main()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=env)
+    try:
+        os.sched_setaffinity(twin.pid, {cores[1]})
+        os.sched_setaffinity(0, {cores[0]})
+        twin.stdin.write(json.dumps(list(sequence)) + "\n")
+        twin.stdin.flush()
+        if twin.stdout.readline().strip() != "ready":
+            return None
+        ratios = []
+        for _ in range(rounds):
+            twin.send_signal(signal.SIGSTOP)
+            alone = statistics.median(_pass_ns(calls) for _ in range(CORUN_PASSES))
+            twin.send_signal(signal.SIGCONT)
+            _pass_ns(calls)                       # the twin back in its loop
+            beside = statistics.median(_pass_ns(calls) for _ in range(CORUN_PASSES))
+            ratios.append(alone / max(beside, 1))
+        return min(statistics.median(ratios), 1.0)
+    except (OSError, BrokenPipeError):
+        return None
+    finally:
+        os.sched_setaffinity(0, cores)
+        twin.kill()
+        twin.wait()

@@ -56,13 +56,14 @@ import numpy as np
 from daydream.cost import compute_mask
 from daydream.model import EventKind, Phase
 
-from daydream.opbench import batch_time_ratios
+from daydream.opbench import batch_time_ratios, scaled_signature
 
 from ._layers import iteration_sequence, meta, op_figures, rerun_ratios, work_mask
 from .base import NotApplicable, Optimization, Param
 from daydream.primitives import set_duration
 
-__all__ = ["BatchSize", "OPTIMIZATION", "WEIGHT_ONLY_RE", "scaled_ns", "batch_values"]
+__all__ = ["BatchSize", "OPTIMIZATION", "WEIGHT_ONLY_RE", "scaled_ns", "batch_values", "rerun_tasks",
+           "sequence_at"]
 
 #: Layers/ops whose work depends on the parameters, not the batch.
 WEIGHT_ONLY_RE = re.compile(r"AccumulateGrad|^Optimizer\.|zero_grad|multi_tensor_apply|all.?reduce|nccl", re.I)
@@ -106,6 +107,23 @@ def batch_values(metadata: dict) -> set:
     params = {x for r in rows if isinstance(r, dict) for p in (r.get("param_shapes") or []) if isinstance(p, list)
               for x in p}
     return values - params
+
+
+def rerun_tasks(ctx) -> np.ndarray:
+    """The compute ops with known FLOPs among the tasks ``batch-size`` scales: those it re-runs."""
+    g = ctx.graph
+    tasks = BatchSize._scaled_tasks(g)
+    flops = op_figures(ctx)[0]
+    return tasks[compute_mask(g)[tasks] & (flops[tasks] > 0)]
+
+
+def sequence_at(ctx, factor: float) -> list:
+    """One traced iteration's re-run ops (:func:`rerun_tasks`) in order, at ``factor`` x the batch."""
+    seq = iteration_sequence(ctx, rerun_tasks(ctx))
+    values = batch_values(meta(ctx))
+    if factor == 1 or not values:
+        return seq
+    return [scaled_signature(s, values, factor) or s for s in seq]
 
 
 class BatchSize(Optimization):

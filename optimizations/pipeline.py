@@ -113,6 +113,8 @@ class Pipeline(Optimization):
               Param("schedule", "1f1b", "gpipe, 1f1b, interleaved or 2bw", str, tuple(sch.SCHEDULES)),
               Param("virtual", 1, "model chunks per rank (interleaved)", int),
               Param("partition", "auto", "auto, layers per stage (5:6) or first layer of each later stage", str),
+              Param("corun", True, "CPU: ranks on one host's cores compute at the rate measured beside a twin "
+                    "(one iteration's ops re-run on two cores at once)", bool),
               Param("action_overhead_us", 0.0, "pipeline runtime's own cost per F/B action, us (0: not modelled)"))
     assumptions = __doc__
 
@@ -134,7 +136,7 @@ class Pipeline(Optimization):
         self._check()
         acts = self.actions()          # refuses impossible schedules before any costing
         n_stages = self.stages * (self.virtual if self.schedule == "interleaved" else 1)
-        units = unit_costs(ctx, self.microbatches)
+        units = unit_costs(ctx, self.microbatches, self.stages, self.corun)
         if n_stages > len(units.names):
             raise sch.ScheduleError(f"pipeline: {n_stages} stages but the model has only {len(units.names)} layers")
         if self.partition == "auto":

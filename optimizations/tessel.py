@@ -143,6 +143,8 @@ class Tessel(Optimization):
               Param("partition", "auto", "auto, layers per stage (5:6) or first layer of each later stage", str),
               Param("action_overhead_us", 0.0, "pipeline runtime's own cost per action (F, B, and each send or "
                     "receive), us (0: not modelled)"),
+              Param("corun", True, "CPU: ranks on one host's cores compute at the rate measured beside a twin "
+                    "(one iteration's ops re-run on two cores at once)", bool),
               Param("placement", "", "device of each stage, ':'-separated (default: stage k on device k)", str),
               Param("max_lag", 0, "largest micro-batch lag of a block (0: 2 x stages)", int),
               Param("memory_mb", 0.0, "limit on stashed activations per device, MB (0: none)"),
@@ -155,7 +157,7 @@ class Tessel(Optimization):
             raise OptionError("tessel: stages and microbatches must be at least 1")
         place = parse_placement(self.placement, self.stages)
         n = len(place)
-        units = unit_costs(ctx, self.microbatches)
+        units = unit_costs(ctx, self.microbatches, max(place) + 1, self.corun)
         if n > len(units.names):
             raise sch.ScheduleError(f"tessel: {n} stages but the model has only {len(units.names)} layers")
         if self.partition == "auto":

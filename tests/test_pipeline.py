@@ -237,3 +237,48 @@ def test_accumulation_cost_is_a_streaming_add_at_measured_bandwidth():
 
     assert accumulate_ns(device(), 1000) == pytest.approx(3 * 1000 / 1e9 * 1e9)   # 3 bytes moved per byte
     assert accumulate_ns(device(), 0) == 0.0
+
+
+def test_ranks_on_one_host_compute_at_the_measured_corun_rate(monkeypatch):
+    """With 2 ranks on one CPU host, forward and backward run at corun_rate (0.8: 1.25x the time);
+    one rank, corun=0, or a rate of 1 change nothing."""
+    from daydream.optimizations import _pipegraph
+
+    monkeypatch.setattr(_pipegraph, "corun_rate", lambda ctx, m: 0.8)
+    ctx, two = whatif("pipeline:stages=2,microbatches=1,schedule=gpipe", layered_graph())
+    assert any("0.80x the speed alone" in n for n in ctx.notes)
+    _, plain = whatif("pipeline:stages=2,microbatches=1,schedule=gpipe,corun=0", layered_graph())
+    # 2 stages x 2 layers: F 80, B 160 ns per stage alone; 100 / 200 at 0.8 (no transfers on this device)
+    fwd = simulate(layered_graph()).mean_iteration_ns()[1]
+    assert plain == fwd                               # one micro-batch, stages in turn: the whole step
+    assert two == round(fwd / 0.8)
+    _, one = whatif("pipeline:stages=1,microbatches=1,schedule=gpipe", layered_graph())
+    assert one == fwd
+
+
+def test_corun_rate_is_one_off_cpu_and_without_a_second_core(monkeypatch):
+    import os
+
+    from daydream import opbench
+    from daydream.optimizations._pipegraph import corun_rate
+
+    flat = {"float32": Curve.flat(1e9)}
+    gpu = WhatIfContext(graph=layered_graph(), trace=None, device=DeviceProfile("g", "gpu", flat, flat, 0))
+    assert corun_rate(gpu, 4) == 1.0
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert opbench.sequence_corun(['["aten::mm", [[2, 2], [2, 2]], ["float", "float"], null, null]']) is None
+
+
+def test_a_sequence_beside_its_twin_runs_at_most_as_fast_as_alone():
+    """Real: a twin process on the other core; the rate is in (0, 1] and this process's cores are given back."""
+    import os
+
+    from daydream import opbench
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    before = os.sched_getaffinity(0)
+    mm = '["aten::mm", [[64, 256], [256, 256]], ["float", "float"], null, null]'
+    rate = opbench.sequence_corun([mm] * 4, threads=1, rounds=2)
+    assert rate is not None and 0 < rate <= 1
+    assert os.sched_getaffinity(0) == before
