@@ -42,10 +42,11 @@ from daydream.graph.graph import DependencyGraph, EdgeKind
 from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.sim import simulate
 
+from ._corun import corun_rate
 from ._schedules import Action, Kind, ScheduleError
 from .base import NotApplicable
 
-__all__ = ["UnitCosts", "StageCosts", "unit_costs", "corun_rate", "attribute", "partition", "parse_partition",
+__all__ = ["UnitCosts", "StageCosts", "unit_costs", "attribute", "partition", "parse_partition",
            "stage_costs", "build_graph", "PipeGraph", "accumulate_ns", "ACCUMULATE_BYTES_PER_BYTE"]
 
 
@@ -136,38 +137,11 @@ def _units(g, order, modules) -> tuple:
     return fwd_layers
 
 
-def corun_rate(ctx, microbatches: int) -> float:
-    """Rate of the stages' compute with the ranks on separate cores of one CPU host, relative to alone.
-
-    One traced iteration's compute ops at the micro-batch, re-run beside a
-    twin replaying them on another core
-    (:func:`daydream.opbench.sequence_corun`), once per process and
-    sequence (predictions from one trace then agree with each other).  1.0
-    off CPU, without torch, or where it cannot be measured.
-    """
-    if ctx.device.kind != "cpu":
-        return 1.0
-    from daydream.opbench import sequence_corun
-
-    from .batch_size import sequence_at
-
-    key = (tuple(sequence_at(ctx, 1.0 / microbatches)), ctx.device.threads or None)
-    if key not in _CORUN:
-        try:
-            _CORUN[key] = sequence_corun(list(key[0]), key[1]) or 1.0
-        except ImportError:
-            _CORUN[key] = 1.0
-    return _CORUN[key]
-
-
-_CORUN: dict = {}
-
-
-def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: bool = True) -> UnitCosts:
+def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: str = "trace") -> UnitCosts:
     """Per-layer per-micro-batch costs of ``ctx.graph`` (see the module docstring).
 
-    With ``ranks`` > 1 processes on one CPU host and ``corun``, forward and
-    backward run at :func:`corun_rate` (noted on ``ctx``).
+    With ``ranks`` > 1 processes on one CPU host, forward and backward run at
+    :func:`optimizations._corun.corun_rate` from ``corun`` (noted on ``ctx``).
     """
     from .base import WhatIfContext
     from .batch_size import BatchSize
@@ -203,11 +177,11 @@ def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: bool = True) -> Un
     names = tuple(g.layers[ly] for ly in units)
     pbytes = np.array([int(mods.get(n, {}).get("param_bytes") or 0) for n in names], np.int64)
     obytes = np.array([int(mods.get(n, {}).get("output_bytes") or 0) for n in names], np.float64) / microbatches
-    rate = corun_rate(ctx, microbatches) if ranks > 1 and corun else 1.0
+    rate = corun_rate(ctx, 1.0 / microbatches, corun) if ranks > 1 else 1.0
     if rate < 1.0:
         fwd, bwd = fwd / rate, bwd / rate
         ctx.note(f"{ranks} ranks on one host's cores: their forward and backward run at {rate:.2f}x the speed "
-                 "alone (one iteration's ops re-run beside a twin on another core; `corun=0` leaves it out)")
+                 f"alone (corun={corun}; `corun=off` leaves it out)")
     return UnitCosts(names, fwd, bwd, pbytes, obytes.astype(np.int64), float(opt), float(pre))
 
 

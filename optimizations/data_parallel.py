@@ -28,10 +28,11 @@ metadata), the all-reduces run in turn with the training thread instead of
 overlapping it.
 
 On a CPU device the workers share one host: the traced thread work (ops
-and the Python gaps between them) runs at the profile's co-run rate
-(``corun``: a 1-thread matmul's throughput with a second process busy on
-another core, relative to alone, measured by ``daydream calibrate``; 1.0
-where the cores do not slow each other).
+and the Python gaps between them) runs at the co-run rate
+(:mod:`optimizations._corun`; ``corun=trace``, the default: one traced
+iteration's compute ops re-run beside a twin replaying them on another
+core; ``corun=profile``: the device profile's matmul-beside-matmul figure;
+1.0 where the cores do not slow each other).
 
 Workers run at the same mean speed but not in lockstep: before the last
 all-reduce of an iteration each waits for the slowest of the N, the expected
@@ -51,6 +52,7 @@ from daydream.model import Lane, LaneKind, Phase
 from daydream.primitives import insert, scale, select
 
 from ._common import OPTIMIZER_STEP_RE, by_rank_iteration, module_table
+from ._corun import SOURCES, corun_rate
 from ._stragglers import wait_for_stragglers
 from .base import NotApplicable, Optimization, Param
 
@@ -89,6 +91,9 @@ class DataParallel(Optimization):
               Param("bucket_mb", 25.0, "DDP bucket size in MB"),
               Param("backend", "auto", "collective figures to use: auto, gloo, nccl", str, ("auto", "gloo", "nccl")),
               Param("overlap", True, "overlap all-reduce with backward", bool),
+              Param("corun", "trace", "CPU: workers on one host's cores compute at the co-run rate of the trace's "
+                    "own ops re-run beside a twin (trace), of the device profile (profile), or alone (off)", str,
+                    SOURCES),
               Param("broadcast_buffers", True, "broadcast module buffers from rank 0 every forward (DDP default)",
                     bool),
               Param("stragglers", True, "wait at each iteration's last all-reduce for the slowest worker, from "
@@ -161,17 +166,18 @@ class DataParallel(Optimization):
 
     def _corun(self, ctx) -> None:
         """On a CPU the workers run on one host at once: the traced thread work (ops and the
-        Python gaps between them) runs at the profile's co-run rate (``corun``, calibrated)."""
-        g, dev = ctx.graph, ctx.device
-        if dev.kind != "cpu" or self.workers < 2 or dev.corun >= 1.0:
+        Python gaps between them) runs at the co-run rate (:func:`optimizations._corun.corun_rate`)."""
+        g = ctx.graph
+        rate = corun_rate(ctx, 1.0, self.corun) if self.workers > 1 else 1.0
+        if rate >= 1.0:
             return
         T = g.tasks
         cpu = np.isin(T["lane"], [i for i, ln in enumerate(g.lanes) if ln.kind == LaneKind.CPU_THREAD])
         work = np.flatnonzero(cpu & (T["iteration"] >= 0))
-        scale(g, work, 1.0 / dev.corun)
-        T["gap_ns"][work] = np.round(T["gap_ns"][work] / dev.corun).astype(np.int64)
-        ctx.note(f"data-parallel: {self.workers} workers on one host: their work runs at {dev.corun:.2f}x the "
-                 f"speed of one alone (the profile's co-run rate)")
+        scale(g, work, 1.0 / rate)
+        T["gap_ns"][work] = np.round(T["gap_ns"][work] / rate).astype(np.int64)
+        ctx.note(f"data-parallel: {self.workers} workers on one host: their work runs at {rate:.2f}x the "
+                 f"speed of one alone (corun={self.corun}; `corun=off` leaves it out)")
 
     def _collectives_share_core(self, ctx) -> bool:
         """On a CPU, gloo reduces with CPU cores: without a spare core per worker, the

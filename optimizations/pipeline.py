@@ -58,6 +58,7 @@ from daydream.model import EventKind, Phase
 from daydream.sim import simulate
 
 from . import _schedules as sch
+from ._corun import SOURCES
 from ._pipegraph import build_graph, parse_partition, partition, stage_costs, unit_costs
 from .base import Optimization, OptionError, Param
 
@@ -113,8 +114,9 @@ class Pipeline(Optimization):
               Param("schedule", "1f1b", "gpipe, 1f1b, interleaved or 2bw", str, tuple(sch.SCHEDULES)),
               Param("virtual", 1, "model chunks per rank (interleaved)", int),
               Param("partition", "auto", "auto, layers per stage (5:6) or first layer of each later stage", str),
-              Param("corun", True, "CPU: ranks on one host's cores compute at the rate measured beside a twin "
-                    "(one iteration's ops re-run on two cores at once)", bool),
+              Param("corun", "trace", "CPU: ranks on one host's cores compute at the co-run rate of the trace's "
+                    "own ops re-run beside a twin (trace), of the device profile (profile), or alone (off)", str,
+                    SOURCES),
               Param("action_overhead_us", 0.0, "pipeline runtime's own cost per F/B action, us (0: not modelled)"))
     assumptions = __doc__
 

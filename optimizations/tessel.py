@@ -41,6 +41,7 @@ import time
 from daydream.sim import simulate
 
 from . import _schedules as sch
+from ._corun import SOURCES
 from ._pipegraph import build_graph, parse_partition, partition, stage_costs, unit_costs
 from .base import Optimization, OptionError, Param
 from .pipeline import ITERATIONS, bubble_fraction
@@ -143,8 +144,9 @@ class Tessel(Optimization):
               Param("partition", "auto", "auto, layers per stage (5:6) or first layer of each later stage", str),
               Param("action_overhead_us", 0.0, "pipeline runtime's own cost per action (F, B, and each send or "
                     "receive), us (0: not modelled)"),
-              Param("corun", True, "CPU: ranks on one host's cores compute at the rate measured beside a twin "
-                    "(one iteration's ops re-run on two cores at once)", bool),
+              Param("corun", "trace", "CPU: ranks on one host's cores compute at the co-run rate of the trace's "
+                    "own ops re-run beside a twin (trace), of the device profile (profile), or alone (off)", str,
+                    SOURCES),
               Param("placement", "", "device of each stage, ':'-separated (default: stage k on device k)", str),
               Param("max_lag", 0, "largest micro-batch lag of a block (0: 2 x stages)", int),
               Param("memory_mb", 0.0, "limit on stashed activations per device, MB (0: none)"),

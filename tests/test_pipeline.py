@@ -242,12 +242,14 @@ def test_accumulation_cost_is_a_streaming_add_at_measured_bandwidth():
 def test_ranks_on_one_host_compute_at_the_measured_corun_rate(monkeypatch):
     """With 2 ranks on one CPU host, forward and backward run at corun_rate (0.8: 1.25x the time);
     one rank, corun=0, or a rate of 1 change nothing."""
-    from daydream.optimizations import _pipegraph
+    from daydream.optimizations import _corun
 
-    monkeypatch.setattr(_pipegraph, "corun_rate", lambda ctx, m: 0.8)
+    monkeypatch.setattr(_corun, "_measured", lambda ctx, f: 0.8)      # the twin measurement
     ctx, two = whatif("pipeline:stages=2,microbatches=1,schedule=gpipe", layered_graph())
     assert any("0.80x the speed alone" in n for n in ctx.notes)
-    _, plain = whatif("pipeline:stages=2,microbatches=1,schedule=gpipe,corun=0", layered_graph())
+    _, plain = whatif("pipeline:stages=2,microbatches=1,schedule=gpipe,corun=off", layered_graph())
+    _, profile = whatif("pipeline:stages=2,microbatches=1,schedule=gpipe,corun=profile", layered_graph())
+    assert profile == plain                           # the test profile's own co-run rate is 1
     # 2 stages x 2 layers: F 80, B 160 ns per stage alone; 100 / 200 at 0.8 (no transfers on this device)
     fwd = simulate(layered_graph()).mean_iteration_ns()[1]
     assert plain == fwd                               # one micro-batch, stages in turn: the whole step
@@ -260,11 +262,11 @@ def test_corun_rate_is_one_off_cpu_and_without_a_second_core(monkeypatch):
     import os
 
     from daydream import opbench
-    from daydream.optimizations._pipegraph import corun_rate
+    from daydream.optimizations._corun import corun_rate
 
     flat = {"float32": Curve.flat(1e9)}
     gpu = WhatIfContext(graph=layered_graph(), trace=None, device=DeviceProfile("g", "gpu", flat, flat, 0))
-    assert corun_rate(gpu, 4) == 1.0
+    assert corun_rate(gpu, 0.25) == 1.0
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     assert opbench.sequence_corun(['["aten::mm", [[2, 2], [2, 2]], ["float", "float"], null, null]']) is None
 
