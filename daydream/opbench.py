@@ -448,9 +448,9 @@ def _twin_main() -> None:
 
 
 #: Rounds of :func:`sequence_corun` (each: passes with the twin stopped, then running).
-CORUN_ROUNDS = 5
-#: Passes of the sequence timed per side of a round.
-CORUN_PASSES = 3
+CORUN_ROUNDS = 9
+#: Least time (s) each side of a round is timed for: passes of a short sequence add up to it.
+CORUN_SIDE_S = 0.03
 
 
 def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROUNDS) -> float | None:
@@ -464,9 +464,11 @@ def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROU
     at 0.81-0.93 beside its twin).  This process, pinned to one core,
     replays ``sequence`` (as :func:`sequence_ratios` builds it); a twin
     process pinned to another core replays the same.  Each round times
-    :data:`CORUN_PASSES` passes with the twin stopped (``SIGSTOP``), then as
-    many with it running; the result is the median over rounds of alone /
-    beside, at most 1.  ``None`` where this process has a single core, the
+    passes for at least :data:`CORUN_SIDE_S` with the twin stopped
+    (``SIGSTOP``), then as many with it running; the result is the median
+    over rounds of alone / beside, at most 1.  (Three passes of the bundled
+    MLP's 2 ms sequence per side gave rounds from 0.66 to 1.38, and once a
+    median of 0.56.)  ``None`` where this process has a single core, the
     operands exceed :data:`SEQUENCE_MAX_BYTES`, or the twin does not start.
     """
     import os
@@ -493,13 +495,14 @@ def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROU
         twin.stdin.flush()
         if twin.stdout.readline().strip() != "ready":
             return None
+        passes = max(3, int(CORUN_SIDE_S * 1e9 / max(_pass_ns(calls), 1)))
         ratios = []
         for _ in range(rounds):
             twin.send_signal(signal.SIGSTOP)
-            alone = statistics.median(_pass_ns(calls) for _ in range(CORUN_PASSES))
+            alone = sum(_pass_ns(calls) for _ in range(passes))
             twin.send_signal(signal.SIGCONT)
             _pass_ns(calls)                       # the twin back in its loop
-            beside = statistics.median(_pass_ns(calls) for _ in range(CORUN_PASSES))
+            beside = sum(_pass_ns(calls) for _ in range(passes))
             ratios.append(alone / max(beside, 1))
         return min(statistics.median(ratios), 1.0)
     except (OSError, BrokenPipeError):

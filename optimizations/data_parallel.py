@@ -29,10 +29,15 @@ overlapping it.
 
 On a CPU device the workers share one host: the traced thread work (ops
 and the Python gaps between them) runs at the co-run rate
-(:mod:`optimizations._corun`; ``corun=trace``, the default: one traced
+(:mod:`optimizations._corun`; ``corun=profile``, the default: the device
+profile's matmul-beside-matmul figure; ``corun=trace``: one traced
 iteration's compute ops re-run beside a twin replaying them on another
-core; ``corun=profile``: the device profile's matmul-beside-matmul figure;
-1.0 where the cores do not slow each other).
+core, as ``pipeline`` does by default; 1.0 where the cores do not slow
+each other).  The default is the profile's figure because the trace's
+re-run has not yet been shown to help here: in its one validation run the
+MLP's row went from 5-8 % low to 25.7 % high, its measurement having caught
+the VM in a spell where two busy cores run at 0.55-0.6x each (about one
+measurement in five).
 
 Workers run at the same mean speed but not in lockstep: before the last
 all-reduce of an iteration each waits for the slowest of the N, the expected
@@ -91,9 +96,9 @@ class DataParallel(Optimization):
               Param("bucket_mb", 25.0, "DDP bucket size in MB"),
               Param("backend", "auto", "collective figures to use: auto, gloo, nccl", str, ("auto", "gloo", "nccl")),
               Param("overlap", True, "overlap all-reduce with backward", bool),
-              Param("corun", "trace", "CPU: workers on one host's cores compute at the co-run rate of the trace's "
-                    "own ops re-run beside a twin (trace), of the device profile (profile), or alone (off)", str,
-                    SOURCES),
+              Param("corun", "profile", "CPU: workers on one host's cores compute at the co-run rate of the "
+                    "device profile (profile), of the trace's own ops re-run beside a twin (trace), or alone (off)",
+                    str, SOURCES),
               Param("broadcast_buffers", True, "broadcast module buffers from rank 0 every forward (DDP default)",
                     bool),
               Param("stragglers", True, "wait at each iteration's last all-reduce for the slowest worker, from "

@@ -30,7 +30,7 @@ def test_profile_keeps_corun_and_refuses_bad_ones(tmp_path):
 
 def test_data_parallel_runs_the_traced_work_at_the_corun_rate(own_trace):
     trace = own_trace("mlp")
-    spec = ["data-parallel:workers=2,stragglers=false,corun=profile"]
+    spec = ["data-parallel:workers=2,stragglers=false"]
     _, alone = predict(trace, spec, device=flat_profile())
     _, shared = predict(trace, spec, device=dataclasses.replace(flat_profile(), corun=0.5))
     g, T = alone.graph, alone.graph.tasks
