@@ -7,7 +7,7 @@ daydream.workloads.mlp``) and the same model training on 4 micro-batches of 16 i
 pipelining runtime), then predicts the second from the first with
 ``pipeline:stages=1,microbatches=4,schedule=gpipe,action_overhead_us=0``, whose per-micro-batch
 costs come from ``batch-size`` re-runs: once in sequence (the default,
-:func:`daydream.opbench.sequence_ratios`) and once with every op timed alone in a loop.
+:func:`daydream.opseq.sequence_ratios`) and once with every op timed alone in a loop.
 
 Usage::
 
@@ -27,7 +27,7 @@ SPEC = "pipeline:stages=1,microbatches=4,schedule=gpipe,action_overhead_us=0"
 
 
 def _round(tmp: Path, k: int) -> tuple:
-    from daydream import opbench
+    from daydream import opseq
     from daydream.analysis import replay
     from daydream.validate import THREADS, trace_in_turns
     from daydream.validation.pipeline import MICROBATCHES, MODEL_ARGS
@@ -41,12 +41,12 @@ def _round(tmp: Path, k: int) -> tuple:
         iterations=8)
     measured = replay(micro)[0].measured_ms
     seq = predict(full, [SPEC])[0].predicted_ms
-    real = opbench.sequence_ratios
-    opbench.sequence_ratios = lambda *a, **kw: None      # what batch-size falls back to: each op alone
+    real = opseq.sequence_ratios
+    opseq.sequence_ratios = lambda *a, **kw: None      # what batch-size falls back to: each op alone
     try:
         alone = predict(full, [SPEC])[0].predicted_ms
     finally:
-        opbench.sequence_ratios = real
+        opseq.sequence_ratios = real
     return replay(full)[0].measured_ms, measured, seq, alone
 
 

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import ast
 import json
-import math
-import statistics
-import time
 
 from .errors import DaydreamError
 
 __all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "dtype_time_pairs", "channels_last_time_pairs",
            "thread_time_ratios", "float_inputs", "cast_ns", "scaled_signature", "batch_time_ratios",
-           "fused_signature", "fused_time_ratios", "PAIR_ROUNDS", "sequence_ratios", "SEQUENCE_ROUNDS",
-           "SEQUENCE_MAX_BYTES", "sequence_corun"]
+           "fused_signature", "fused_time_ratios", "PAIR_ROUNDS"]
 
 _TENSOR_TYPES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
                  "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8",
@@ -243,7 +239,7 @@ def batch_time_ratios(signatures, batch_values, factor: float, threads: int | No
 
     Signatures without a batch dimension, or that fail to run, are left out.
     ``sequence``: the signatures of one traced iteration in order; the ops
-    are then re-run as that sequence (:func:`sequence_ratios`).
+    are then re-run as that sequence (:func:`daydream.opseq.sequence_ratios`).
     """
     return _ratios_by(signatures, lambda sig: scaled_signature(sig, batch_values, factor), threads, sequence)
 
@@ -251,74 +247,13 @@ def batch_time_ratios(signatures, batch_values, factor: float, threads: int | No
 def _ratios_by(signatures, variant, threads, sequence) -> dict:
     """``t(variant(sig)) / t(sig)`` per signature: in sequence where one is given and fits, else each alone."""
     if sequence:
+        from .opseq import sequence_ratios
+
         got = sequence_ratios(sequence, variant, threads)
         if got is not None:
             wanted = set(signatures)
             return {s: r for s, r in got.items() if s in wanted}
     return _ratios(signatures, lambda sig: _time_or_none(variant(sig)), threads)
-
-
-#: Rounds of a sequence re-run (each: the traced sequence, then the variant's).
-SEQUENCE_ROUNDS = 7
-#: Operand bytes of both sequences above which ops are re-run each alone instead.
-SEQUENCE_MAX_BYTES = 1 << 30
-
-
-def _operand_bytes(signature: str) -> int:
-    _, dims, types, _, _ = json.loads(signature)
-    return sum(4 * math.prod(d) for d, t in zip(dims or [], types or [])
-               if isinstance(d, list) and str(t).lower() in _TENSOR_TYPES)
-
-
-def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int = SEQUENCE_ROUNDS) -> dict | None:
-    """Per signature of ``sequence`` with a variant: ``t(variant(sig)) / t(sig)``, re-run as one iteration.
-
-    A compute op in training finds its operands where the rest of the
-    iteration left them: another layer's weights passed through the caches
-    since this layer's were last used.  Timed alone in a loop, the op finds
-    everything in cache, which under-states ops that stream a large weight
-    against little work (a micro-batch's matmul: 16-row matmuls against
-    1024 x 1024 weights here ran 0.9-1.0 ms in a micro-batched training loop
-    and in sequence, 0.75 ms alone).  So the traced iteration's ops are
-    re-run in order, each occurrence with operands of its own, and so is the
-    variant sequence (``variant(sig)``, or the op as traced where it has
-    none); the two sequences alternate ``rounds`` times after a warm-up, and
-    each occurrence's ratio is the median over rounds, each signature's the
-    median over its occurrences.  Ops that cannot be rebuilt are left out of
-    both.  ``None`` when the operands of both sequences exceed
-    :data:`SEQUENCE_MAX_BYTES` (then time each op alone).
-    """
-    import torch
-
-    if threads:
-        torch.set_num_threads(threads)
-    pairs = [(sig, variant(sig)) for sig in sequence]
-    if sum(_operand_bytes(a) + _operand_bytes(b or a) for a, b in pairs) > SEQUENCE_MAX_BYTES:
-        return None
-    calls = []
-    for sig, var in pairs:
-        try:
-            calls.append((sig, var is not None, _bind(*call_for(sig)), _bind(*call_for(var or sig))))
-        except DaydreamError:
-            continue
-    got = [[] for _ in calls]
-    for r in range(rounds + 1):
-        times = []
-        for side in (2, 3):
-            row = []
-            for c in calls:
-                t0 = time.perf_counter_ns()
-                c[side]()
-                row.append(time.perf_counter_ns() - t0)
-            times.append(row)
-        if r:                                   # the first round warms up
-            for g, a, b in zip(got, *times):
-                g.append(b / max(a, 1))
-    by_sig: dict = {}
-    for (sig, has_variant, _, _), ratios in zip(calls, got):
-        if has_variant:
-            by_sig.setdefault(sig, []).append(statistics.median(ratios))
-    return {sig: statistics.median(v) for sig, v in by_sig.items()}
 
 
 #: Convolution ops: position of ``groups`` among their arguments.
@@ -412,102 +347,3 @@ def cast_ns(dims, src: str, dst: str) -> float:
         x = torch.randn(list(dims)).to(getattr(torch, src))
         _CAST_CACHE[key] = time_call_ns(lambda: x.to(getattr(torch, dst)), torch.device("cpu"), 0.01, typical=True)
     return _CAST_CACHE[key]
-
-
-def _sequence_calls(sequence) -> list:
-    """Callables re-running ``sequence``, each occurrence with operands of its own (failures left out)."""
-    calls = []
-    for sig in sequence:
-        try:
-            calls.append(_bind(*call_for(sig)))
-        except DaydreamError:
-            continue
-    return calls
-
-
-def _pass_ns(calls) -> int:
-    t0 = time.perf_counter_ns()
-    for c in calls:
-        c()
-    return time.perf_counter_ns() - t0
-
-
-def _twin_main() -> None:
-    """The twin of :func:`sequence_corun`: read a sequence (JSON) on stdin, say ``ready``, replay it for ever."""
-    import os
-    import sys
-
-    import torch
-
-    torch.set_num_threads(int(os.environ.get("DAYDREAM_TWIN_THREADS", "1")))
-    calls = _sequence_calls(json.loads(sys.stdin.readline()))
-    _pass_ns(calls)
-    print("ready", flush=True)
-    while True:
-        _pass_ns(calls)
-
-
-#: Rounds of :func:`sequence_corun` (each: passes with the twin stopped, then running).
-CORUN_ROUNDS = 9
-#: Least time (s) each side of a round is timed for: passes of a short sequence add up to it.
-CORUN_SIDE_S = 0.03
-
-
-def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROUNDS) -> float | None:
-    """Speed of a traced iteration's op sequence beside a twin replaying it on another core, relative to alone.
-
-    Processes of one job on one host's cores (pipeline stages, data-parallel
-    workers) share its last-level cache and memory bandwidth; a job that
-    streams weights slows down beside another that does the same, which a
-    probe of other work does not show (a 1-thread matmul beside a matmul
-    read 0.99 here while the pipeline validation's micro-batch sequence ran
-    at 0.81-0.93 beside its twin).  This process, pinned to one core,
-    replays ``sequence`` (as :func:`sequence_ratios` builds it); a twin
-    process pinned to another core replays the same.  Each round times
-    passes for at least :data:`CORUN_SIDE_S` with the twin stopped
-    (``SIGSTOP``), then as many with it running; the result is the median
-    over rounds of alone / beside, at most 1.  (Three passes of the bundled
-    MLP's 2 ms sequence per side gave rounds from 0.66 to 1.38, and once a
-    median of 0.56.)  ``None`` where this process has a single core, the
-    operands exceed :data:`SEQUENCE_MAX_BYTES`, or the twin does not start.
-    """
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    import torch
-
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2 or not sequence or 2 * sum(_operand_bytes(s) for s in sequence) > SEQUENCE_MAX_BYTES:
-        return None
-    if threads:
-        torch.set_num_threads(threads)
-    calls = _sequence_calls(sequence)
-    env = {**os.environ, "DAYDREAM_TWIN_THREADS": str(torch.get_num_threads())}
-    twin = subprocess.Popen([sys.executable, "-c", "from daydream.opbench import _twin_main; _twin_main()"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=env)
-    try:
-        os.sched_setaffinity(twin.pid, {cores[1]})
-        os.sched_setaffinity(0, {cores[0]})
-        twin.stdin.write(json.dumps(list(sequence)) + "\n")
-        twin.stdin.flush()
-        if twin.stdout.readline().strip() != "ready":
-            return None
-        passes = max(3, int(CORUN_SIDE_S * 1e9 / max(_pass_ns(calls), 1)))
-        ratios = []
-        for _ in range(rounds):
-            twin.send_signal(signal.SIGSTOP)
-            alone = sum(_pass_ns(calls) for _ in range(passes))
-            twin.send_signal(signal.SIGCONT)
-            _pass_ns(calls)                       # the twin back in its loop
-            beside = sum(_pass_ns(calls) for _ in range(passes))
-            ratios.append(alone / max(beside, 1))
-        return min(statistics.median(ratios), 1.0)
-    except (OSError, BrokenPipeError):
-        return None
-    finally:
-        os.sched_setaffinity(0, cores)
-        twin.kill()
-        twin.wait()

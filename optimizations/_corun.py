@@ -7,7 +7,7 @@ from one of two measurements (``source``):
 
 * ``"trace"``: one traced iteration's compute ops (at the batch the ranks
   will run) re-run beside a twin replaying them on another core
-  (:func:`daydream.opbench.sequence_corun`), once per process and sequence,
+  (:func:`daydream.opseq.sequence_corun`), once per process and sequence,
   so that predictions from one trace agree; where that cannot be measured
   (no shapes, one core, no torch), the profile's figure;
 * ``"profile"``: the device profile's ``corun`` (a 1-thread matmul beside a
@@ -47,7 +47,7 @@ def corun_rate(ctx, batch_factor: float = 1.0, source: str = "trace") -> float:
 
 
 def _measured(ctx, batch_factor: float):
-    from daydream.opbench import sequence_corun
+    from daydream.opseq import sequence_corun
 
     from .batch_size import sequence_at
 

@@ -35,7 +35,7 @@ is also a parameter dimension is ambiguous, and ops showing it keep the
 curve-based multiplier.  With ``in_sequence`` (the default) the ops are
 re-run in the order of one traced iteration, each occurrence with operands of
 its own, alternating with the same sequence at the new batch
-(:func:`daydream.opbench.sequence_ratios`): in training a layer's weights come
+(:func:`daydream.opseq.sequence_ratios`): in training a layer's weights come
 partly from memory, a cost that does not shrink with the batch, which an op
 timed alone in a loop (weights in cache) misses.
 

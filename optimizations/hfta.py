@@ -56,7 +56,7 @@ time ratio scales it: oneDNN's grouped convolutions here often take more
 than N times one group's time, which a FLOP-indexed curve cannot know.
 With ``in_sequence`` (the default) the ops are re-run in the order of one
 traced iteration, alternating with the fused sequence
-(:func:`daydream.opbench.sequence_ratios`), so each finds the caches as the
+(:func:`daydream.opseq.sequence_ratios`), so each finds the caches as the
 rest of its iteration leaves them (N copies of the weights and activations
 are N times the data passing through them).
 

@@ -57,7 +57,7 @@ def test_cpu_trace_ops_rerun_at_the_new_batch(tmp_path, profile):
 
 
 class _Clock:
-    """A fake ``time`` for :mod:`daydream.opbench`: calls advance it by what they are told to cost."""
+    """A fake ``time`` for :mod:`daydream.opseq`: calls advance it by what they are told to cost."""
 
     def __init__(self):
         self.now = 0
@@ -67,16 +67,17 @@ class _Clock:
 
 
 def _sequence_fixture(monkeypatch, costs):
-    """``call_for``/``_bind`` stand-ins: the op named by a signature costs ``costs[name](round)`` ns."""
-    from daydream import opbench
+    """:mod:`daydream.opseq` with ``call_for``/``_bind`` stand-ins: the op named by a signature
+    costs ``costs[name](call)`` ns on a fake clock."""
+    from daydream import opseq
 
     clock, calls = _Clock(), {}
-    monkeypatch.setattr(opbench, "time", clock)
-    monkeypatch.setattr(opbench, "call_for", lambda sig: (sig, None))
+    monkeypatch.setattr(opseq, "time", clock)
+    monkeypatch.setattr(opseq, "call_for", lambda sig: (sig, None))
 
     def bind(sig, _):
         if sig == "broken":
-            raise opbench.DaydreamError("cannot rebuild broken")
+            raise opseq.DaydreamError("cannot rebuild broken")
         calls[sig] = calls.get(sig, -1)
 
         def run():
@@ -84,9 +85,9 @@ def _sequence_fixture(monkeypatch, costs):
             clock.now += costs[sig](calls[sig])
         return run
 
-    monkeypatch.setattr(opbench, "_bind", bind)
-    monkeypatch.setattr(opbench, "_operand_bytes", lambda sig: 0)
-    return opbench
+    monkeypatch.setattr(opseq, "_bind", bind)
+    monkeypatch.setattr(opseq, "_operand_bytes", lambda sig: 0)
+    return opseq
 
 
 def test_sequence_reruns_alternate_the_two_sequences_and_keep_median_ratios(monkeypatch):
@@ -95,24 +96,26 @@ def test_sequence_reruns_alternate_the_two_sequences_and_keep_median_ratios(monk
     slow = lambda k: 3 if k == 2 else 1                                            # noqa: E731
     costs = {"mm": lambda k: 100 * slow(k), "mm/2": lambda k: 60 * slow(k),
              "relu": lambda k: 10, "relu/2": lambda k: 5, "wgrad": lambda k: 50}
-    opbench = _sequence_fixture(monkeypatch, costs)
+    opseq = _sequence_fixture(monkeypatch, costs)
     variant = {"mm": "mm/2", "relu": "relu/2"}.get                                  # wgrad: no variant
-    got = opbench.sequence_ratios(["mm", "relu", "broken", "wgrad", "mm"], variant, rounds=3)
+    got = opseq.sequence_ratios(["mm", "relu", "broken", "wgrad", "mm"], variant, rounds=3)
     assert got == {"mm": 0.6, "relu": 0.5}
 
 
 def test_sequence_reruns_give_way_to_single_reruns_above_the_memory_limit(monkeypatch):
+    from daydream import opbench
+
     a = _mm([12, 16], [16, 24])
-    opbench = _sequence_fixture(monkeypatch, {a: lambda k: 1, "b": lambda k: 1})
-    monkeypatch.setattr(opbench, "_operand_bytes", lambda sig: opbench.SEQUENCE_MAX_BYTES)
-    assert opbench.sequence_ratios([a], lambda s: "b") is None
+    opseq = _sequence_fixture(monkeypatch, {a: lambda k: 1, "b": lambda k: 1})
+    monkeypatch.setattr(opseq, "_operand_bytes", lambda sig: opseq.SEQUENCE_MAX_BYTES)
+    assert opseq.sequence_ratios([a], lambda s: "b") is None
     monkeypatch.setattr(opbench, "_ratios", lambda sigs, other, threads: {"alone": 1.0})
     assert opbench.batch_time_ratios([a], {12}, 0.5, sequence=[a]) == {"alone": 1.0}
 
 
 def test_batch_size_reruns_one_iterations_ops_in_traced_order(tmp_path, profile, monkeypatch):
     """The sequence handed to the re-runs is one iteration's compute ops in traced order."""
-    from daydream import opbench
+    from daydream import opseq
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 40), nn.ReLU(), nn.Linear(40, 24))
@@ -124,8 +127,8 @@ def test_batch_size_reruns_one_iterations_ops_in_traced_order(tmp_path, profile,
             model(torch.randn(12, 16)).sum().backward()
             opt.step()
     seen = []
-    real = opbench.sequence_ratios
-    monkeypatch.setattr(opbench, "sequence_ratios", lambda seq, *a, **k: seen.append(list(seq)) or real(seq, *a, **k))
+    real = opseq.sequence_ratios
+    monkeypatch.setattr(opseq, "sequence_ratios", lambda seq, *a, **k: seen.append(list(seq)) or real(seq, *a, **k))
     rep, _ = predict(out, ["batch-size:factor=0.5"], device=profile)
     assert len(seen) == 1
     names = [json.loads(s)[0] for s in seen[0]]

@@ -261,26 +261,26 @@ def test_ranks_on_one_host_compute_at_the_measured_corun_rate(monkeypatch):
 def test_corun_rate_is_one_off_cpu_and_without_a_second_core(monkeypatch):
     import os
 
-    from daydream import opbench
+    from daydream import opseq
     from daydream.optimizations._corun import corun_rate
 
     flat = {"float32": Curve.flat(1e9)}
     gpu = WhatIfContext(graph=layered_graph(), trace=None, device=DeviceProfile("g", "gpu", flat, flat, 0))
     assert corun_rate(gpu, 0.25) == 1.0
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-    assert opbench.sequence_corun(['["aten::mm", [[2, 2], [2, 2]], ["float", "float"], null, null]']) is None
+    assert opseq.sequence_corun(['["aten::mm", [[2, 2], [2, 2]], ["float", "float"], null, null]']) is None
 
 
 def test_a_sequence_beside_its_twin_runs_at_most_as_fast_as_alone():
     """Real: a twin process on the other core; the rate is in (0, 1] and this process's cores are given back."""
     import os
 
-    from daydream import opbench
+    from daydream import opseq
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two cores")
     before = os.sched_getaffinity(0)
     mm = '["aten::mm", [[64, 256], [256, 256]], ["float", "float"], null, null]'
-    rate = opbench.sequence_corun([mm] * 4, threads=1, rounds=2)
+    rate = opseq.sequence_corun([mm] * 4, threads=1, rounds=2)
     assert rate is not None and 0 < rate <= 1
     assert os.sched_getaffinity(0) == before
