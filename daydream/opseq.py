@@ -165,7 +165,7 @@ def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROU
         twin.stdin.flush()
         if twin.stdout.readline().strip() != "ready":
             return None
-        passes = max(3, int(CORUN_SIDE_S * 1e9 / max(_pass_ns(calls), 1)))
+        passes = math.ceil(CORUN_SIDE_S * 1e9 / max(_pass_ns(calls), 1))
         ratios = []
         for _ in range(rounds):
             twin.send_signal(signal.SIGSTOP)
