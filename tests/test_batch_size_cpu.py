@@ -39,7 +39,8 @@ def test_batch_values_leave_out_what_a_parameter_dimension_could_be():
     assert batch_values({}) == set()
 
 
-def test_cpu_trace_ops_rerun_at_the_new_batch(tmp_path, profile):
+def _tiny_trace(tmp_path):
+    """A traced 2-layer MLP (16 -> 40 -> 24) at batch 12, three recorded iterations."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 40), nn.ReLU(), nn.Linear(40, 24))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -49,6 +50,11 @@ def test_cpu_trace_ops_rerun_at_the_new_batch(tmp_path, profile):
             opt.zero_grad()
             model(torch.randn(12, 16)).sum().backward()
             opt.step()
+    return out
+
+
+def test_cpu_trace_ops_rerun_at_the_new_batch(tmp_path, profile):
+    out = _tiny_trace(tmp_path)
     rep, _ = predict(out, ["batch-size:factor=0.5"], device=profile)
     assert any("re-run at x0.5 of batch 12" in n for n in rep.notes), rep.notes
     rep0, _ = predict(out, ["batch-size:factor=0.5,remeasure=0"], device=profile)
@@ -117,15 +123,7 @@ def test_batch_size_reruns_one_iterations_ops_in_traced_order(tmp_path, profile,
     """The sequence handed to the re-runs is one iteration's compute ops in traced order."""
     from daydream import opseq
 
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 40), nn.ReLU(), nn.Linear(40, 24))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    out = tmp_path / "t.json"
-    with trace(out, warmup=1, iterations=3):
-        for _ in range(4):
-            opt.zero_grad()
-            model(torch.randn(12, 16)).sum().backward()
-            opt.step()
+    out = _tiny_trace(tmp_path)
     seen = []
     real = opseq.sequence_ratios
     monkeypatch.setattr(opseq, "sequence_ratios", lambda seq, *a, **k: seen.append(list(seq)) or real(seq, *a, **k))
