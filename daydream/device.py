@@ -182,8 +182,23 @@ class DeviceProfile:
         return curve(flops) if curve else self.conv_flops_per_s(dtype, flops)
 
     def mem_bw_bytes_per_s(self, nbytes: float, dtype: str = "float32") -> float:
+        """Bytes/s of an elementwise op moving ``nbytes`` again and again (warm caches where they fit)."""
         curve = self.elementwise.get(dtype) or self.elementwise["float32"]
         return curve(nbytes)
+
+    def stream_bw_bytes_per_s(self, dtype: str = "float32") -> float:
+        """Bytes/s of an elementwise op over data that is not in cache: the elementwise
+        curve at its largest measured size (calibration's largest is beyond any cache).
+
+        For a buffer touched once an iteration (DDP's gradient buckets), whatever
+        its size: the rest of the iteration has passed through the caches since.
+
+        >>> DeviceProfile("x", "cpu", {}, {"float32": Curve(((1e3, 1e9), (1e6, 5e10), (1e8, 2e10)))},
+        ...               0).stream_bw_bytes_per_s()
+        20000000000.0
+        """
+        curve = self.elementwise.get(dtype) or self.elementwise["float32"]
+        return float(curve.points[-1][1])
 
     def allreduce_ns(self, nbytes: float, workers: int, backend: str | None = None) -> float:
         """Ring all-reduce time: ``2 (n-1)/n * bytes / bw + latency * 2 (n-1)``."""

@@ -11,9 +11,13 @@ lane per rank, lasting the device's ring all-reduce time for the bucket
 published collective figures of ``backend``), and the optimizer step waits
 for the last one.  DDP's copies of gradients into the flat bucket buffers
 (divided by the world size on the way) and back into ``.grad`` once reduced
-are CPU tasks, a read and a write of the bucket's bytes each at measured
-bandwidth, on the thread that runs backward: copy-in when the bucket is
-ready, copy-out at the end of backward (before the optimizer step).
+are CPU tasks on the thread that runs backward: copy-in when the bucket is
+ready, copy-out at the end of backward (before the optimizer step).  DDP
+copies one parameter at a time, so each costs one op's overhead per
+parameter tensor (``param_shapes`` of the module table) plus a read and a
+write of its bytes at the device's streaming bandwidth from memory
+(:meth:`~daydream.device.DeviceProfile.stream_bw_bytes_per_s`): a bucket is
+touched once an iteration, so it is never in cache, whatever its size.
 ``overlap=false`` starts all all-reduces after backward.
 
 Buffers (BatchNorm running statistics; ``buffer_bytes`` of the module
@@ -61,7 +65,7 @@ from ._corun import SOURCES, corun_rate
 from ._stragglers import wait_for_stragglers
 from .base import NotApplicable, Optimization, Param
 
-__all__ = ["DataParallel", "OPTIMIZATION", "buckets"]
+__all__ = ["DataParallel", "OPTIMIZATION", "buckets", "param_copy_ns"]
 
 
 #: DDP closes its first bucket at 1 MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
@@ -87,6 +91,25 @@ def buckets(sizes, bucket_bytes: int, first_bytes: int | None = None) -> list:
     if cur:
         out.append(cur)
     return out
+
+
+def param_copy_ns(dev, row: dict) -> float:
+    """DDP's copy of one module's gradients into (or out of) its bucket: per parameter
+    tensor one op's overhead plus a read and a write of its bytes from memory.
+
+    ``row`` is the module's entry in the trace's module table; without
+    ``param_shapes`` its parameters count as one tensor.
+
+    >>> from daydream.device import Curve, DeviceProfile
+    >>> dev = DeviceProfile("x", "cpu", {}, {"float32": Curve(((1e3, 1e9), (1e8, 1e10)))}, 2000)
+    >>> param_copy_ns(dev, {"param_bytes": 5000, "param_shapes": [[1000], [250]]})
+    5000.0
+    >>> param_copy_ns(dev, {"param_bytes": 5000})
+    3000.0
+    """
+    nbytes = float(row.get("param_bytes") or 0)
+    tensors = max(1, len(row.get("param_shapes") or ()))
+    return tensors * dev.op_overhead_ns + 2 * nbytes / dev.stream_bw_bytes_per_s() * 1e9
 
 
 class DataParallel(Optimization):
@@ -118,6 +141,7 @@ class DataParallel(Optimization):
         sizes = dict(params)
         groups = buckets([(p, sizes[p]) for p in order], int(self.bucket_mb * (1 << 20)),
                          min(FIRST_BUCKET_BYTES, int(self.bucket_mb * (1 << 20))))
+        copy_ns_of = {p: param_copy_ns(dev, table[p]) for p in order}
         self._corun(ctx)
         steps = select(g, layer=OPTIMIZER_STEP_RE)
         step_first = {k: v[0] for k, v in by_rank_iteration(g, steps).items()}
@@ -131,7 +155,7 @@ class DataParallel(Optimization):
             for b in groups:
                 nbytes = sum(sizes[p] for p in b)
                 ready = self._ready_task(g, b, rank, it, first)
-                copy_ns = int(2 * nbytes / dev.mem_bw_bytes_per_s(nbytes) * 1e9)
+                copy_ns = int(sum(copy_ns_of[p] for p in b))
                 bwd_lane = int(g.tasks["lane"][ready])
                 cp = insert(g, bwd_lane, dur_ns=copy_ns, name="DDP bucket copy", after=ready,
                             phase=Phase.BACKWARD, iteration=it)

@@ -17,7 +17,7 @@ from daydream.optimizations import NotApplicable, OptionError, get, names
 from daydream.primitives import select
 from daydream.whatif import predict
 
-from conftest import flat_profile
+from conftest import REPO, flat_profile
 
 
 def test_every_registered_optimization_lists_parameters():
@@ -142,6 +142,33 @@ def test_data_parallel_copies_buckets_in_and_back_out_before_the_step(own_trace,
         nxt = lane[lane.index(out) + 1]
         assert g.task_name(nxt) == "DDP bucket copy-out" or nxt in set(steps.tolist())
         assert set(g.edges["src"][g.edges["dst"] == out].tolist()) & set(reduces)
+
+
+
+def test_data_parallel_copies_cost_an_op_per_parameter_and_stream_from_memory():
+    """Flat profile: each bucket copy lasts tensors x overhead + 2 x bytes / bandwidth, exactly."""
+    from daydream import load_trace
+
+    dev = flat_profile(bw=2e9, overhead_ns=1500)
+    trace = load_trace(REPO / "traces" / "mlp.trace.json.gz")
+    rows = [m for m in trace.ranks[0].meta["daydream"]["modules"] if m.get("param_bytes")]
+    n_it = trace.ranks[0].n_iterations
+
+    def copies_per_iteration():
+        _, res = predict(trace, ["data-parallel:workers=2,bucket_mb=1000,stragglers=false"], device=dev)
+        g = res.graph
+        ins = [t for t in range(g.n_tasks) if g.task_name(t) == "DDP bucket copy"]
+        assert len(ins) == n_it * 2     # the first bucket (1 MiB) and the rest
+        return g.tasks["dur_ns"][ins].sum() / n_it
+
+    nbytes = sum(m["param_bytes"] for m in rows)
+    stream_ns = 2 * nbytes / 2e9 * 1e9
+    for m in rows:                      # a module table without shapes: one tensor a module
+        m.pop("param_shapes", None)
+    assert copies_per_iteration() == pytest.approx(len(rows) * 1500 + stream_ns, abs=2)
+    for m in rows:                      # weight and bias
+        m["param_shapes"] = [[m["param_bytes"] // 8], [m["param_bytes"] // 8]]
+    assert copies_per_iteration() == pytest.approx(2 * len(rows) * 1500 + stream_ns, abs=2)
 
 
 def test_data_parallel_broadcasts_buffers_before_each_forward(own_trace, profile):
