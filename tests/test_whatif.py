@@ -234,8 +234,6 @@ def test_dataloader_hands_over_the_batch_the_model_takes():
     from daydream import load_trace
     from daydream.optimizations.dataloader import batch_bytes
 
-    from conftest import REPO
-
     def fetch_ns(trace):
         _, res = predict(trace, ["dataloader:workers=2"], device=flat_profile(fetch=(0.0, 1.0)))   # 1 ns a byte
         g = res.graph
