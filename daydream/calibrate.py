@@ -16,7 +16,7 @@ import time
 from .device import BMM_COPIES, Curve, DeviceProfile, measured_on
 from .errors import DaydreamError
 
-__all__ = ["calibrate", "gloo_p2p", "time_call_ns", "SIZES", "QUICK_SIZES"]
+__all__ = ["calibrate", "gloo_p2p", "p2p_handshake_ns", "time_call_ns", "SIZES", "QUICK_SIZES"]
 
 #: Problem sizes (matmul m=n=k-ish shapes, elementwise element counts, all-reduce bytes).
 SIZES = {
@@ -167,7 +167,8 @@ def _gloo_worker(rank, port, sizes, q, kind):
                 dist.all_reduce(t)
             out.append((nbytes, (time.perf_counter() - t0) / reps * 1e9))
         else:
-            out.append((nbytes, _p2p_one_way_ns(torch, dist, rank, t), *_p2p_post_ns(torch, dist, rank, t)))
+            out.append((nbytes, _p2p_one_way_ns(torch, dist, rank, t), *_p2p_post_ns(torch, dist, rank, t),
+                        _p2p_late_recv_ns(torch, dist, rank, t)))
     if rank == 0:
         q.put(out)
     dist.destroy_process_group()
@@ -225,10 +226,49 @@ def _p2p_post_ns(torch, dist, rank, t) -> tuple:
     return 0.0, 0.0
 
 
+#: A late receive: posted this long after its send, so that the send waits for it.
+P2P_LATE_S = 0.002
+
+
+def _p2p_late_recv_ns(torch, dist, rank, t) -> float:
+    """Rank 1: the median wait, from the ``irecv`` call to the data, of a receive posted
+    :data:`P2P_LATE_S` after its send (gloo moves the data only once both sides have posted:
+    the receiver's notice goes to the sender, whose thread then writes), over
+    :data:`P2P_TRIES` tries after 3 warm-up ones, sent to rank 0.  Rank 0: that median."""
+    took = []
+    for _ in range(P2P_TRIES + 3):
+        dist.barrier()
+        if rank == 0:
+            work = dist.isend(t, 1)
+            _spin(2 * P2P_LATE_S)
+            work.wait()
+        else:
+            _spin(P2P_LATE_S)
+            t0 = time.perf_counter_ns()
+            dist.irecv(t, 0).wait()
+            took.append(time.perf_counter_ns() - t0)
+    mine = torch.tensor([statistics.median(took[3:]) if took else 0.0], dtype=torch.float64)
+    if rank == 1:
+        dist.send(mine, 0)
+        return 0.0
+    dist.recv(mine, 1)
+    return float(mine)
+
+
+def p2p_handshake_ns(one_way_ns: float, send_post_ns: float, recv_post_ns: float, late_wait_ns: float) -> float:
+    """What a late receive waits beyond posting it and the transfer as :meth:`DeviceProfile.p2p_ns`
+    counts it (from the send's post): ``late - recv_post - (one_way - send_post)``, at least 0.
+
+    >>> p2p_handshake_ns(223e3, 70e3, 60e3, 348e3 + 60e3)
+    195000.0
+    """
+    return max(late_wait_ns - recv_post_ns - (one_way_ns - send_post_ns), 0.0)
+
+
 def gloo_p2p(sizes=None) -> tuple:
-    """``((bytes/s, latency ns), (send post ns, receive post ns))`` of one gloo send between two
-    local processes (idle CPUs polling): the ``p2p`` and ``p2p_post`` figures of a CPU profile,
-    measured alone to complete an older profile."""
+    """``((bytes/s, latency ns), (send post ns, receive post ns), handshake ns)`` of one gloo send
+    between two local processes (idle CPUs polling): the ``p2p``, ``p2p_post`` and
+    ``p2p_handshake`` figures of a CPU profile, measured alone to complete an older profile."""
     from .cpuidle import polling_idle
 
     with polling_idle():
@@ -239,8 +279,9 @@ def _gloo_fit(sizes, kind: str = "allreduce"):
     """(bytes/s, latency ns) of gloo between two local processes, fitted to ``t = a + bytes/bw``:
     the ring model for 2 workers (``a = 2 latency``) for ``"allreduce"``; one send
     (``a = latency``; ranks pinned to a core each where there are two) for ``"p2p"``, which
-    also returns the host cost of posting a send and a receive (median over the sizes up to
-    :data:`P2P_POST_MAX_BYTES`): ``((bytes/s, latency ns), (send ns, receive ns))``."""
+    also returns the host cost of posting a send and a receive and the handshake of a late
+    receive (:func:`p2p_handshake_ns`; medians over the sizes up to :data:`P2P_POST_MAX_BYTES`):
+    ``((bytes/s, latency ns), (send ns, receive ns), handshake ns)``."""
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
@@ -259,7 +300,8 @@ def _gloo_fit(sizes, kind: str = "allreduce"):
     if kind == "p2p":
         small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]
         post = tuple(statistics.median(p[k] for p in small) for k in (2, 3))
-        return _fit_relative([p[:2] for p in pts]), post
+        handshake = statistics.median(p2p_handshake_ns(p[1], p[2], p[3], p[4]) for p in small)
+        return _fit_relative([p[:2] for p in pts]), post, handshake
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
@@ -481,21 +523,21 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     if not quick:
         say("torch.compile call overhead (compiles a tiny model, ~10 s)")
         compiled = _compiled_call_ns(torch, dev)
-    coll, p2p, post, corun = {}, {}, {}, 1.0
+    coll, p2p, post, handshake, corun = {}, {}, {}, {}, 1.0
     if collectives:
         say("compute beside a second busy process")
         corun = _corun_factor(torch) if dev.type == "cpu" else 1.0
         say("all-reduce (gloo, 2 processes)")
         coll["gloo"] = _gloo_fit(sizes["allreduce"])
         say("point-to-point send (gloo, 2 processes)")
-        p2p["gloo"], post["gloo"] = _gloo_fit(sizes["allreduce"], "p2p")
+        p2p["gloo"], post["gloo"], handshake["gloo"] = _gloo_fit(sizes["allreduce"], "p2p")
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
     else:
         name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
                          bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, p2p=p2p,
-                         p2p_post=post, corun=corun,
+                         p2p_post=post, p2p_handshake=handshake, corun=corun,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
                          checkpoint_call_ns=ckpt,
                          source=f"{measured_on()} {time.strftime('%Y-%m-%d %H:%M')}"

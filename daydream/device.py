@@ -118,6 +118,10 @@ class DeviceProfile:
     p2p_post : dict of str to (send_ns, recv_ns)
         Per backend: host time of posting a send and a receive (the calling
         thread's share of a hand-over, before the transfer); where absent, 0.
+    p2p_handshake : dict of str to ns
+        Per backend: what a receive posted after its send waits beyond its post and
+        the transfer (gloo moves data only once both sides have posted: the
+        receiver's notice travels to the sender first); where absent, 0.
     """
 
     name: str
@@ -131,6 +135,7 @@ class DeviceProfile:
     collective: dict = field(default_factory=dict)
     p2p: dict = field(default_factory=dict)
     p2p_post: dict = field(default_factory=dict)
+    p2p_handshake: dict = field(default_factory=dict)
     threads: int = 0
     source: str = "published"
     #: DataLoader: main-process cost of receiving one batch from a worker
@@ -243,6 +248,14 @@ class DeviceProfile:
         send, recv = _for_backend(self.p2p_post, backend)
         return float(send), float(recv)
 
+    def p2p_handshake_ns(self, backend: str | None = None) -> float:
+        """Extra wait of a receive posted after its send (0.0 where not calibrated).
+
+        >>> DeviceProfile("x", "cpu", {}, {}, 0, p2p_handshake={"gloo": 120e3}).p2p_handshake_ns()
+        120000.0
+        """
+        return float(_for_backend(self.p2p_handshake, backend)) if self.p2p_handshake else 0.0
+
     # ------------------------------------------------------------ persistence
     def to_json(self) -> dict:
         d = asdict(self)
@@ -263,6 +276,7 @@ class DeviceProfile:
                    collective={k: tuple(v) for k, v in d.get("collective", {}).items()},
                    p2p={k: tuple(v) for k, v in d.get("p2p", {}).items()},
                    p2p_post={k: tuple(v) for k, v in d.get("p2p_post", {}).items()},
+                   p2p_handshake={k: float(v) for k, v in d.get("p2p_handshake", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
                    compiled_call_ns=int(d.get("compiled_call_ns", 0)),
@@ -380,6 +394,9 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
     for name, v in prof.p2p_post.items():
         if len(v) != 2 or not all(_positive(x) or x == 0 for x in v):
             return f"p2p_post {name}: needs (send ns >= 0, receive ns >= 0)"
+    for name, v in prof.p2p_handshake.items():
+        if not (_positive(v) or v == 0):
+            return f"p2p_handshake {name}: needs ns >= 0"
     if len(prof.loader_fetch) != 2 or not all(_positive(x) or x == 0 for x in prof.loader_fetch):
         return "loader_fetch needs two non-negative numbers"
     if not (isinstance(prof.corun, (int, float)) and 0 < prof.corun <= 1):

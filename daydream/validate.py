@@ -103,10 +103,12 @@ def ensure_profile(profile_path=None, progress=print) -> str:
         save_profile(calibrate("cpu", threads=THREADS, progress=lambda m: progress(f"calibrating: {m}")), path)
         return path
     prof = None if profile_path else load_profile(path)
-    if prof is not None and prof.kind == "cpu" and prof.collective and not (prof.p2p and prof.p2p_post):
+    if prof is not None and prof.kind == "cpu" and prof.collective and not (prof.p2p and prof.p2p_post
+                                                                             and prof.p2p_handshake):
         progress(f"calibrating: point-to-point send (gloo, 2 processes), added to {path}")
-        link, post = gloo_p2p()
-        save_profile(dataclasses.replace(prof, p2p={"gloo": link}, p2p_post={"gloo": post}), path)
+        link, post, handshake = gloo_p2p()
+        save_profile(dataclasses.replace(prof, p2p={"gloo": link}, p2p_post={"gloo": post},
+                                         p2p_handshake={"gloo": handshake}), path)
     return path
 
 

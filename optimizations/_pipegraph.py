@@ -12,10 +12,13 @@
   the device profile has the host cost of posting a send and a receive
   (``p2p_post``: gloo on CPU), the sender's compute lane posts each send after
   the action that produced it, and the receiver's posts each receive before
-  the action that needs it (not waiting for the data: runtimes post receives
-  ahead); a runtime that runs sends and receives as actions of their own
-  (``tessel``'s, torch's ``_PipelineScheduleRuntime``) adds its per-action
-  cost to each.
+  the action that needs it; a runtime that runs sends and receives as actions
+  of their own (``tessel``'s, torch's ``_PipelineScheduleRuntime``) adds its
+  per-action cost to each.  The transfer starts once *both* are posted (gloo
+  moves the data only then), after the profile's handshake
+  (``p2p_handshake``: the receiver's notice reaching the sender) from the
+  receive's post: a receive posted after its send waits for the handshake and
+  the transfer, one posted before it only for the transfer.
 
 Time attribution
 ----------------
@@ -332,14 +335,28 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
         g.lane_tasks[lane].append(int(t))
         return int(t)
 
-    def link(a, b):
-        if (a, b) not in links:
-            links[(a, b)] = g.add_lane(Lane(a, LaneKind.COMM, f"pipeline rank {a}", f"p2p to {b}", f"p2p {a}->{b}"))
-        return links[(a, b)]
+    def link(a, b, act):
+        """The lane of one stage's sends of one kind to rank ``b``: in micro-batch order at both
+        ends, so first-come first-served on it never holds a transfer behind one whose receive
+        is posted later (gloo matches each send with its own receive, not in one queue)."""
+        key = (a, b, act.stage, act.kind)
+        if key not in links:
+            what = f"{'activations' if act.kind is Kind.F else 'gradients'} of stage {act.stage}"
+            links[key] = g.add_lane(Lane(a, LaneKind.COMM, f"pipeline rank {a}", f"p2p to {b}: {what}",
+                                         f"p2p {a}->{b} {act.kind.name}{act.stage}"))
+        return links[key]
+
+    def handshake(a, b):    # the receiver's notice to the sender: a lane of its own per link
+        if ("h", a, b) not in links:
+            links[("h", a, b)] = g.add_lane(Lane(a, LaneKind.COMM, f"pipeline rank {a}", f"handshake to {b}",
+                                                 f"handshake {a}->{b}"))
+        return links[("h", a, b)]
 
     deps = []
     send_post_ns, recv_post_ns = device.p2p_post_ns() if P > 1 else (0.0, 0.0)
     send_task_ns, recv_task_ns = send_post_ns + sc.comm_action_ns, recv_post_ns + sc.comm_action_ns
+    handshake_ns = device.p2p_handshake_ns() if P > 1 else 0.0
+    recv_posts = {}
     n_iter = iterations if flush else 1
     for r in range(P):
         g.markers[r] = []
@@ -360,8 +377,8 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                     dur += sc.accumulate_ns[a.stage]
                 ph = Phase.FORWARD if a.kind is Kind.F else Phase.BACKWARD
                 prv = _source(a, len(sc.fwd_ns))
-                if recv_task_ns and prv is not None and where[prv.stage] != r:   # posted ahead: no wait for data
-                    add(comp[r], recv_task_ns, f"post receive {a}", ph, i)
+                if recv_task_ns and prv is not None and where[prv.stage] != r:
+                    recv_posts[(it, a)] = add(comp[r], recv_task_ns, f"post receive {a}", ph, i)
                 t = out.task[(it, a)] = add(comp[r], dur, str(a), ph, i)
                 nxt = a.stage + 1 if a.kind is Kind.F else a.stage - 1
                 if 0 <= nxt < len(sc.fwd_ns) and where[nxt] != r:
@@ -370,7 +387,7 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                     if send_task_ns:    # the sending thread's share; the transfer counts from the post's call
                         src = add(comp[r], send_task_ns, f"post send {a}", ph, i)
                         deps.append((t, src))
-                    x = add(link(r, where[nxt]), max(device.p2p_ns(nb) - send_post_ns, 0.0), f"send {a}", ph, i,
+                    x = add(link(r, where[nxt], a), max(device.p2p_ns(nb) - send_post_ns, 0.0), f"send {a}", ph, i,
                             nbytes=nb, kind_=EventKind.COLLECTIVE)
                     deps.append((src, x))
                     sends[(it, a)] = x
@@ -391,6 +408,15 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
         src = _source(a, len(sc.fwd_ns))
         if src is not None:
             deps.append((sends.get((it, src), out.task[(it, src)]), t))
+        if (it, a) in recv_posts and (it, src) in sends:     # the transfer waits for the receive's post
+            post, x = recv_posts[(it, a)], sends[(it, src)]
+            if handshake_ns:
+                r, s_ = int(g.tasks["rank"][post]), int(g.tasks["rank"][x])
+                post_ = add(handshake(r, s_), handshake_ns, f"handshake {a}", g.tasks["phase"][post],
+                            int(g.tasks["iteration"][post]), kind_=EventKind.COLLECTIVE)
+                deps.append((post, post_))
+                post = post_
+            deps.append((post, x))
     s, d = zip(*deps) if deps else ((), ())
     g.add_edges(np.asarray(s, np.int32), np.asarray(d, np.int32), EdgeKind.DATA)
     if not flush:   # tasks of the unbounded tail iterations count in no iteration

@@ -39,6 +39,17 @@ def test_profile_keeps_p2p_post_and_refuses_bad_ones(tmp_path):
         load_profile(path)
 
 
+def test_profile_keeps_the_p2p_handshake_and_refuses_a_negative_one(tmp_path):
+    path = save_profile(dataclasses.replace(flat_profile(), p2p_handshake={"gloo": 25_000.0}), str(tmp_path / "p.json"))
+    assert load_profile(path).p2p_handshake_ns("gloo") == 25_000.0
+    assert flat_profile().p2p_handshake_ns() == 0.0          # older profiles: no handshake
+    doc = json.loads(open(path).read())
+    doc["p2p_handshake"] = {"gloo": -1}
+    open(path, "w").write(json.dumps(doc))
+    with pytest.raises(DaydreamError, match="p2p_handshake gloo: needs"):
+        load_profile(path)
+
+
 def test_hydra_transfers_take_the_p2p_figures(own_trace):
     trace = own_trace("mlp")
     old = flat_profile(allreduce=(1e9, 500_000.0))
@@ -64,8 +75,9 @@ def test_pipeline_sends_take_the_p2p_figures(own_trace):
 
 def test_pipeline_threads_post_sends_and_receives(own_trace):
     """With ``p2p_post``: each hand-over's send is posted on the sender's compute lane right
-    after the action that produced it (the transfer starts then and lasts ``p2p_ns`` minus
-    that share), its receive on the receiver's lane right before the action that needs it."""
+    after the action that produced it, its receive on the receiver's lane right before the
+    action that needs it; the transfer starts once both are posted and lasts ``p2p_ns`` minus
+    the send's share."""
     trace = own_trace("mlp")
     prof = dataclasses.replace(flat_profile(), p2p={"gloo": (1e9, 100_000.0)}, p2p_post={"gloo": (30_000.0, 20_000.0)})
     _, res = predict(trace, ["pipeline:stages=2,microbatches=2,schedule=gpipe"], device=prof)
@@ -73,9 +85,12 @@ def test_pipeline_threads_post_sends_and_receives(own_trace):
     posts, recvs, sends = (select(g, name=f"^{w} ") for w in ("post send", "post receive", "send"))
     assert len(posts) == len(recvs) == len(sends) > 0
     assert set(T["dur_ns"][posts]) == {30_000} and set(T["dur_ns"][recvs]) == {20_000}
+    E = g.edges
     for p in posts:
         (x,) = [s for s in sends if g.task_name(s) == g.task_name(p)[len("post "):] and T["iteration"][s] == T["iteration"][p]]
-        assert res.start_ns[x] == res.end_ns[p]
+        preds = E["src"][E["dst"] == x]
+        assert sorted(g.task_name(t).split(" ")[1] for t in preds) == ["receive", "send"]
+        assert res.start_ns[x] == max(res.end_ns[preds].max(), res.end_ns[p])
         assert T["dur_ns"][x] == prof.p2p_ns(T["bytes"][x]) - 30_000
     for r in recvs:
         order = g.lane_tasks[int(T["lane"][r])]
@@ -106,7 +121,7 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
     from daydream.device import default_profile_path
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: ((3e9, 50_000.0), (40_000.0, 30_000.0)))
+    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: ((3e9, 50_000.0), (40_000.0, 30_000.0), 9_000.0))
     cached = save_profile(flat_profile(), default_profile_path("cpu", validate.THREADS))
     given = save_profile(flat_profile(), str(tmp_path / "mine.json"))
     before = open(given).read()
@@ -114,6 +129,7 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
     assert validate.ensure_profile(progress=said.append) == cached
     got = load_profile(cached)
     assert got.p2p == {"gloo": (3e9, 50_000.0)} and got.p2p_post == {"gloo": (40_000.0, 30_000.0)}
+    assert got.p2p_handshake_ns("gloo") == 9_000.0
     assert "point-to-point" in said[0]
     assert validate.ensure_profile(given, progress=said.append) == given
     assert open(given).read() == before and len(said) == 1
@@ -124,9 +140,10 @@ def test_gloo_p2p_measures_two_processes():
     pytest.importorskip("torch")
     from daydream.calibrate import gloo_p2p
 
-    (bw, lat), (send, recv) = gloo_p2p([2 ** 10, 2 ** 16])
+    (bw, lat), (send, recv), handshake = gloo_p2p([2 ** 10, 2 ** 16])
     assert bw > 1e6 and 0 <= lat < 1e9
     assert 0 < send < 1e8 and 0 < recv < 1e8     # a posting call returns in well under 0.1 s
+    assert 0 <= handshake < 1e8
 
 
 def test_hydra_runtime_runs_the_first_task_whose_input_has_arrived():

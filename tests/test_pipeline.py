@@ -116,6 +116,21 @@ def test_transfer_and_per_iteration_work_exact():
     assert iteration_ns(pg) == 7 + 100 + 1050 + 100 + 200 + 1050 + 200 + 11
 
 
+@pytest.mark.parametrize("handshake_ns, expected", [(0.0, 10596), (40.0, 10676)])
+def test_a_transfer_waits_for_its_receive_to_be_posted(handshake_ns, expected):
+    # GPipe, 2 micro-batches; stage 1's forward (3000 ns) is slow, so its receive for
+    # micro-batch 1 is posted (t=4150..4153) long after stage 0 posted the send (t=205..210):
+    # gloo moves the data only then (after the handshake), and F1(1) waits for the transfer
+    # (1050 - 5 ns) from there; without the rendezvous the period would be 8508 ns.
+    # Backward: B0(1)'s receive is posted after B0(0), after the gradient was sent.
+    dev = DeviceProfile("t", "cpu", {"float32": Curve.flat(1e9)}, {"float32": Curve.flat(1e9)}, 0,
+                        p2p={"gloo": (1e9, 50.0)}, p2p_post={"gloo": (5.0, 3.0)},
+                        p2p_handshake={"gloo": handshake_ns} if handshake_ns else {})
+    sc = StageCosts(fwd_ns=(100, 3000), bwd_ns=(100, 100), send_bytes=(1000, 1000), param_bytes=(0, 0),
+                    stash_bytes=(0, 0), optimizer_ns=(0, 0), pre_ns=0)
+    assert iteration_ns(build_graph(sc, sch.gpipe(2, 2), 3, dev, True, 2)) == expected
+
+
 # ------------------------------------------------------- the what-if itself
 def layered_graph(n_layers=4, f=40, b=80, iterations=3, opt=0):
     """One CPU lane; each iteration: marker, F of each layer, B of each layer reversed, optimizer."""
