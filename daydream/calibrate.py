@@ -384,8 +384,12 @@ def _corun_spin(ready, stop) -> None:
 
 def _corun_factor(torch) -> float:
     """Throughput of one 1-thread process's matmul with another such process busy on another
-    core, relative to alone (typical batch of each; 1.0 where there is one core or no slow-down)."""
+    core, relative to alone (typical batch of each; 1.0 where there is one core or no slow-down):
+    the median of rounds spread over seconds, the other process stopped and running in turn
+    (:func:`daydream.opseq.corun_rounds`)."""
     import torch.multiprocessing as mp
+
+    from .opseq import corun_rounds
 
     if (os.cpu_count() or 1) < 2:
         return 1.0
@@ -394,7 +398,6 @@ def _corun_factor(torch) -> float:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        alone = time_call_ns(lambda: torch.mm(a, b), torch.device("cpu"), 0.3, typical=True)
         ctx = mp.get_context("spawn")
         ready, stop = ctx.Event(), ctx.Event()
         proc = ctx.Process(target=_corun_spin, args=(ready, stop), daemon=True)
@@ -402,13 +405,13 @@ def _corun_factor(torch) -> float:
         try:
             if not ready.wait(60):
                 return 1.0
-            paired = time_call_ns(lambda: torch.mm(a, b), torch.device("cpu"), 0.3, typical=True)
+            mm = lambda: time_call_ns(lambda: torch.mm(a, b), torch.device("cpu"), 0.05, typical=True)  # noqa: E731
+            return corun_rounds(proc.pid, mm, mm)
         finally:
             stop.set()
             proc.join(10)
     finally:
         torch.set_num_threads(threads)
-    return min(1.0, alone / paired)
 
 
 def _checkpoint_call_ns(torch, device) -> tuple:

@@ -17,8 +17,8 @@ import time
 from .errors import DaydreamError
 from .opbench import _TENSOR_TYPES, _bind, call_for
 
-__all__ = ["sequence_ratios", "sequence_corun", "SEQUENCE_ROUNDS", "SEQUENCE_MAX_BYTES", "CORUN_ROUNDS",
-           "CORUN_SIDE_S"]
+__all__ = ["sequence_ratios", "sequence_corun", "corun_rounds", "SEQUENCE_ROUNDS", "SEQUENCE_MAX_BYTES",
+           "CORUN_ROUNDS", "CORUN_SIDE_S", "CORUN_SPAN_S"]
 
 
 #: Rounds of a sequence re-run (each: the traced sequence, then the variant's).
@@ -121,6 +121,52 @@ def _twin_main() -> None:
 CORUN_ROUNDS = 9
 #: Least time (s) each side of a round is timed for: passes of a short sequence add up to it.
 CORUN_SIDE_S = 0.03
+#: Least time (s) the rounds of a co-run measurement are spread over: this VM has spells of a
+#: second or more in which two busy cores run at 0.55-0.7x each; rounds back to back (about
+#: 0.6 s in all) fell inside one about one time in five, and its median read the spell.
+CORUN_SPAN_S = 4.0
+
+
+def _wait_stopped(pid: int, timeout_s: float = 0.05) -> None:
+    """Wait (up to ``timeout_s``) until Linux reports ``pid`` stopped: a signal is delivered
+    asynchronously, and the other process would otherwise run on into the 'alone' side."""
+    end = time.perf_counter() + timeout_s
+    while time.perf_counter() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                    return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.0002)
+
+
+def corun_rounds(pid: int, alone, beside, rounds: int = CORUN_ROUNDS, span_s: float = CORUN_SPAN_S) -> float:
+    """Median over ``rounds`` of ``alone() / beside()``: ``alone`` timed with process ``pid``
+    stopped (``SIGSTOP``), ``beside`` with it running; at most 1.
+
+    The rounds are spread over at least ``span_s`` seconds (the machine idle in between, ``pid``
+    stopped), so that a slow spell of the machine falls on a minority of them.  ``alone`` and
+    ``beside`` return a time (any unit, the same for both).
+    """
+    import os
+    import signal
+
+    gap_s = span_s / max(rounds, 1)
+    ratios = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        os.kill(pid, signal.SIGSTOP)
+        _wait_stopped(pid)
+        a = alone()
+        os.kill(pid, signal.SIGCONT)
+        ratios.append(a / max(beside(), 1))
+        rest = gap_s - (time.perf_counter() - t0)
+        if rest > 0:
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(rest)
+            os.kill(pid, signal.SIGCONT)
+    return min(statistics.median(ratios), 1.0)
 
 
 def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROUNDS) -> float | None:
@@ -136,13 +182,13 @@ def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROU
     process pinned to another core replays the same.  Each round times
     passes for at least :data:`CORUN_SIDE_S` with the twin stopped
     (``SIGSTOP``), then as many with it running; the result is the median
-    over rounds of alone / beside, at most 1.  (Three passes of the bundled
+    over rounds of alone / beside, at most 1, the rounds spread over
+    :data:`CORUN_SPAN_S` (:func:`corun_rounds`).  (Three passes of the bundled
     MLP's 2 ms sequence per side gave rounds from 0.66 to 1.38, and once a
     median of 0.56.)  ``None`` where this process has a single core, the
     operands exceed :data:`SEQUENCE_MAX_BYTES`, or the twin does not start.
     """
     import os
-    import signal
     import subprocess
     import sys
 
@@ -166,15 +212,12 @@ def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROU
         if twin.stdout.readline().strip() != "ready":
             return None
         passes = math.ceil(CORUN_SIDE_S * 1e9 / max(_pass_ns(calls), 1))
-        ratios = []
-        for _ in range(rounds):
-            twin.send_signal(signal.SIGSTOP)
-            alone = sum(_pass_ns(calls) for _ in range(passes))
-            twin.send_signal(signal.SIGCONT)
+
+        def beside():
             _pass_ns(calls)                       # the twin back in its loop
-            beside = sum(_pass_ns(calls) for _ in range(passes))
-            ratios.append(alone / max(beside, 1))
-        return min(statistics.median(ratios), 1.0)
+            return sum(_pass_ns(calls) for _ in range(passes))
+
+        return corun_rounds(twin.pid, lambda: sum(_pass_ns(calls) for _ in range(passes)), beside, rounds)
     except (OSError, BrokenPipeError):
         return None
     finally:

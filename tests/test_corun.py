@@ -50,3 +50,35 @@ def test_corun_factor_measures_two_processes():
 
     f = _corun_factor(torch)
     assert 0 < f <= 1
+
+
+def test_corun_rounds_median_of_ratios_spread_over_the_span():
+    """Stopped for the 'alone' side (the process's state says so), running for the 'beside'
+    one; the median of the rounds' ratios, at most 1; the rounds last at least the span."""
+    import subprocess
+    import time
+
+    from daydream.opseq import corun_rounds
+
+    other = subprocess.Popen(["sleep", "60"])
+    seen, times = [], iter([5.0, 10.0, 9.0, 10.0, 8.0, 8.0, 7.0, 10.0, 30.0, 10.0])
+
+    def state():
+        with open(f"/proc/{other.pid}/stat") as f:
+            return f.read().split(")")[1].split()[0]
+
+    def timed(side):
+        seen.append((side, state()))
+        return next(times)
+
+    try:
+        t0 = time.perf_counter()
+        rate = corun_rounds(other.pid, lambda: timed("alone"), lambda: timed("beside"), rounds=5, span_s=0.5)
+        took = time.perf_counter() - t0
+    finally:
+        other.kill()
+        other.wait()
+    assert rate == pytest.approx(0.9)          # ratios 0.5, 0.9, 1.0, 0.7, 3.0: median 0.9
+    assert took >= 0.5
+    assert {s for side, s in seen if side == "alone"} == {"T"}        # stopped
+    assert {s for side, s in seen if side == "beside"} <= {"S", "R"}  # running (asleep in `sleep`)
