@@ -50,7 +50,7 @@ from ._schedules import Action, Kind, ScheduleError
 from .base import NotApplicable
 
 __all__ = ["UnitCosts", "StageCosts", "unit_costs", "attribute", "partition", "parse_partition",
-           "stage_costs", "build_graph", "PipeGraph", "accumulate_ns", "ACCUMULATE_BYTES_PER_BYTE"]
+           "stage_costs", "build_graph", "PipeGraph", "accumulate_ns", "scale_grads_ns", "ACCUMULATE_BYTES_PER_BYTE"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,7 @@ class UnitCosts:
     out_bytes: np.ndarray        # activation a layer outputs, per micro-batch
     optimizer_ns: float          # whole model, per iteration
     pre_ns: float                # input pipeline and other per-iteration work (each rank)
+    param_tensors: np.ndarray | None = None   # parameter tensors per layer (None: one per layer with parameters)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class StageCosts:
     bounds: tuple = ()           # first unit of each stage, then the unit count
     accumulate_ns: tuple = ()    # adding a micro-batch's gradients into .grad (not after the first)
     comm_action_ns: float = 0.0  # the runtime's own cost per send or receive action (where they are actions)
+    scale_grads_ns: tuple = ()   # dividing the stage's gradients by M after its last backward (torch's runtime)
 
 
 def _work_lanes(g, rank):
@@ -179,13 +181,15 @@ def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: str = "trace") -> 
     pre = sum(v for (ph, _), v in full.items() if ph in (Phase.DATALOADER, Phase.OTHER))
     names = tuple(g.layers[ly] for ly in units)
     pbytes = np.array([int(mods.get(n, {}).get("param_bytes") or 0) for n in names], np.int64)
+    tensors = np.array([len(mods.get(n, {}).get("param_shapes") or ()) or int(b > 0) for n, b in zip(names, pbytes)],
+                       np.int64)
     obytes = np.array([int(mods.get(n, {}).get("output_bytes") or 0) for n in names], np.float64) / microbatches
     rate = corun_rate(ctx, 1.0 / microbatches, corun) if ranks > 1 else 1.0
     if rate < 1.0:
         fwd, bwd = fwd / rate, bwd / rate
         ctx.note(f"{ranks} ranks on one host's cores: their forward and backward run at {rate:.2f}x the speed "
                  f"alone (corun={corun}; `corun=off` leaves it out)")
-    return UnitCosts(names, fwd, bwd, pbytes, obytes.astype(np.int64), float(opt), float(pre))
+    return UnitCosts(names, fwd, bwd, pbytes, obytes.astype(np.int64), float(opt), float(pre), tensors)
 
 
 def parse_partition(text: str, names: tuple, stages: int) -> list:
@@ -249,11 +253,13 @@ def partition(cost_ns, comm_ns, stages: int) -> list:
 
 
 def stage_costs(u: UnitCosts, bounds, device, action_overhead_ns: float = 0.0,
-                comm_actions: bool = False) -> StageCosts:
+                comm_actions: bool = False, scale_grads: bool = False) -> StageCosts:
     """Sum units into stages (``bounds``: first unit of each); ``action_overhead_ns`` is added to
     every stage's forward and backward (the pipeline runtime's own cost per action) and, with
     ``comm_actions`` (a runtime that runs each send and receive as an action of its own, as
-    ``_PipelineScheduleRuntime`` does), to every posting of a send or a receive."""
+    ``_PipelineScheduleRuntime`` does), to every posting of a send or a receive.  With
+    ``scale_grads``, each stage divides its gradients by the micro-batch count after its last
+    backward (:func:`scale_grads_ns`)."""
     edges = list(bounds) + [len(u.names)]
     sl = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
     params = [int(u.param_bytes[s].sum()) for s in sl]
@@ -268,7 +274,30 @@ def stage_costs(u: UnitCosts, bounds, device, action_overhead_ns: float = 0.0,
                       optimizer_ns=tuple(u.optimizer_ns * x for x in share), pre_ns=u.pre_ns,
                       bounds=tuple(edges),
                       accumulate_ns=tuple(sum(accumulate_ns(device, int(p)) for p in u.param_bytes[s]) for s in sl),
-                      comm_action_ns=action_overhead_ns if comm_actions else 0.0)
+                      comm_action_ns=action_overhead_ns if comm_actions else 0.0,
+                      scale_grads_ns=tuple(scale_grads_ns(device, u.param_bytes[s], _tensors(u)[s]) for s in sl)
+                      if scale_grads else ())
+
+
+def _tensors(u: UnitCosts) -> np.ndarray:
+    return u.param_tensors if u.param_tensors is not None else (u.param_bytes > 0).astype(np.int64)
+
+
+def scale_grads_ns(device, param_bytes, tensors) -> float:
+    """torch's pipelining runtime dividing one stage's gradients by the micro-batch count
+    (``scale_grads=True``, its default; ``grad.div_(M)`` per parameter after the stage's last
+    backward): per tensor one op's overhead plus a read and a write of its bytes at the device's
+    streaming bandwidth from memory (a stage's gradients outgrow the caches of a core).
+
+    >>> from daydream.device import Curve, DeviceProfile
+    >>> dev = DeviceProfile("x", "cpu", {}, {"float32": Curve(((1e3, 1e9), (1e8, 1e10)))}, 2000)
+    >>> scale_grads_ns(dev, np.array([4000, 1000]), np.array([2, 1]))
+    7000.0
+    """
+    nbytes, n = float(np.sum(param_bytes)), int(np.sum(tensors))
+    if nbytes <= 0:
+        return 0.0
+    return n * device.op_overhead_ns + 2 * nbytes / device.stream_bw_bytes_per_s() * 1e9
 
 
 #: Bytes an in-place gradient accumulation (``grad += new``) moves per gradient byte:
@@ -301,7 +330,7 @@ class PipeGraph:
 
     graph: DependencyGraph
     task: dict = field(default_factory=dict)     # (iteration, Action) -> task id
-    extra: dict = field(default_factory=dict)    # (rank, iteration) -> [pre, optimizer] task ids
+    extra: dict = field(default_factory=dict)    # (rank, iteration) -> [pre, (gradient scaling,) optimizer] task ids
 
 
 def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush: bool = True,
@@ -399,6 +428,9 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                         g.markers[r].append(add(comp[r], 0, "iteration boundary", Phase.OTHER, i + 1,
                                                 kind_=EventKind.MARKER))
             if flush:
+                scaling = sum(sc.scale_grads_ns[s] for s in where if where[s] == r) if sc.scale_grads_ns else 0.0
+                if scaling:
+                    out.extra[(r, it)].append(add(comp[r], scaling, "scale gradients by 1/M", Phase.BACKWARD, it))
                 out.extra[(r, it)].append(add(comp[r], sum(sc.optimizer_ns[s] for s in where if where[s] == r),
                                               "optimizer step", Phase.OPTIMIZER, it))
     if flush:   # 2BW: the last iteration only drains the pipeline; its end is no steady-state boundary

@@ -42,9 +42,12 @@ at the stage under the schedule, times the outputs of its modules per
 micro-batch, from the module table).
 
 Assumptions and limits: stages run on identical devices; a stage's time per
-micro-batch is the sum of its layers' (no extra per-action runtime cost of
-the pipeline framework is added, and splitting the batch changes no kernel
-choice); transfers do not slow computation (a CPU rank needs a spare core for
+micro-batch is the sum of its layers' (plus ``action_overhead_us`` per action
+where given, and splitting the batch changes no kernel choice); with
+``scale_grads`` (the default) each stage also divides its gradients by ``M``
+after its last backward, as torch's schedules do (one op per parameter tensor
+and a read and a write of its bytes from memory), where a runtime that folds
+``1/M`` into the loss has no such pass; transfers do not slow computation (a CPU rank needs a spare core for
 gloo); the model is a chain (skip connections across stage boundaries are not
 costed); activation memory counts module outputs only (not temporaries of
 the autograd graph).  Not valid when the traced iteration is dominated by
@@ -117,7 +120,9 @@ class Pipeline(Optimization):
               Param("corun", "trace", "CPU: ranks on one host's cores compute at the co-run rate of the trace's "
                     "own ops re-run beside a twin (trace), of the device profile (profile), or alone (off)", str,
                     SOURCES),
-              Param("action_overhead_us", 0.0, "pipeline runtime's own cost per F/B action, us (0: not modelled)"))
+              Param("action_overhead_us", 0.0, "pipeline runtime's own cost per F/B action, us (0: not modelled)"),
+              Param("scale_grads", True, "each stage divides its gradients by M after its last backward, as torch's "
+                    "pipelining schedules do by default (scale_grads=True): one pass over them", bool))
     assumptions = __doc__
 
     def _check(self):
@@ -148,7 +153,8 @@ class Pipeline(Optimization):
             bounds = parse_partition(self.partition, units.names, n_stages)
         if self.action_overhead_us < 0:
             raise OptionError(f"{self.name}: action_overhead_us must be non-negative")
-        sc = stage_costs(units, bounds, ctx.device, self.action_overhead_us * 1e3)
+        sc = stage_costs(units, bounds, ctx.device, self.action_overhead_us * 1e3,
+                         scale_grads=self.scale_grads and self.microbatches > 1)
         flush = sch.SCHEDULES[self.schedule]
         if flush:
             sch.validate(acts, n_stages, self.microbatches)

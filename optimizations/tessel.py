@@ -151,7 +151,9 @@ class Tessel(Optimization):
               Param("max_lag", 0, "largest micro-batch lag of a block (0: 2 x stages)", int),
               Param("memory_mb", 0.0, "limit on stashed activations per device, MB (0: none)"),
               Param("budget", 20000, "most candidates to enumerate", int),
-              Param("csv", "", "write the best schedule here (torch _load_csv format)", str))
+              Param("csv", "", "write the best schedule here (torch _load_csv format)", str),
+              Param("scale_grads", True, "each stage divides its gradients by M after its last backward, as torch's "
+                    "pipelining runtime does by default (scale_grads=True): one pass over them", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -168,7 +170,8 @@ class Tessel(Optimization):
             bounds = parse_partition(self.partition, units.names, n)
         if self.action_overhead_us < 0:
             raise OptionError(f"{self.name}: action_overhead_us must be non-negative")
-        sc = stage_costs(units, bounds, ctx.device, self.action_overhead_us * 1e3, comm_actions=True)
+        sc = stage_costs(units, bounds, ctx.device, self.action_overhead_us * 1e3, comm_actions=True,
+                         scale_grads=self.scale_grads and self.microbatches > 1)
         max_lag = self.max_lag or 2 * n
         best, costed, cut = search(sc, place, self.microbatches, ctx.device, max_lag, self.budget,
                                    int(self.memory_mb * 1e6), lambda m: print(m, file=sys.stderr, flush=True))

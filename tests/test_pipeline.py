@@ -1,11 +1,13 @@
 """``pipeline`` what-if: schedules, partitioner, stage graph (exact times), bad input, a real trace."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from daydream import load_trace
 from daydream.device import Curve, DeviceProfile
 from daydream.graph.graph import DependencyGraph
 from daydream.model import EventKind, Lane, LaneKind, Phase
@@ -14,6 +16,7 @@ from daydream.optimizations import _schedules as sch
 from daydream.optimizations._pipegraph import StageCosts, build_graph, partition
 from daydream.optimizations.base import OptionError
 from daydream.optimizations.pipeline import bubble_fraction
+from daydream.primitives import select
 from daydream.sim import simulate
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,6 +117,12 @@ def test_transfer_and_per_iteration_work_exact():
     # send = 1000 bytes / 1e9 B/s + 50 ns = 1050 ns; input 7 ns on each rank before the schedule
     pg = build_graph(costs(2, 100, 200, send=1000, pre=7, opt=11), sch.gpipe(2, 1), 3, device(1e9, 50), True, 1)
     assert iteration_ns(pg) == 7 + 100 + 1050 + 100 + 200 + 1050 + 200 + 11
+    # torch's runtime divides each stage's gradients by M after its last backward: on rank 0
+    # that pass (13 ns) lies between B0 and the step; rank 1's (17 ns) is off the critical path
+    sc = dataclasses.replace(costs(2, 100, 200, send=1000, pre=7, opt=11), scale_grads_ns=(13, 17))
+    scaled = build_graph(sc, sch.gpipe(2, 1), 3, device(1e9, 50), True, 1)
+    assert iteration_ns(scaled) == 7 + 100 + 1050 + 100 + 200 + 1050 + 200 + 13 + 11
+    assert len(select(scaled.graph, name="^scale gradients")) == 2 * 3
 
 
 @pytest.mark.parametrize("handshake_ns, expected", [(0.0, 10596), (40.0, 10676)])
@@ -220,6 +229,29 @@ def test_real_trace_predicts_and_reports_memory(profile):
     assert m["rank0_activations_bytes"] > 0
     r1f1b, _ = predict(trace, ["pipeline:stages=2,microbatches=4,schedule=1f1b"], device=profile)
     assert r1f1b.metrics["rank0_activations_bytes"] < m["rank0_activations_bytes"]   # 2 vs 4 in flight
+
+
+def test_each_rank_scales_its_gradients_once_per_iteration(profile):
+    """One pass per rank and iteration, as long as the stages' parameter tensors and bytes
+    say; none with one micro-batch (torch divides by 1: skipped) or ``scale_grads=false``."""
+    from daydream.optimizations._pipegraph import scale_grads_ns
+    from daydream.whatif import predict
+
+    trace = REPO / "traces" / "mlp.trace.json.gz"
+    rep, res = predict(trace, ["pipeline:stages=2,microbatches=4,schedule=gpipe,corun=off"], device=profile)
+    passes = select(res.graph, name="^scale gradients")
+    assert len(passes) == 2 * 3                                   # 2 ranks x 3 simulated iterations
+    mods = [m for m in load_trace(trace).ranks[0].meta["daydream"]["modules"] if m.get("param_bytes")]
+    total = sum(res.graph.tasks["dur_ns"][passes]) / 3
+    whole = scale_grads_ns(profile, np.array([m["param_bytes"] for m in mods]), np.ones(len(mods)))
+    assert total == pytest.approx(whole, abs=2)                   # the stages' shares add up to the model
+    for spec in ("pipeline:stages=2,microbatches=4,schedule=gpipe,corun=off,scale_grads=false",
+                 "pipeline:stages=2,microbatches=1,schedule=gpipe,corun=off"):
+        _, other = predict(trace, [spec], device=profile)
+        assert len(select(other.graph, name="^scale gradients")) == 0
+    off, _ = predict(trace, ["pipeline:stages=2,microbatches=4,schedule=gpipe,corun=off,scale_grads=false"],
+                     device=profile)
+    assert off.predicted_ms < rep.predicted_ms
 
 
 def test_runtime_cost_per_action_is_added_to_every_action():
