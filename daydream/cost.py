@@ -12,7 +12,7 @@ import numpy as np
 
 from .model import EventKind
 
-__all__ = ["compute_mask", "gpu_mask", "dtype_time_ratio", "elementwise_ns", "matmul_ns",
+__all__ = ["compute_mask", "gpu_mask", "dtype_time_ratio", "elementwise_ns", "matmul_ns", "cold_pass_ns",
            "DTYPE_BYTES", "GPU_COMPUTE_KERNEL_RE"]
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
@@ -48,6 +48,24 @@ def elementwise_ns(device, nbytes: float, dtype: str = "float32") -> float:
     if nbytes <= 0:
         return float(device.op_overhead_ns)
     return nbytes / device.mem_bw_bytes_per_s(nbytes, dtype) * 1e9 + device.op_overhead_ns
+
+
+def cold_pass_ns(device, nbytes: float, tensors: int) -> float:
+    """One elementwise op per tensor over ``nbytes`` in all that are not in cache (a copy or an
+    in-place update of data touched once an iteration: DDP's gradient buckets, a pipeline stage's
+    gradients): per tensor the device's op overhead, plus a read and a write of the bytes at its
+    streaming bandwidth from memory (:meth:`~daydream.device.DeviceProfile.stream_bw_bytes_per_s`).
+
+    >>> from daydream.device import Curve, DeviceProfile
+    >>> dev = DeviceProfile("x", "cpu", {}, {"float32": Curve(((1e3, 1e9), (1e8, 1e10)))}, 2000)
+    >>> cold_pass_ns(dev, 5000, 2)
+    5000.0
+    >>> cold_pass_ns(dev, 0, 3)
+    0.0
+    """
+    if nbytes <= 0:
+        return 0.0
+    return tensors * device.op_overhead_ns + 2 * nbytes / device.stream_bw_bytes_per_s() * 1e9
 
 
 def dtype_time_ratio(device, flops: np.ndarray, src: str, dst: str, conv: np.ndarray | None = None) -> np.ndarray:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from daydream.cost import cold_pass_ns
 from daydream.graph.graph import DependencyGraph, EdgeKind
 from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.sim import simulate
@@ -286,18 +287,15 @@ def _tensors(u: UnitCosts) -> np.ndarray:
 def scale_grads_ns(device, param_bytes, tensors) -> float:
     """torch's pipelining runtime dividing one stage's gradients by the micro-batch count
     (``scale_grads=True``, its default; ``grad.div_(M)`` per parameter after the stage's last
-    backward): per tensor one op's overhead plus a read and a write of its bytes at the device's
-    streaming bandwidth from memory (a stage's gradients outgrow the caches of a core).
+    backward): :func:`daydream.cost.cold_pass_ns` over them (a stage's gradients outgrow a
+    core's caches).
 
     >>> from daydream.device import Curve, DeviceProfile
     >>> dev = DeviceProfile("x", "cpu", {}, {"float32": Curve(((1e3, 1e9), (1e8, 1e10)))}, 2000)
     >>> scale_grads_ns(dev, np.array([4000, 1000]), np.array([2, 1]))
     7000.0
     """
-    nbytes, n = float(np.sum(param_bytes)), int(np.sum(tensors))
-    if nbytes <= 0:
-        return 0.0
-    return n * device.op_overhead_ns + 2 * nbytes / device.stream_bw_bytes_per_s() * 1e9
+    return cold_pass_ns(device, float(np.sum(param_bytes)), int(np.sum(tensors)))
 
 
 #: Bytes an in-place gradient accumulation (``grad += new``) moves per gradient byte:

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from daydream.cost import cold_pass_ns
 from daydream.model import Lane, LaneKind, Phase
 from daydream.primitives import insert, scale, select
 
@@ -94,8 +95,8 @@ def buckets(sizes, bucket_bytes: int, first_bytes: int | None = None) -> list:
 
 
 def param_copy_ns(dev, row: dict) -> float:
-    """DDP's copy of one module's gradients into (or out of) its bucket: per parameter
-    tensor one op's overhead plus a read and a write of its bytes from memory.
+    """DDP's copy of one module's gradients into (or out of) its bucket, one op per parameter
+    tensor (:func:`daydream.cost.cold_pass_ns`).
 
     ``row`` is the module's entry in the trace's module table; without
     ``param_shapes`` its parameters count as one tensor.
@@ -107,9 +108,7 @@ def param_copy_ns(dev, row: dict) -> float:
     >>> param_copy_ns(dev, {"param_bytes": 5000})
     3000.0
     """
-    nbytes = float(row.get("param_bytes") or 0)
-    tensors = max(1, len(row.get("param_shapes") or ()))
-    return tensors * dev.op_overhead_ns + 2 * nbytes / dev.stream_bw_bytes_per_s() * 1e9
+    return cold_pass_ns(dev, float(row.get("param_bytes") or 0), max(1, len(row.get("param_shapes") or ())))
 
 
 class DataParallel(Optimization):
