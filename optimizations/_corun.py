@@ -17,9 +17,10 @@ from one of two measurements (``source``):
 On this VM the matmul probe read 0.99 while the pipeline validation's
 micro-batch sequence ran at 0.93-0.96 beside its twin (0.81-0.93 in a noisier
 hour), the size of the 2-process rows' under-prediction.  The VM also has
-spells of a second or more in which two busy cores run at 0.55-0.6x each;
-a measurement that falls mostly in one reads that (about one in five of the
-bundled MLP's sequences), and a run then may or may not see it.
+spells of a second or more in which two busy cores run at 0.55-0.7x each;
+a measurement made back to back fell mostly in one about one time in five,
+so both measurements spread their rounds over seconds
+(:func:`daydream.opseq.corun_rounds`).
 """
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ class UnitCosts:
     out_bytes: np.ndarray        # activation a layer outputs, per micro-batch
     optimizer_ns: float          # whole model, per iteration
     pre_ns: float                # input pipeline and other per-iteration work (each rank)
-    param_tensors: np.ndarray | None = None   # parameter tensors per layer (None: one per layer with parameters)
+    param_tensors: np.ndarray    # parameter tensors per layer (one where the table has no shapes)
 
 
 @dataclass(frozen=True)
@@ -276,12 +276,8 @@ def stage_costs(u: UnitCosts, bounds, device, action_overhead_ns: float = 0.0,
                       bounds=tuple(edges),
                       accumulate_ns=tuple(sum(accumulate_ns(device, int(p)) for p in u.param_bytes[s]) for s in sl),
                       comm_action_ns=action_overhead_ns if comm_actions else 0.0,
-                      scale_grads_ns=tuple(scale_grads_ns(device, u.param_bytes[s], _tensors(u)[s]) for s in sl)
+                      scale_grads_ns=tuple(scale_grads_ns(device, u.param_bytes[s], u.param_tensors[s]) for s in sl)
                       if scale_grads else ())
-
-
-def _tensors(u: UnitCosts) -> np.ndarray:
-    return u.param_tensors if u.param_tensors is not None else (u.param_bytes > 0).astype(np.int64)
 
 
 def scale_grads_ns(device, param_bytes, tensors) -> float:

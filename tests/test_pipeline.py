@@ -140,6 +140,23 @@ def test_a_transfer_waits_for_its_receive_to_be_posted(handshake_ns, expected):
     assert iteration_ns(build_graph(sc, sch.gpipe(2, 2), 3, dev, True, 2)) == expected
 
 
+def test_v_placement_with_rendezvous_runs_one_transfer_lane_per_stage_and_kind():
+    # Tessel's V (stages 0, 3 on rank 0; 1, 2 on rank 1): rank 1 sends 2F(i) and 1B(i) to rank 0,
+    # whose receives come in another order than those sends; one first-come first-served lane per
+    # link can hold 1B0's transfer (its receive posted after 3F1's) in front of 2F1's (with the
+    # validation MLP's costs: a deadlock), so each stage's sends of one kind get a lane
+    acts = sch.from_csv("0F0,0F1,3F0,3B0,0F2,3F1,3B1,0F3,0B0,3F2,3B2,0B1,3F3,3B3,0B2,0B3\n"
+                        "1F0,2F0,1F1,2F1,2B0,1F2,1B0,2F2,2B1,1F3,1B1,2F3,2B2,1B2,2B3,1B3\n")
+    dev = DeviceProfile("t", "cpu", {"float32": Curve.flat(1e9)}, {"float32": Curve.flat(1e9)}, 0,
+                        p2p={"gloo": (1e9, 50.0)}, p2p_post={"gloo": (5.0, 3.0)})
+    pg = build_graph(costs(4, 100, 200, send=1000), acts, 3, dev, True, 4)
+    assert iteration_ns(pg) > 0
+    T, g = pg.graph.tasks, pg.graph
+    for lane in (i for i, ln in enumerate(g.lanes) if ln.kind == LaneKind.COMM):
+        senders = {g.task_name(t).split(" ")[1][:2] for t in g.lane_tasks[lane]}   # e.g. "2F", "1B"
+        assert len(senders) == 1
+
+
 # ------------------------------------------------------- the what-if itself
 def layered_graph(n_layers=4, f=40, b=80, iterations=3, opt=0):
     """One CPU lane; each iteration: marker, F of each layer, B of each layer reversed, optimizer."""
