@@ -44,10 +44,12 @@ def main(argv=None) -> None:
     p.add_argument("--profile", help="device profile (default: the cached CPU profile)")
     a = p.parse_args(argv)
     _, pred = predict(a.baseline, a.opt, profile_path=a.profile)
-    cols = [per_name(pred.graph, pred)]
+    cols, iters = [per_name(pred.graph, pred)], [pred.mean_iteration_ns()[1] / 1e6]
     for path in (a.baseline, a.real):
         _, g = trace_and_graph(path)
-        cols.append(per_name(g, simulate(g)))
+        res = simulate(g)
+        cols.append(per_name(g, res))
+        iters.append(res.mean_iteration_ns()[1] / 1e6)
     pr, base, real = cols
     keys = sorted(set(pr) | set(real), key=lambda k: -max(pr.get(k, 0.0), real.get(k, 0.0)))
     print(f"{'op':45s} {'phase':>5s} {'base':>8s} {'pred':>8s} {'real':>8s} {'p/b':>6s} {'r/b':>6s}")
@@ -56,6 +58,10 @@ def main(argv=None) -> None:
         ratio = (lambda x: f"{x / b:6.2f}") if b else (lambda x: f"{'-':>6s}")
         print(f"{k[0][:45]:45s} {k[1]:5d} {b:8.3f} {pr.get(k, 0.0):8.3f} {real.get(k, 0.0):8.3f} "
               f"{ratio(pr.get(k, 0.0))} {ratio(real.get(k, 0.0))}")
+    for ph in sorted({k[1] for k in keys}):
+        b, p_, r = (sum(v for k, v in c.items() if k[1] == ph) for c in (base, pr, real))
+        print(f"{'(all ops of phase)':45s} {ph:5d} {b:8.3f} {p_:8.3f} {r:8.3f}")
+    print(f"{'(mean iteration, simulated)':45s} {'':5s} {iters[1]:8.3f} {iters[0]:8.3f} {iters[2]:8.3f}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ from daydream.primitives import check_acyclic
 from ._common import launch_of
 
 __all__ = ["meta", "ALLREDUCE_RE", "allreduce_tasks", "FAMILIES", "Instance", "op_figures", "layer_instances", "world_size", "work_mask",
-           "add_edges_checked", "lane_position", "signatures_of", "rerun_ratios", "iteration_sequence"]
+           "add_edges_checked", "lane_position", "signatures_of", "rerun_ratios", "iteration_sequence",
+           "work_slice", "spread_to_slices"]
 
 #: Layer families: regexes matched against layer names (op names of both the
 #: forward op and its autograd node, e.g. ``aten::relu_`` / ``ReluBackward1``)
@@ -157,6 +158,49 @@ def op_figures(ctx) -> tuple:
         nbytes[m] = np.where(nbytes[m] > 0, nbytes[m], b[e])
         op[m] = np.where(top[e] >= 0, (int(r) << 40) | top[e], -1)
     return flops, nbytes, op
+
+
+def work_slice(g) -> np.ndarray:
+    """Per task: the slice of its CPU op that carries the op's FLOPs and bytes, else the task itself.
+
+    An op with nested calls is several self-time slices in the graph (its time
+    on either side of each call: ``convolution_backward``'s grad-input and
+    grad-weight halves around an allocation), and the graph puts the op's
+    FLOPs and bytes on one of them only, so that sums count them once.  A
+    what-if that rescales an op by its work rescales all of its slices.
+
+    >>> from daydream.graph.graph import DependencyGraph
+    >>> from daydream.model import Lane
+    >>> g = DependencyGraph(); cpu = g.add_lane(Lane(0, LaneKind.CPU_THREAD, 1, 1))
+    >>> _ = g.add_tasks(lane=[cpu] * 4, dur_ns=[900, 50, 1500, 10], event=[7, 8, 7, 9], flops=[0, 0, 10**6, 0])
+    >>> work_slice(g).tolist()
+    [2, 1, 2, 3]
+    """
+    T = g.tasks
+    out = np.arange(g.n_tasks)
+    op = np.flatnonzero((T["event"] >= 0) & (T["kind"] == EventKind.CPU_OP))
+    if not len(op):
+        return out
+    _, inv = np.unique((T["rank"][op].astype(np.int64) << 40) | T["event"][op], return_inverse=True)
+    inv = inv.reshape(-1)
+    owner = np.full(inv.max() + 1, -1, np.int64)
+    has = (T["flops"][op] > 0) | (T["bytes"][op] > 0)
+    owner[inv[has]] = op[has]
+    out[op] = np.where(owner[inv] >= 0, owner[inv], op)
+    return out
+
+
+def spread_to_slices(g, before, after) -> np.ndarray:
+    """``after`` with each op's other slices rescaled as its work slice was (``after / before`` there).
+
+    ``before`` and ``after``: per-task durations (ns).
+    """
+    owner = work_slice(g)
+    out = np.asarray(after, float).copy()
+    sib = np.flatnonzero(owner != np.arange(g.n_tasks))
+    o = owner[sib]
+    out[sib] = before[sib] * out[o] / np.maximum(before[o], 1.0)
+    return out
 
 
 # ----------------------------------------------------------- layer instances

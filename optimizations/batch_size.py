@@ -14,7 +14,10 @@ Each scaled task keeps a fixed part and scales the rest::
   task's FLOPs, so small ops that run below peak grow less than ``factor``;
 * memory-bound tasks: ``speed`` is the device's streaming bandwidth curve at
   the task's bytes;
-* tasks whose FLOPs/bytes are unknown scale by ``factor``.
+* tasks whose FLOPs/bytes are unknown scale by ``factor``;
+* the other self-time slices of a scaled op (an op with nested calls is one
+  slice per stretch between them; only one carries its FLOPs and bytes) scale
+  as that slice does (:func:`~daydream.optimizations._layers.spread_to_slices`).
 
 FLOPs and bytes of a kernel come from the CPU op that launched it (shapes
 recorded).  ``fixed`` is a GPU kernel's floor, the shortest kernel of its
@@ -58,7 +61,7 @@ from daydream.model import EventKind, Phase
 
 from daydream.opbench import batch_time_ratios, scaled_signature
 
-from ._layers import iteration_sequence, meta, op_figures, rerun_ratios, work_mask
+from ._layers import iteration_sequence, meta, op_figures, rerun_ratios, spread_to_slices, work_mask
 from .base import NotApplicable, Optimization, Param
 from daydream.primitives import set_duration
 
@@ -168,7 +171,10 @@ class BatchSize(Optimization):
             at = np.array([measured.get(t, np.nan) for t in tasks.tolist()])
             ok = ~np.isnan(at)
             scaled[ok] = dur[ok] * np.clip(at[ok], min(1.0, f), max(1.0, f))
-        set_duration(g, tasks, np.rint(scaled).astype(np.int64))
+        before = T["dur_ns"].astype(float)
+        after = before.copy()
+        after[tasks] = scaled
+        set_duration(g, np.arange(g.n_tasks), np.rint(spread_to_slices(g, before, after)).astype(np.int64))
         ctx.note(f"batch-size x{f}: {len(tasks)} tasks scaled ({int(comp.sum())} compute-bound, "
                  f"{int((flops[tasks] > 0).sum() + (nbytes[tasks] > 0).sum())} with known FLOPs/bytes); "
                  "optimizer, gradient accumulation/all-reduce and CPU overhead unchanged")

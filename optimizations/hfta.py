@@ -32,6 +32,12 @@ Every task of the traced iteration is one of:
   curve's rate for ``N b`` (training's data is often cold) does not slow
   again, and no op streams faster per byte fused than traced (the curve's
   low rate at small sizes is per-op cost, paid once already);
+* the **other self-time slices** of a compute or memory-bound op (an op
+  with nested calls is one slice per stretch between them, and only one
+  carries its FLOPs and bytes: ``convolution_backward``'s grad-input and
+  grad-weight halves on either side of an allocation, 44 % of its time in
+  the bundled CNN): as that op's work slice
+  (:func:`~daydream.optimizations._layers.spread_to_slices`);
 * **fixed** (views and metadata ops such as ``t``, ``view``, ``expand``,
   allocation, the dispatch slices of composite ops, autograd bookkeeping,
   Python time between ops) and the **data loading** phase (all N models
@@ -79,7 +85,7 @@ from daydream.sim import simulate
 
 from daydream.opbench import fused_time_ratios
 
-from ._layers import iteration_sequence, rerun_ratios
+from ._layers import iteration_sequence, rerun_ratios, spread_to_slices
 from .base import NotApplicable, Optimization, OptionError, Param
 
 __all__ = ["HFTA", "OPTIMIZATION", "TaskClass", "classify", "fused_durations", "MAX_MODELS", "MOVED_PER_INPUT_BYTE"]
@@ -184,7 +190,7 @@ def fused_durations(g, device, models: int, dtype: str = "float32", measured: di
         out[t] = once + models * max(stream, min(stream * ratio, b / fused_bw * 1e9))
     gs = cls == TaskClass.GPU_SCALED
     out[gs] = dur[gs] * models
-    return np.rint(out).astype(np.int64)
+    return np.rint(spread_to_slices(g, dur, out)).astype(np.int64)
 
 
 class HFTA(Optimization):

@@ -237,3 +237,19 @@ def test_memory_bound_growth_follows_the_trace_and_the_cache_cliff():
     assert fused_durations(g, cliff, 20).tolist() == [500 + 20 * 8000, 500 + 20 * 6000]
     rising = dev(1e9, 1e10)          # the curve speeds up with size: traced rate kept
     assert fused_durations(g, rising, 20).tolist() == [500 + 20 * 8000, 500 + 20 * 1000]
+
+
+def test_every_slice_of_a_compute_op_grows_as_its_work_slice():
+    """An op with a nested call is two self-time slices and only one carries its FLOPs
+    (``convolution_backward``'s grad-input and grad-weight halves): both grow 4x; the nested
+    allocation and an unrelated op with no work stay."""
+    from daydream.graph.graph import DependencyGraph
+    from daydream.model import Lane
+
+    g = DependencyGraph()
+    cpu = g.add_lane(Lane(0, LaneKind.CPU_THREAD, 1, 1))
+    nm = [g.names.intern(s) for s in ("aten::convolution_backward", "aten::empty", "aten::convolution_backward",
+                                      "aten::linear")]
+    g.add_tasks(lane=[cpu] * 4, dur_ns=[3000, 200, 5000, 700], name=nm, event=[1, 2, 1, 3],
+                flops=[0, 0, 10**6, 0], bytes=[0, 0, 0, 0], phase=[Phase.BACKWARD] * 3 + [Phase.FORWARD])
+    assert fused_durations(g, flat_profile(), 4).tolist() == [12000, 200, 20000, 700]

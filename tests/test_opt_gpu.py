@@ -134,6 +134,21 @@ def test_batch_size_exact(maker):
     assert g.tasks["dur_ns"][gemm] == 2_000 + 499_000
 
 
+def test_batch_size_scales_every_slice_of_an_op(maker):
+    """A CPU op split by a nested call: its slice without the FLOPs scales as the one with them."""
+    from conftest import flat_profile
+
+    cpu = maker.lane(LaneKind.CPU_THREAD)
+    fw = int(Phase.FORWARD)
+    head = maker.task(cpu, 3_000, name="aten::mm", phase=fw, event=5)
+    alloc = maker.task(cpu, 500, name="aten::empty", phase=fw, event=6)
+    work = maker.task(cpu, 9_000, name="aten::mm", phase=fw, event=5, flops=10 ** 9)
+    ctx = WhatIfContext(graph=maker.g.copy(), trace=Trace([]), device=flat_profile(overhead_ns=1_000))
+    get("batch-size:factor=2,remeasure=0").apply(ctx)
+    d = ctx.graph.tasks["dur_ns"]
+    assert (d[head], d[alloc], d[work]) == (round(3_000 * 17_000 / 9_000), 500, 1_000 + 8_000 * 2)
+
+
 def test_batchnorm_exact(maker):
     gpu = maker.lane(LaneKind.GPU_STREAM)
     fw = Phase.FORWARD
