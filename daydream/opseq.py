@@ -17,12 +17,17 @@ import time
 from .errors import DaydreamError
 from .opbench import _TENSOR_TYPES, _bind, call_for
 
-__all__ = ["sequence_ratios", "sequence_corun", "corun_rounds", "SEQUENCE_ROUNDS", "SEQUENCE_MAX_BYTES",
+__all__ = ["sequence_ratios", "sequence_corun", "corun_rounds", "SEQUENCE_ROUNDS", "SEQUENCE_SPAN_S", "SEQUENCE_MAX_BYTES",
            "CORUN_ROUNDS", "CORUN_SIDE_S", "CORUN_SPAN_S"]
 
 
-#: Rounds of a sequence re-run (each: the traced sequence, then the variant's).
+#: Rounds of a sequence re-run (each: the traced sequence, then the variant's), at least.
 SEQUENCE_ROUNDS = 7
+#: Least time (s) the rounds of a sequence re-run are spread over (more rounds for a short
+#: sequence): this VM's speed moves by tens of percent for spells of a second or so, and the
+#: median of 7 rounds of a 50 ms sequence read the spell it fell in (an MLP's 8-fold fused
+#: re-run: 55 and 64 ms predicted from the same trace, one call after the other).
+SEQUENCE_SPAN_S = 2.0
 #: Operand bytes of both sequences above which ops are re-run each alone instead.
 SEQUENCE_MAX_BYTES = 1 << 30
 
@@ -33,7 +38,8 @@ def _operand_bytes(signature: str) -> int:
                if isinstance(d, list) and str(t).lower() in _TENSOR_TYPES)
 
 
-def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int = SEQUENCE_ROUNDS) -> dict | None:
+def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int = SEQUENCE_ROUNDS,
+                    span_s: float | None = None) -> dict | None:
     """Per signature of ``sequence`` with a variant: ``t(variant(sig)) / t(sig)``, re-run as one iteration.
 
     A compute op in training finds its operands where the rest of the
@@ -45,7 +51,9 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     and in sequence, 0.75 ms alone).  So the traced iteration's ops are
     re-run in order, each occurrence with operands of its own, and so is the
     variant sequence (``variant(sig)``, or the op as traced where it has
-    none); the two sequences alternate ``rounds`` times after a warm-up, and
+    none); the two sequences alternate ``rounds`` times after a warm-up (more
+    while the rounds so far took less than ``span_s``, default
+    :data:`SEQUENCE_SPAN_S`), and
     each occurrence's ratio is the median over rounds, each signature's the
     median over its occurrences.  Ops that cannot be rebuilt are left out of
     both.  ``None`` when the operands of both sequences exceed
@@ -65,7 +73,8 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
         except DaydreamError:
             continue
     got = [[] for _ in calls]
-    for r in range(rounds + 1):
+    r, t_end = 0, None
+    while r <= rounds or time.perf_counter() < t_end:
         times = []
         for side in (2, 3):
             row = []
@@ -77,6 +86,9 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
         if r:                                   # the first round warms up
             for g, a, b in zip(got, *times):
                 g.append(b / max(a, 1))
+        else:
+            t_end = time.perf_counter() + (SEQUENCE_SPAN_S if span_s is None else span_s)
+        r += 1
     by_sig: dict = {}
     for (sig, has_variant, _, _), ratios in zip(calls, got):
         if has_variant:

@@ -21,6 +21,15 @@ def public_traces() -> list[Path]:
                   and p.name.endswith((".json.gz", ".json", ".tar.gz")) and "_et." not in p.name)
 
 
+@pytest.fixture(autouse=True)
+def _short_sequence_reruns(monkeypatch):
+    """Sequence re-runs take their minimum rounds only: the span that steadies a prediction on
+    a noisy machine (:data:`daydream.opseq.SEQUENCE_SPAN_S`) would add seconds to each test."""
+    from daydream import opseq
+
+    monkeypatch.setattr(opseq, "SEQUENCE_SPAN_S", 0.0)
+
+
 @pytest.fixture
 def shared_dir() -> Path:
     if not SHARED.is_dir():

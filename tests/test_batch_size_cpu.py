@@ -71,6 +71,9 @@ class _Clock:
     def perf_counter_ns(self):
         return self.now
 
+    def perf_counter(self):
+        return self.now / 1e9
+
 
 def _sequence_fixture(monkeypatch, costs):
     """:mod:`daydream.opseq` with ``call_for``/``_bind`` stand-ins: the op named by a signature
@@ -106,6 +109,23 @@ def test_sequence_reruns_alternate_the_two_sequences_and_keep_median_ratios(monk
     variant = {"mm": "mm/2", "relu": "relu/2"}.get                                  # wgrad: no variant
     got = opseq.sequence_ratios(["mm", "relu", "broken", "wgrad", "mm"], variant, rounds=3)
     assert got == {"mm": 0.6, "relu": 0.5}
+
+
+def test_sequence_reruns_go_on_until_their_span(monkeypatch):
+    """At least ``rounds`` rounds after the warm-up, and more while the rounds took less than
+    ``span_s``: a round here costs 435 ns of the fake clock; the span ends 1000 ns after the
+    warm-up round, so rounds 1, 2 and 3 run (3 started before it ended)."""
+    seen = []
+    costs = {"mm": lambda k: 100, "mm/2": lambda k: seen.append(k) or 60, "relu": lambda k: 10,
+             "relu/2": lambda k: 5, "wgrad": lambda k: 50}
+    opseq = _sequence_fixture(monkeypatch, costs)
+    variant = {"mm": "mm/2", "relu": "relu/2"}.get
+    assert opseq.sequence_ratios(["mm", "relu", "wgrad", "mm"], variant, rounds=1, span_s=1e-6) == {
+        "mm": 0.6, "relu": 0.5}
+    assert len(seen) == 2 * 4                      # two mm occurrences, warm-up + 3 rounds
+    seen.clear()
+    opseq.sequence_ratios(["mm", "relu", "wgrad", "mm"], variant, rounds=1, span_s=0)
+    assert len(seen) == 2 * 2
 
 
 def test_sequence_reruns_give_way_to_single_reruns_above_the_memory_limit(monkeypatch):

@@ -5,19 +5,20 @@ sizes); the variant is ``daydream.workloads.hfta`` training N copies fused
 into one job (batched GEMMs over stacked parameters, grouped convolutions,
 one fused SGD step, different learning rates) with the same per-copy batch.  Both are
 traced with ``daydream trace`` and measured the same way (mean ProfilerStep
-iteration after the first).  With ``repeat`` > 1 the configurations are traced
-in alternation, ``repeat`` rounds, and each keeps its fastest run.
+iteration after the first), all of one workload's runs at once with their
+iterations in turns (:func:`daydream.validate.paired_rounds`), so that the
+machine's drift hits the baseline and the fused jobs alike.
 
 Run with ``daydream validate --workload "" --opt hfta -o DIR --no-public``.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
 from ..errors import DaydreamError
-from ..analysis import replay
-from ..validate import WORKLOAD_ARGS, ValidationRow, trace_workload
+from ..validate import WORKLOAD_ARGS, ValidationRow, paired_rounds
 from ..whatif import predict
 
 __all__ = ["MODELS", "ITERATIONS", "validate_rows"]
@@ -28,46 +29,40 @@ MODELS = {"mlp": (2, 4, 8), "cnn": (2, 4)}
 ITERATIONS = 5
 
 
-def _traced(name, path, args, k, repeat):
-    p = path.with_name(path.name.replace(".json", f".r{k}.json")) if repeat > 1 else path
-    p = trace_workload(name, p, args, iterations=ITERATIONS)
-    return p, replay(p)[0]
+def _configs(w, tdir: Path) -> list:
+    """The baseline and each fused variant of workload ``w``, as :func:`paired_rounds` configs."""
+    return [(w, tdir / f"hfta.{w}.n0.json.gz", (), 1)] + [
+        ("hfta", tdir / f"hfta.{w}.n{n}.json.gz", ("--model", w, "--models", str(n), *WORKLOAD_ARGS[w]), 1)
+        for n in MODELS[w]]
 
 
 def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1) -> list:
-    """Trace each workload alone and as N fused copies for each N, ``repeat`` rounds in
-    alternation (each configuration keeps its fastest run: load from other work only adds
-    time); one row per workload and N."""
+    """Per workload, trace the single model and its N-fold fused jobs with iterations in turns,
+    ``repeat`` rounds; one row per workload and N: the means over the rounds of the prediction
+    from each round's baseline and of the fused job measured in the same round."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
-    configs = {}
-    for w, ns in MODELS.items():
-        configs[(w, 0)] = (w, ())
-        configs.update({(w, n): ("hfta", ("--model", w, "--models", str(n), *WORKLOAD_ARGS[w])) for n in ns})
-    best = {}
-    t0 = time.time()
-    repeat = max(1, repeat)
-    for k in range(repeat):
-        for (w, n), (name, args) in configs.items():
-            what = f"the single-model {w} baseline" if n == 0 else f"{n} fused {w} models"
-            progress(f"hfta: run {k + 1}/{repeat}: tracing {what}")
-            try:
-                run = _traced(name, tdir / f"hfta.{w}.n{n}.json.gz", args, k, repeat)
-            except DaydreamError as exc:
-                progress(f"hfta: {what}: skipped ({exc})")
-                continue
-            if (w, n) not in best or run[1].measured_ms < best[(w, n)][1].measured_ms:
-                best[(w, n)] = run
     rows = []
-    for (w, n), (_, measured) in best.items():
-        if n == 0 or (w, 0) not in best:
+    t0 = time.time()
+    for w, ns in MODELS.items():
+        progress(f"hfta: {w}: tracing the single model and {', '.join(map(str, ns))} fused copies, "
+                 f"iterations in turns, x{max(repeat, 1)}")
+        try:
+            rounds = paired_rounds(repeat, _configs(w, tdir), ITERATIONS)
+        except DaydreamError as exc:
+            progress(f"hfta: {w}: skipped ({exc})")
             continue
-        spec = f"hfta:models={n}"
-        report, _ = predict(best[(w, 0)][0], [spec], profile_path=profile_path)
-        row = ValidationRow(w, spec, report.baseline_ms, report.predicted_ms, measured.measured_ms)
-        rows.append(row)
-        progress(f"hfta: {w} models={n}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
-                 f"error {row.error_pct:.1f}% (throughput gain predicted {report.metrics['throughput_gain']:.2f}x, "
-                 f"measured {n * report.measured_ms / row.measured_ms:.2f}x)")
+        for i, n in enumerate(ns, start=1):
+            spec = f"hfta:models={n}"
+            reports = [predict(r[0][0], [spec], profile_path=profile_path)[0] for r in rounds]
+            row = ValidationRow(w, spec, statistics.fmean(r.baseline_ms for r in reports),
+                                statistics.fmean(r.predicted_ms for r in reports),
+                                statistics.fmean(r[i][1].measured_ms for r in rounds))
+            rows.append(row)
+            single = statistics.fmean(r.measured_ms for r in reports)
+            progress(f"hfta: {w} models={n}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
+                     f"error {row.error_pct:.1f}% (throughput gain predicted "
+                     f"{statistics.fmean(r.metrics['throughput_gain'] for r in reports):.2f}x, "
+                     f"measured {n * single / row.measured_ms:.2f}x)")
     progress(f"hfta: {time.time() - t0:.0f} s")
     return rows
