@@ -161,9 +161,22 @@ def dtype_time_pairs(signatures, dtype: str, threads: int | None = None) -> dict
     return _pairs(signatures, lambda sig: time_signature_ns(sig, dtype), threads)
 
 
-def thread_time_ratios(signatures, threads: int, to_threads: int) -> dict:
-    """Per signature: ``t(at to_threads intra-op threads) / t(at threads)``, measured now in turns."""
+def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None) -> dict:
+    """Per signature: ``t(at to_threads intra-op threads) / t(at threads)``, measured now in turns.
+
+    ``sequence``: the signatures of one traced iteration in order; the ops are
+    then re-run as that sequence, at one thread count and then the other
+    (:func:`daydream.opseq.sequence_ratios`).
+    """
     import torch
+
+    if sequence:
+        from .opseq import sequence_ratios
+
+        got = sequence_ratios(sequence, lambda sig: sig, threads, variant_threads=to_threads)
+        if got is not None:
+            wanted = set(signatures)
+            return {s: r for s, r in got.items() if s in wanted}
 
     def other(sig):
         torch.set_num_threads(to_threads)

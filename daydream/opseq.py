@@ -39,7 +39,7 @@ def _operand_bytes(signature: str) -> int:
 
 
 def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int = SEQUENCE_ROUNDS,
-                    span_s: float | None = None) -> dict | None:
+                    span_s: float | None = None, variant_threads: int | None = None) -> dict | None:
     """Per signature of ``sequence`` with a variant: ``t(variant(sig)) / t(sig)``, re-run as one iteration.
 
     A compute op in training finds its operands where the rest of the
@@ -53,7 +53,8 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     variant sequence (``variant(sig)``, or the op as traced where it has
     none); the two sequences alternate ``rounds`` times after a warm-up (more
     while the rounds so far took less than ``span_s``, default
-    :data:`SEQUENCE_SPAN_S`), and
+    :data:`SEQUENCE_SPAN_S`; the variant's side at ``variant_threads``
+    intra-op threads where given), and
     each occurrence's ratio is the median over rounds, each signature's the
     median over its occurrences.  Ops that cannot be rebuilt are left out of
     both.  ``None`` when the operands of both sequences exceed
@@ -77,6 +78,8 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     while r <= rounds or time.perf_counter() < t_end:
         times = []
         for side in (2, 3):
+            if variant_threads and threads:
+                torch.set_num_threads(variant_threads if side == 3 else threads)
             row = []
             for c in calls:
                 t0 = time.perf_counter_ns()
@@ -89,6 +92,8 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
         else:
             t_end = time.perf_counter() + (SEQUENCE_SPAN_S if span_s is None else span_s)
         r += 1
+    if variant_threads and threads:
+        torch.set_num_threads(threads)
     by_sig: dict = {}
     for (sig, has_variant, _, _), ratios in zip(calls, got):
         if has_variant:

@@ -33,7 +33,12 @@ recorded with shapes (``remeasure=1``, the default), each distinct compute
 and memory-bound op is instead re-run here at both thread counts, in turns
 (:func:`daydream.opbench.thread_time_ratios`), and the measured ratio scales
 it: how an op's time divides over threads depends on its shape and kind far
-more than the calibration's matmul and streaming curves can say.
+more than the calibration's matmul and streaming curves can say.  With
+``in_sequence`` (the default) the ops are re-run in the order of one traced
+iteration, at one thread count and then at the other
+(:func:`daydream.opseq.sequence_ratios`), so each finds the caches as its
+iteration leaves them: an op timed alone in a loop finds its operands in
+cache and divides over threads better than it does in training.
 
 Assumptions and limits: kernels stay the same kernels (no new algorithm
 choice, no TF32 on a GPU that lacks it, same fusion); published peaks are
@@ -55,7 +60,7 @@ from daydream.model import EventKind
 
 from daydream.opbench import thread_time_ratios
 
-from ._layers import op_figures, rerun_ratios, work_mask
+from ._layers import iteration_sequence, op_figures, rerun_ratios, work_mask
 from .base import NotApplicable, Optimization, OptionError, Param
 
 __all__ = ["Device", "OPTIMIZATION", "target_profile", "kernel_dtype", "Boundness"]
@@ -104,7 +109,9 @@ class Device(Optimization):
     summary = "run on another device: compute-bound work scaled by matmul throughput, memory-bound by bandwidth"
     params = (Param("target", "", "published device name (V100, A100, H100, H200, RTX2080TI) or a profile JSON", str),
               Param("remeasure", True, "target a CPU profile of this machine at another thread count: re-run each "
-                    "op of a trace with shapes at both thread counts", bool))
+                    "op of a trace with shapes at both thread counts", bool),
+              Param("in_sequence", True, "re-run the ops as one traced iteration's sequence (each finds the caches "
+                    "as the rest of the iteration leaves them), not each alone in a loop", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -142,7 +149,8 @@ class Device(Optimization):
         if not threads or threads == dst.threads:
             return {}
         tasks = np.flatnonzero(np.isin(cls, (Boundness.COMPUTE, Boundness.MEMORY)))
-        return rerun_ratios(ctx, tasks, lambda sigs: thread_time_ratios(sigs, threads, dst.threads),
+        seq = iteration_sequence(ctx, tasks) if self.in_sequence else None
+        return rerun_ratios(ctx, tasks, lambda sigs: thread_time_ratios(sigs, threads, dst.threads, seq),
                             f"device: {{n}} distinct ops re-run here at {threads} and {dst.threads} threads")
 
     @staticmethod

@@ -128,6 +128,20 @@ def test_sequence_reruns_go_on_until_their_span(monkeypatch):
     assert len(seen) == 2 * 2
 
 
+def test_sequence_reruns_at_another_thread_count(monkeypatch):
+    """``variant_threads``: the variant's side of every round runs at that many intra-op threads
+    (here the same op costs 60 instead of 100 at 2 threads); the caller's count is restored."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        opseq = _sequence_fixture(monkeypatch, {"mm": lambda k: 100 if torch.get_num_threads() == 1 else 60})
+        assert opseq.sequence_ratios(["mm", "mm"], lambda s: s, threads=1, rounds=2, variant_threads=2) == {"mm": 0.6}
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_sequence_reruns_give_way_to_single_reruns_above_the_memory_limit(monkeypatch):
     from daydream import opbench
 

@@ -156,8 +156,9 @@ def test_cpu_target_of_this_machine_rescales_ops_by_their_rerun_thread_ratio(own
 
     calls = []
 
-    def halve(sigs, threads, to_threads):
+    def halve(sigs, threads, to_threads, sequence=None):
         calls.append((threads, to_threads))
+        assert sequence and set(sequence) >= set(sigs)     # one iteration's ops, in order
         return {s: 0.5 for s in sigs}
 
     monkeypatch.setattr(device_opt, "thread_time_ratios", halve)

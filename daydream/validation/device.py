@@ -1,13 +1,16 @@
 """Validation of ``device`` on a CPU: a bundled workload traced at 1 intra-op thread,
 predicted on this machine's 2-thread profile (``device:target=<profile>``), and run
-at 2 threads for real.  Meaningful only on a machine with two otherwise idle cores.
+at 2 threads for real, the two runs' iterations in turns
+(:func:`daydream.validate.paired_rounds`; in its turn the 2-thread run has both
+cores).  Meaningful only on a machine with two otherwise idle cores.
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from daydream.errors import DaydreamError
-from daydream.validate import ValidationRow, fastest_run
+from daydream.validate import ValidationRow, paired_rounds
 from daydream.whatif import predict
 
 __all__ = ["validate_rows", "DEVICE_WORKLOADS"]
@@ -37,16 +40,17 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
     rows = []
     for w in DEVICE_WORKLOADS:
         try:
-            progress(f"device: {w}: tracing at 1 thread")
-            base, _ = fastest_run(repeat, w, tdir / f"{w}.dev1t.json.gz", ("--threads", "1"), iterations)
-            report, _ = predict(base, [f"device:target={target}"], profile_path=profile_path)
-            progress(f"device: {w}: tracing at 2 threads for real")
-            _, measured = fastest_run(repeat, w, tdir / f"{w}.dev2t.json.gz", ("--threads", "2"), iterations)
+            progress(f"device: {w}: tracing at 1 and at 2 threads, iterations in turns, x{max(repeat, 1)}")
+            rounds = paired_rounds(repeat, [(w, tdir / f"{w}.dev1t.json.gz", ("--threads", "1"), 1),
+                                            (w, tdir / f"{w}.dev2t.json.gz", ("--threads", "2"), 1)], iterations)
+            reports = [predict(r[0][0], [f"device:target={target}"], profile_path=profile_path)[0] for r in rounds]
         except DaydreamError as exc:
             progress(f"device: {w}: skipped ({exc})")
             continue
-        row = ValidationRow(f"{w} 1->2 threads", "device:target=cpu-2t", report.baseline_ms, report.predicted_ms,
-                            measured.measured_ms)
+        row = ValidationRow(f"{w} 1->2 threads", "device:target=cpu-2t",
+                            statistics.fmean(r.baseline_ms for r in reports),
+                            statistics.fmean(r.predicted_ms for r in reports),
+                            statistics.fmean(r[1][1].measured_ms for r in rounds))
         progress(f"device: {w}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
                  f"error {row.error_pct:.1f}%")
         rows.append(row)
