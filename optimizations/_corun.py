@@ -24,7 +24,14 @@ so both measurements spread their rounds over seconds
 """
 from __future__ import annotations
 
-__all__ = ["corun_rate", "SOURCES"]
+import numpy as np
+
+from daydream.sim import simulate
+
+__all__ = ["corun_rate", "corun_stretch", "SOURCES", "CORUN_ROUNDS"]
+
+#: Simulations of :func:`corun_stretch` (each stretches the tasks by the last one's schedule).
+CORUN_ROUNDS = 6
 
 #: Where :func:`corun_rate` takes the rate from.
 SOURCES = ("trace", "profile", "off")
@@ -61,3 +68,65 @@ def _measured(ctx, batch_factor: float):
         except ImportError:          # no torch here
             _MEASURED[key] = None
     return _MEASURED[key]
+
+
+def _union(start, end) -> tuple:
+    """Disjoint, sorted intervals covering ``[start, end)`` (empty ones dropped)."""
+    keep = end > start
+    start, end = start[keep], end[keep]
+    order = np.argsort(start, kind="stable")
+    s_out, e_out = [], []
+    for a, b in zip(start[order].tolist(), end[order].tolist()):
+        if s_out and a <= e_out[-1]:
+            e_out[-1] = max(e_out[-1], b)
+        else:
+            s_out.append(a)
+            e_out.append(b)
+    return np.asarray(s_out, np.int64), np.asarray(e_out, np.int64)
+
+
+def corun_stretch(g, lanes, rate: float, rounds: int = CORUN_ROUNDS):
+    """Simulate ``g`` with the work on ``lanes`` (processes on one host's cores) slowed to
+    ``rate`` while another of them is busy; returns the last :class:`SimResult`.
+
+    Each task's work (its duration in ``g``) runs at full speed while the
+    other lanes are idle and at ``rate`` while one of them is busy, from the
+    task's start on (:func:`_stretched_ns`); who is busy when depends on the
+    stretched schedule, so the graph is simulated ``rounds`` times, each
+    round's durations from the last round's schedule.  Durations in ``g``
+    are changed in place.  Two processes busy all the time run at ``rate``;
+    one whose peer waits runs at full speed.
+    """
+    res = simulate(g)
+    if rate >= 1.0 or len(lanes) < 2:
+        return res
+    work = {ln: g.tasks["dur_ns"][np.asarray(g.lane_tasks[ln], np.int64)].astype(float) for ln in lanes}
+    for _ in range(rounds):
+        busy = {ln: _union(res.start_ns[g.lane_tasks[ln]], res.end_ns[g.lane_tasks[ln]]) for ln in lanes}
+        for ln in lanes:
+            starts, ends = _union(np.concatenate([busy[o][0] for o in lanes if o != ln]),
+                                  np.concatenate([busy[o][1] for o in lanes if o != ln]))
+            mine = np.asarray(g.lane_tasks[ln], np.int64)
+            g.tasks["dur_ns"][mine] = [round(_stretched_ns(float(t0), w, starts, ends, rate))
+                                       for t0, w in zip(res.start_ns[mine].tolist(), work[ln].tolist())]
+        res = simulate(g)
+    return res
+
+
+def _stretched_ns(t0: float, work: float, starts, ends, rate: float) -> float:
+    """How long ``work`` ns of work started at ``t0`` takes when it runs at ``rate`` inside the
+    disjoint sorted intervals ``[starts, ends)`` and at full speed outside them."""
+    t, left = t0, work
+    i = int(np.searchsorted(ends, t, side="right"))
+    while left > 0:
+        if i < len(starts) and starts[i] <= t:                 # inside a busy interval
+            room = (ends[i] - t) * rate
+            if room >= left:
+                return t + left / rate - t0
+            t, left, i = float(ends[i]), left - room, i + 1
+        else:
+            gap = (starts[i] if i < len(starts) else float("inf")) - t
+            if gap >= left:
+                return t + left - t0
+            t, left = float(starts[i]), left - gap
+    return t - t0

@@ -42,11 +42,19 @@ models under ``schedule``.  Metrics: both makespans (``*_makespan_ms``), the
 speedup of shard-parallel over model-parallel, mean device utilisation of
 each, and the number of layers per shard (``shardS_layers``).
 
+On a CPU the devices are one host's cores, which share its caches and
+memory bandwidth: while another device is busy a shard runs at the co-run
+rate (``corun``, :func:`optimizations._corun.corun_rate`: by default the
+traced iteration's ops re-run beside a twin on the other core), and only
+for the time it overlaps the other's work
+(:func:`optimizations._corun.corun_stretch`): shard-parallel keeps both
+cores busy, model-parallel mostly one.
+
 Where it stops being valid: one model's shards must fit on one device each
 (memory is not modelled); every device is as fast as the traced one and
-runs one shard at a time (on a CPU: one process per core, no contention for
-cores or memory bandwidth); transfers do not slow the computation they
-overlap; Python time of a layer moves with the layer; Hydra's spilling of
+runs one shard at a time (on a CPU: one process per core; more than two
+busy cores slow each other as two do); transfers do not slow the
+computation they overlap; Python time of a layer moves with the layer; Hydra's spilling of
 shards to host memory is not modelled.
 """
 from __future__ import annotations
@@ -58,13 +66,13 @@ import numpy as np
 from daydream.graph.graph import DependencyGraph, EdgeKind
 from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.primitives import LanePolicy, set_policy
-from daydream.sim import simulate
 
 from ._common import module_table
+from ._corun import SOURCES, corun_rate, corun_stretch
 from .base import NotApplicable, Optimization, OptionError, Param
 
 __all__ = ["Hydra", "OPTIMIZATION", "Unit", "ShardCosts", "layer_units", "balanced_split", "shard_costs",
-           "schedule_graph", "Schedule", "MAX_MODELS"]
+           "schedule_graph", "device_lanes", "Schedule", "MAX_MODELS"]
 
 #: More models than this would only make a long, uninformative schedule.
 MAX_MODELS = 4096
@@ -281,6 +289,11 @@ def schedule_graph(costs: ShardCosts, models: int, transfer_ns, schedule: str,
     return g
 
 
+def device_lanes(g) -> list:
+    """The device lanes of a :func:`schedule_graph`."""
+    return [i for i, ln in enumerate(g.lanes) if ln.kind == LaneKind.CPU_THREAD]
+
+
 def _utilisation(res, devices: int) -> float:
     g = res.graph
     busy = np.zeros(devices)
@@ -297,7 +310,10 @@ class Hydra(Optimization):
     params = (Param("models", 4, "number of models trained together (copies of the traced one)", int),
               Param("devices", 2, "devices each model is split over (one shard per device)", int),
               Param("schedule", Schedule.SHARD_PARALLEL, "schedule whose makespan is the predicted time", str,
-                    (Schedule.SHARD_PARALLEL, Schedule.MODEL_PARALLEL)))
+                    (Schedule.SHARD_PARALLEL, Schedule.MODEL_PARALLEL)),
+              Param("corun", "trace", "CPU: devices that are one host's cores run their shards at the co-run rate "
+                    "of the trace's ops while another is busy (trace: measured beside a twin; profile: the device "
+                    "profile's; off)", str, SOURCES))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -315,16 +331,21 @@ class Hydra(Optimization):
         if D > 1 and not (dev.p2p or dev.collective):
             raise NotApplicable(f"hydra: device profile {dev.name!r} has no transfer figures; run daydream calibrate")
         transfer_ns, (send_post_ns, _) = dev.p2p_ns, dev.p2p_post_ns()
-        results = {}
+        rate = corun_rate(ctx, 1.0, self.corun) if D > 1 else 1.0
+        graphs, results = {}, {}
         for sched in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL):
-            results[sched] = simulate(schedule_graph(costs, K, transfer_ns, sched, send_post_ns))
+            graphs[sched] = g = schedule_graph(costs, K, transfer_ns, sched, send_post_ns)
+            results[sched] = corun_stretch(g, device_lanes(g), rate)
         mp, sp = (results[s].makespan_ns / 1e6 for s in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL))
         ctx.metrics.update({"model_parallel_makespan_ms": mp, "shard_parallel_makespan_ms": sp,
                             "shard_parallel_speedup": mp / sp if sp else float("inf"),
                             "model_parallel_utilisation": _utilisation(results[Schedule.MODEL_PARALLEL], D),
                             "shard_parallel_utilisation": _utilisation(results[Schedule.SHARD_PARALLEL], D)})
         ctx.metrics.update({f"shard{s}_layers": n for s, n in enumerate(costs.layers)})
-        ctx.graph = schedule_graph(costs, K, transfer_ns, self.schedule, send_post_ns)
+        ctx.graph = graphs[self.schedule]
+        if rate < 1.0:
+            ctx.note(f"hydra: a device's shard runs at {rate:.2f}x its speed alone while another device is busy "
+                     f"(corun={self.corun}; `corun=off` leaves it out)")
         ctx.note(f"hydra: {K} model(s) x {D} shard(s) of {', '.join(map(str, costs.layers))} layer(s); "
                  f"shard forward/backward ms: "
                  + ", ".join(f"{f / 1e6:.2f}/{b / 1e6:.2f}" for f, b in zip(costs.fwd_ns, costs.bwd_ns))

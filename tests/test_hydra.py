@@ -82,10 +82,10 @@ def test_whatif_on_mlp_trace(own_trace):
     base = simulate(g).mean_iteration_ns()[1]
     assert sum(u.fwd_ns + u.bwd_ns for u in units) + head + opt == pytest.approx(base, rel=1e-3)
 
-    one, _ = predict(trace, ["hydra:models=1,devices=2"], device=dev)
+    one, _ = predict(trace, ["hydra:models=1,devices=2,corun=off"], device=dev)
     single = one.metrics["model_parallel_makespan_ms"]
     assert one.metrics["shard_parallel_makespan_ms"] == pytest.approx(single)
-    rep, res = predict(trace, ["hydra:models=4,devices=2"], device=dev)
+    rep, res = predict(trace, ["hydra:models=4,devices=2,corun=off"], device=dev)
     m = rep.metrics
     assert m["model_parallel_makespan_ms"] == pytest.approx(4 * single, abs=1e-5)
     assert rep.predicted_ms == pytest.approx(m["shard_parallel_makespan_ms"])
@@ -93,8 +93,43 @@ def test_whatif_on_mlp_trace(own_trace):
     assert m["shard_parallel_speedup"] > 1.2
     assert 0 < m["model_parallel_utilisation"] < m["shard_parallel_utilisation"] <= 1
     assert m["shard0_layers"] + m["shard1_layers"] == len(units)
-    mp, _ = predict(trace, ["hydra:models=4,devices=2,schedule=model-parallel"], device=dev)
+    mp, _ = predict(trace, ["hydra:models=4,devices=2,schedule=model-parallel,corun=off"], device=dev)
     assert mp.predicted_ms == pytest.approx(m["model_parallel_makespan_ms"])
+
+
+def test_cores_that_share_a_host_slow_each_other_only_while_both_work(own_trace):
+    """corun=profile at 0.8: in model-parallel the devices overlap only where one shard's optimizer
+    step runs beside the other's backward, and the makespan grows a little; shard-parallel keeps
+    both busy and stretches by much more, though less than 1 / 0.8."""
+    import dataclasses
+
+    dev = dataclasses.replace(flat_profile(allreduce=(1e9, 10_000.0)), corun=0.8)
+    trace = own_trace("mlp")
+    off, _ = predict(trace, ["hydra:models=4,devices=2,corun=off"], device=dev)
+    on, _ = predict(trace, ["hydra:models=4,devices=2,corun=profile"], device=dev)
+    assert any("0.80x" in n for n in on.notes)
+    mp = on.metrics["model_parallel_makespan_ms"] / off.metrics["model_parallel_makespan_ms"]
+    sp = on.metrics["shard_parallel_makespan_ms"] / off.metrics["shard_parallel_makespan_ms"]
+    assert 1.0 < mp < 1.03 and mp + 0.05 < sp < 1 / 0.8
+
+
+def test_corun_stretch_exact():
+    """Two lanes: a (100 ns) then b (100 ns) on one, c (150 ns) on the other, at rate 0.5.  a and
+    c overlap all along, so both last twice their work until one ends: a: 200; c: 200 for its
+    first 100 ns of work, then 50 ns of work beside b's start, 100 ns at half speed -> 300; b
+    overlaps c for 100 ns (50 of b's work), then 50 alone -> 150; a fixed point."""
+    from daydream.graph.graph import DependencyGraph
+    from daydream.model import Lane, LaneKind
+    from daydream.optimizations._corun import corun_stretch
+
+    g = DependencyGraph()
+    one, two = (g.add_lane(Lane(0, LaneKind.CPU_THREAD, 1, i)) for i in range(2))
+    a, b, c = (int(t) for t in g.add_tasks(lane=[one, one, two], dur_ns=[100, 100, 150]))
+    g.lane_tasks[one] += [a, b]
+    g.lane_tasks[two].append(c)
+    res = corun_stretch(g, [one, two], 0.5)
+    assert g.tasks["dur_ns"].tolist() == [200, 150, 300]
+    assert int(res.end_ns[b]) == 350 and int(res.end_ns[c]) == 300
 
 
 def test_bad_input_is_refused_with_the_reason(own_trace):
