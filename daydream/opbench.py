@@ -13,7 +13,7 @@ import json
 
 from .errors import DaydreamError
 
-__all__ = ["call_for", "time_signature_ns", "dtype_time_ratios", "dtype_time_pairs", "channels_last_time_pairs",
+__all__ = ["call_for", "KEEP_DTYPE_INPUTS", "time_signature_ns", "dtype_time_ratios", "dtype_time_pairs", "channels_last_time_pairs",
            "thread_time_ratios", "float_inputs", "cast_ns", "scaled_signature", "batch_time_ratios",
            "fused_signature", "fused_time_ratios", "PAIR_ROUNDS"]
 
@@ -31,6 +31,15 @@ def _scalar(text):
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+
+
+#: Inputs (positions) that keep their traced dtype when an op is re-run in another one: the
+#: attention backward's logsumexp stays in the accumulation type (float32) under bf16/fp16.
+KEEP_DTYPE_INPUTS = {
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (5,),
+    "aten::_scaled_dot_product_flash_attention_backward": (5,),
+    "aten::_scaled_dot_product_efficient_attention_backward": (6,),
+}
 
 
 def call_for(signature: str, dtype: str | None = None, channels_last: bool = False):
@@ -53,13 +62,14 @@ def call_for(signature: str, dtype: str | None = None, channels_last: bool = Fal
     strides = strides if isinstance(strides, list) else [None] * len(dims)
     concrete = concrete if isinstance(concrete, list) else [""] * len(dims)
     args = []
+    keep = KEEP_DTYPE_INPUTS.get(name, ())
     for i, (d, t) in enumerate(zip(dims, types)):
         tt = _TENSOR_TYPES.get(str(t).lower())
         if tt is None:
             args.append(_scalar(concrete[i] if i < len(concrete) else ""))
             continue
         tdt = getattr(torch, tt)
-        if dtype and tdt.is_floating_point:
+        if dtype and tdt.is_floating_point and i not in keep:
             tdt = getattr(torch, dtype)
         st = strides[i] if i < len(strides) and isinstance(strides[i], list) and len(strides[i]) == len(d) else None
         if st:     # over the whole storage: expanded inputs (stride 0) share elements

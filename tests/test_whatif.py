@@ -93,6 +93,26 @@ def test_amp_adds_the_remeasured_time_difference_to_each_traced_op(own_trace, pr
     assert (slower.tasks["dur_ns"][comp] - same.tasks["dur_ns"][comp]).tolist() == [200_000] * len(comp)
 
 
+def test_attention_is_a_compute_op_that_amp_reruns_in_bf16(own_trace):
+    """The transformer's scaled-dot-product attention (forward and backward) carries FLOPs, so
+    amp re-runs it in bf16; its backward's logsumexp input stays float32, as autocast leaves it."""
+    import torch
+
+    from daydream.opbench import call_for
+
+    trace = own_trace("transformer")
+    g = build_graph(trace)
+    fwd = select(g, name="^aten::_scaled_dot_product_flash_attention_for_cpu$")
+    bwd = select(g, name="^aten::_scaled_dot_product_flash_attention_for_cpu_backward$")
+    assert len(fwd) and len(bwd)
+    assert (g.tasks["flops"][fwd] > 0).any() and (g.tasks["flops"][bwd] > 0).any()
+    sig = json.dumps(["aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+                      [[1, 2, 8, 4]] * 5 + [[1, 2, 8], [], [], [], []],
+                      ["float"] * 6 + ["Scalar", "Scalar", "", ""], None, [""] * 6 + ["0.", "True", "", ""]])
+    op, args = call_for(sig, "bfloat16")
+    assert [a.dtype for a in args[:6]] == [torch.bfloat16] * 5 + [torch.float32]
+
+
 def test_backend_convolutions_are_rerun_as_the_portable_op(own_trace):
     from types import SimpleNamespace
 

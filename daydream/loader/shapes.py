@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import math
 
-__all__ = ["op_flops", "op_signature", "COMPUTE_OPS", "clip_count"]
+__all__ = ["op_flops", "op_signature", "COMPUTE_OPS", "ATTENTION_OPS", "clip_count"]
 
 #: Counts are clipped into ``[-1, COUNT_CLIP]`` so that int64 columns hold them; the
 #: loader then treats negative or implausibly large ones as absent (and counts that).
@@ -33,9 +33,22 @@ COMPUTE_OPS = frozenset({
     "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
     "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
     "aten::mkldnn_convolution", "aten::cudnn_convolution", "aten::convolution_backward",
-    "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
     "aten::_addmm_activation",
 })
+
+#: Attention ops: (position of the query among the inputs, of ``is_causal``, FLOPs relative to the
+#: forward's).  The forward's two matmuls (``Q K^T``, ``P V``) count ``2 B H L S (E + Ev)``; the
+#: backward's five count 2.5 times that; a causal mask halves both (the kernels skip masked blocks).
+ATTENTION_OPS = {
+    "aten::scaled_dot_product_attention": (0, 5, 1.0),
+    "aten::_scaled_dot_product_flash_attention": (0, 4, 1.0),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": (0, 4, 1.0),
+    "aten::_scaled_dot_product_efficient_attention": (0, 6, 1.0),
+    "aten::_scaled_dot_product_flash_attention_backward": (1, 11, 2.5),
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (1, 7, 2.5),
+    "aten::_scaled_dot_product_efficient_attention_backward": (1, 11, 2.5),
+}
+COMPUTE_OPS = COMPUTE_OPS | frozenset(ATTENTION_OPS)
 
 
 def _ints(v):
@@ -101,12 +114,31 @@ def _op_flops(name: str, args: dict) -> int:
         if name == "aten::convolution_backward" and len(dims) >= 3 and len(dims[0]) >= 3:
             g_out, w = dims[0], dims[2]
             return 2 * 2 * g_out[0] * g_out[1] * math.prod(g_out[2:]) * w[1] * math.prod(w[2:])
+        if name in ATTENTION_OPS:
+            return _attention_flops(name, dims, args.get("Concrete Inputs"))
         if "conv" in name:
             concrete = args.get("Concrete Inputs") or []
             return _conv_flops(dims, concrete if isinstance(concrete, list) else [])
     except (TypeError, IndexError):
         return 0
     return 0
+
+
+def _attention_flops(name: str, dims: list, concrete) -> int:
+    """FLOPs of a scaled-dot-product attention op (:data:`ATTENTION_OPS`) from q, k, v ``[B, H, L, E]``.
+
+    >>> _attention_flops("aten::_scaled_dot_product_flash_attention_for_cpu",
+    ...                  [[8, 4, 64, 32], [8, 4, 64, 32], [8, 4, 64, 32]], ["", "", "", "0.", "True"])
+    8388608
+    """
+    qi, ci, factor = ATTENTION_OPS[name]
+    q, k, v = dims[qi:qi + 3]
+    if len(q) != 4 or len(k) != 4 or len(v) != 4:
+        return 0
+    b, h, lq, e = q
+    flops = 2 * b * h * lq * k[2] * (e + v[3]) * factor
+    causal = isinstance(concrete, list) and len(concrete) > ci and str(concrete[ci]) == "True"
+    return int(flops / 2 if causal else flops)
 
 
 #: Ops without FLOPs whose call signature is kept all the same: ``fusion``
