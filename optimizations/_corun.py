@@ -21,6 +21,14 @@ spells of a second or more in which two busy cores run at 0.55-0.7x each;
 a measurement made back to back fell mostly in one about one time in five,
 so both measurements spread their rounds over seconds
 (:func:`daydream.opseq.corun_rounds`).
+
+How the rate applies: :func:`corun_stretch` slows a task to the rate only for
+the part of its run during which another process of the host is busy, and
+simulates the schedule to a fixed point (``hydra``, whose model-parallel
+schedule keeps one core busy at a time and its shard-parallel one both).
+``pipeline``, ``tessel`` and ``data-parallel`` still divide all of a rank's
+compute by the rate (their ranks are busy together most of the time, and
+Tessel's search simulates thousands of candidates).
 """
 from __future__ import annotations
 
