@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import ast
 import json
+import statistics
 
 from .errors import DaydreamError
 
 __all__ = ["call_for", "KEEP_DTYPE_INPUTS", "time_signature_ns", "dtype_time_ratios", "dtype_time_pairs", "channels_last_time_pairs",
            "thread_time_ratios", "float_inputs", "cast_ns", "scaled_signature", "batch_time_ratios",
-           "fused_signature", "fused_time_ratios", "PAIR_ROUNDS"]
+           "fused_signature", "fused_time_ratios", "PAIR_ROUNDS", "PAIR_SPAN_S"]
 
 _TENSOR_TYPES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
                  "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8",
@@ -123,36 +124,55 @@ def time_signature_ns(signature: str, dtype: str | None = None, min_time_s: floa
 
 #: Rounds in which an op and its variant are timed in turn; the round with the median ratio is kept.
 PAIR_ROUNDS = 3
+#: Least time (s) the rounds of :func:`_pairs` are spread over: each round times every
+#: signature once, and rounds go on until this long after the first one, so that each op's
+#: rounds fall in different spells of a machine whose speed moves for a second or so at a
+#: time (amp's bf16 re-runs of the transformer, all rounds of an op back to back: 428 and
+#: 482 ms predicted by two calls on one trace).
+PAIR_SPAN_S = 2.0
 
 
-def _pairs(signatures, other_ns, threads: int | None = None, rounds: int = PAIR_ROUNDS) -> dict:
+def _pairs(signatures, other_ns, threads: int | None = None, rounds: int = PAIR_ROUNDS,
+           typical: bool = False) -> dict:
     """Per signature: ``(t(sig as traced), other_ns(sig))``, both re-run now.
 
-    The two are timed in turn, ``rounds`` times, and the round whose ratio is
-    the median is kept: a slow spell of the machine then falls on both sides
-    of one round instead of on one side of the ratio (one timing of each
-    put an 8-model ``hfta`` prediction anywhere from 67 to 101 ms on this VM).
+    The two are timed in turn, in rounds that each time every signature once,
+    at least ``rounds`` of them and more until :data:`PAIR_SPAN_S` after the
+    first; the round whose ratio is the median is kept: a slow spell of the
+    machine then falls on both sides of one round instead of on one side of
+    the ratio (one timing of each put an 8-model ``hfta`` prediction anywhere
+    from 67 to 101 ms on this VM).  ``typical``: each side's median over the
+    rounds instead (what an op costs now, for a prediction that adds times).
     ``other_ns`` returns None where the signature has no variant; those and
     signatures that fail to run are left out.
     """
+    import time
+
     import torch
 
     if threads:
         torch.set_num_threads(threads)
-    out = {}
-    for sig in set(signatures):
-        try:
-            got = []
-            for _ in range(max(1, rounds)):
+    got = {sig: [] for sig in dict.fromkeys(signatures)}
+    r, t_end = 0, None
+    while got and (r < max(1, rounds) or time.perf_counter() < t_end):
+        for sig in list(got):
+            try:
                 other = other_ns(sig)
                 if other is None:
-                    break
-                got.append((max(time_signature_ns(sig), 1.0), other))
-        except DaydreamError:
-            continue
-        if got:
-            got.sort(key=lambda ab: ab[1] / ab[0])
-            out[sig] = got[(len(got) - 1) // 2]
+                    del got[sig]
+                    continue
+                got[sig].append((max(time_signature_ns(sig), 1.0), other))
+            except DaydreamError:
+                del got[sig]
+        if t_end is None:
+            t_end = time.perf_counter() + PAIR_SPAN_S
+        r += 1
+    if typical:
+        return {sig: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v)) for sig, v in got.items()}
+    out = {}
+    for sig, v in got.items():
+        v.sort(key=lambda ab: ab[1] / ab[0])
+        out[sig] = v[(len(v) - 1) // 2]
     return out
 
 
@@ -167,8 +187,9 @@ def dtype_time_ratios(signatures, dtype: str, threads: int | None = None) -> dic
 
 
 def dtype_time_pairs(signatures, dtype: str, threads: int | None = None) -> dict:
-    """Per signature: ``(t(as traced), t(dtype))`` in ns, measured now; failures left out."""
-    return _pairs(signatures, lambda sig: time_signature_ns(sig, dtype), threads)
+    """Per signature: ``(t(as traced), t(dtype))`` in ns, each the median of its rounds, measured
+    now (:func:`_pairs`); failures left out."""
+    return _pairs(signatures, lambda sig: time_signature_ns(sig, dtype), threads, typical=True)
 
 
 def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None) -> dict:
@@ -199,8 +220,9 @@ def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None)
 
 
 def channels_last_time_pairs(signatures, threads: int | None = None) -> dict:
-    """Per signature: ``(t(as traced), t(4-D inputs channels-last))`` in ns, measured now; failures left out."""
-    return _pairs(signatures, lambda sig: time_signature_ns(sig, channels_last=True), threads)
+    """Per signature: ``(t(as traced), t(4-D inputs channels-last))`` in ns, each the median of its
+    rounds, measured now (:func:`_pairs`); failures left out."""
+    return _pairs(signatures, lambda sig: time_signature_ns(sig, channels_last=True), threads, typical=True)
 
 
 def _layout_strides(dims, strides) -> list:

@@ -22,12 +22,14 @@ def public_traces() -> list[Path]:
 
 
 @pytest.fixture(autouse=True)
-def _short_sequence_reruns(monkeypatch):
-    """Sequence re-runs take their minimum rounds only: the span that steadies a prediction on
-    a noisy machine (:data:`daydream.opseq.SEQUENCE_SPAN_S`) would add seconds to each test."""
-    from daydream import opseq
+def _short_reruns(monkeypatch):
+    """Op re-runs take their minimum rounds only: the spans that steady a prediction on a noisy
+    machine (:data:`daydream.opseq.SEQUENCE_SPAN_S`, :data:`daydream.opbench.PAIR_SPAN_S`) would
+    add seconds to each test."""
+    from daydream import opbench, opseq
 
     monkeypatch.setattr(opseq, "SEQUENCE_SPAN_S", 0.0)
+    monkeypatch.setattr(opbench, "PAIR_SPAN_S", 0.0)
 
 
 @pytest.fixture

@@ -362,6 +362,25 @@ def test_op_reruns_keep_the_round_with_the_median_ratio(monkeypatch):
     assert pairs == {"sig": (100.0, 150.0)}
 
 
+def test_op_reruns_interleave_the_ops_and_go_on_for_their_span(monkeypatch):
+    """Each round times every op once (so an op's rounds fall in different spells); rounds go on
+    until PAIR_SPAN_S after the first (a fake clock: 1 s a round, span 2.5 s: 4 rounds);
+    ``typical`` keeps each side's median."""
+    import time
+
+    from daydream import opbench
+
+    clock = iter(range(100))
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr(opbench, "PAIR_SPAN_S", 2.5)
+    order = []
+    times = {"a": iter([10.0, 30.0, 20.0, 40.0]), "b": iter([1.0, 2.0, 3.0, 4.0])}
+    monkeypatch.setattr(opbench, "time_signature_ns", lambda sig: order.append(sig) or next(times[sig]))
+    pairs = opbench._pairs(["a", "b", "a"], lambda sig: 2 * len(order), rounds=2, typical=True)
+    assert order == ["a", "b"] * 4
+    assert pairs == {"a": (25.0, 6.0), "b": (2.5, 8.0)}      # variants (before each timing): 0, 4, 8, 12 / 2, 6, 10, 14
+
+
 def test_thread_ratios_time_the_variant_at_the_target_threads_and_restore(monkeypatch):
     torch = pytest.importorskip("torch")
     from daydream import opbench
