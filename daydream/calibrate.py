@@ -414,16 +414,32 @@ def _corun_factor(torch) -> float:
         torch.set_num_threads(threads)
 
 
-def _checkpoint_call_ns(torch, device) -> tuple:
-    """Extra CPU time of a ``torch.utils.checkpoint`` call over the plain one: (forward, backward) ns.
+#: Layers (a ``Linear`` and a ``ReLU`` each) of the larger module timed by :func:`_checkpoint_ns`.
+CHECKPOINT_LAYERS = 8
 
-    On a tiny module (its own work negligible): forward with checkpoint minus
-    plain forward; forward + backward with checkpoint minus plain forward +
-    backward, minus the recomputed (no-grad) forward and the forward part.
+
+def _checkpoint_ns(torch, device) -> tuple:
+    """``torch.utils.checkpoint``'s extra CPU time: ((forward, backward) per call, (forward,
+    backward) per op of the checkpointed forward), ns.
+
+    Timed on tiny modules of 1 and :data:`CHECKPOINT_LAYERS` (Linear, ReLU) layers (their own
+    work negligible; :func:`_checkpoint_extra_ns`); the difference gives the cost per op, the
+    rest the cost per call.
     """
+    small, large = (_checkpoint_extra_ns(torch, device, k) for k in (1, CHECKPOINT_LAYERS))
+    per_op = tuple(max((b - a) / (2 * (CHECKPOINT_LAYERS - 1)), 0.0) for a, b in zip(small, large))
+    call = tuple(max(a - 2 * p, 0.0) for a, p in zip(small, per_op))
+    return tuple(int(x) for x in call), tuple(int(x) for x in per_op)
+
+
+def _checkpoint_extra_ns(torch, device, layers: int) -> tuple:
+    """Extra CPU time of a checkpointed module of ``layers`` (Linear, ReLU) pairs over the plain
+    one: (forward, backward) ns.  Forward with checkpoint minus plain forward; forward + backward
+    with checkpoint minus plain forward + backward, minus the recomputed (no-grad) forward and
+    the forward part."""
     from torch.utils.checkpoint import checkpoint
 
-    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).to(device)
+    m = torch.nn.Sequential(*[x for _ in range(layers) for x in (torch.nn.Linear(8, 8), torch.nn.ReLU())]).to(device)
     x = torch.randn(4, 8, device=device, requires_grad=True)
 
     def no_grad():
@@ -436,7 +452,7 @@ def _checkpoint_call_ns(torch, device) -> tuple:
     ckpt = time_call_ns(lambda: checkpoint(m, x, use_reentrant=False).sum().backward(), device, 0.1)
     recompute = time_call_ns(no_grad, device, 0.1)
     fwd = max(ckpt_f - plain_f, 0.0)
-    return (int(fwd), int(max(ckpt - plain - recompute - fwd, 0.0)))
+    return fwd, max(ckpt - plain - recompute - fwd, 0.0)
 
 
 def _compiled_call_ns(torch, device) -> int:
@@ -521,7 +537,7 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     say("DataLoader worker hand-over")
     fetch = _loader_fetch(torch)
     say("activation checkpointing call overhead")
-    ckpt = _checkpoint_call_ns(torch, dev)
+    ckpt, ckpt_op = _checkpoint_ns(torch, dev)
     compiled = 0
     if not quick:
         say("torch.compile call overhead (compiles a tiny model, ~10 s)")
@@ -542,6 +558,6 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
                          bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, p2p=p2p,
                          p2p_post=post, p2p_handshake=handshake, corun=corun,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
-                         checkpoint_call_ns=ckpt,
+                         checkpoint_call_ns=ckpt, checkpoint_op_ns=ckpt_op,
                          source=f"{measured_on()} {time.strftime('%Y-%m-%d %H:%M')}"
                                 f" torch {torch.__version__}")

@@ -147,6 +147,9 @@ class DeviceProfile:
     #: Activation checkpointing: extra CPU time of one ``torch.utils.checkpoint``
     #: call over the plain call (forward ns, backward ns), measured by calibration.
     checkpoint_call_ns: tuple = (0, 0)
+    #: ... and per op of the checkpointed forward (forward ns, backward ns): its saved-tensor
+    #: hooks run per saved tensor, and the recompute's framework work grows with the segment.
+    checkpoint_op_ns: tuple = (0, 0)
     #: CPU: compute throughput of a process while a second one is busy on another core,
     #: relative to alone (1.0: no slow-down, or not measured); multi-process what-ifs on one
     #: host (data-parallel) run their ranks' work at this rate.
@@ -266,6 +269,7 @@ class DeviceProfile:
         d["p2p_post"] = {k: list(v) for k, v in self.p2p_post.items()}
         d["loader_fetch"] = list(self.loader_fetch)
         d["checkpoint_call_ns"] = list(self.checkpoint_call_ns)
+        d["checkpoint_op_ns"] = list(self.checkpoint_op_ns)
         return d
 
     @classmethod
@@ -281,6 +285,7 @@ class DeviceProfile:
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
                    compiled_call_ns=int(d.get("compiled_call_ns", 0)),
                    checkpoint_call_ns=tuple(int(x) for x in d.get("checkpoint_call_ns", (0, 0))),
+                   checkpoint_op_ns=tuple(int(x) for x in d.get("checkpoint_op_ns", (0, 0))),
                    corun=float(d.get("corun", 1.0)), **curves)
 
 
@@ -403,6 +408,8 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
         return "corun must be in (0, 1]"
     if prof.op_overhead_ns < 0:
         return "op_overhead_ns must be >= 0"
-    if len(prof.checkpoint_call_ns) != 2 or any(x < 0 for x in prof.checkpoint_call_ns):
-        return "checkpoint_call_ns needs two numbers >= 0"
+    for name in ("checkpoint_call_ns", "checkpoint_op_ns"):
+        v = getattr(prof, name)
+        if len(v) != 2 or any(x < 0 for x in v):
+            return f"{name} needs two numbers >= 0"
     return None

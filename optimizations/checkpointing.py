@@ -12,9 +12,13 @@ own bookkeeping on the CPU thread (the ``checkpoint`` call, its RNG-state
 save and saved-tensor hooks in forward; unpacking and setting up the
 recompute in backward) is one task before the module's forward and one
 before its recompute, lasting the device profile's ``checkpoint_call_ns``
-(``daydream calibrate`` times a checkpointed tiny module against the plain
-one; ~0.15 ms per call in forward here, where the bundled MLP's forward
-grew by 0.62 ms for its 4 checkpointed blocks).
+plus ``checkpoint_op_ns`` for each top-level op of the module's traced
+forward (``daydream calibrate`` times checkpointed tiny modules of 2 and 16
+ops against the plain ones: the saved-tensor hooks run per saved tensor, and
+the recompute's framework work grows with the segment; until session 12 the
+cost was per call only, from the 2-op module, and the bundled CNN's
+recompute of 3 blocks was under-predicted by about 2.5 ms a step, its
+``ReluBackward0`` (where the recompute is triggered) spending 2.7 ms).
 
 Assumptions: the recomputed forward costs what the traced forward cost
 (the cheaper no-grad forward is ignored); memory effects (less pressure, no
@@ -33,6 +37,7 @@ from daydream.model import LaneKind, Phase
 from daydream.primitives import insert
 
 from ._common import by_rank_iteration, layer_mask, module_table
+from ._layers import op_figures
 from .base import NotApplicable, Optimization, Param
 
 __all__ = ["Checkpointing", "OPTIMIZATION", "auto_modules"]
@@ -74,6 +79,8 @@ class Checkpointing(Optimization):
                 raise NotApplicable(f"no layer of the trace matches {self.modules!r}")
         launches = self._launch_lags(g)
         cpu = np.array([ln.kind == LaneKind.CPU_THREAD for ln in g.lanes], bool)
+        top = op_figures(ctx)[2]
+        dev = ctx.device
         done = 0
         for mod in mods:
             inside = layer_mask(g, "^" + re.escape(mod) + r"(\.|$)")
@@ -84,12 +91,14 @@ class Checkpointing(Optimization):
                 if first_bwd:
                     copies = self._recompute(g, tasks, first_bwd, launches, it)
                     tasks = np.asarray(tasks)
-                    self._bookkeeping(g, ctx.device.checkpoint_call_ns, tasks[cpu[g.tasks["lane"][tasks]]],
-                                      list(copies.values()), it)
+                    on_cpu = tasks[cpu[g.tasks["lane"][tasks]]]
+                    ops = np.unique(top[on_cpu][top[on_cpu] >= 0]).size
+                    cost = [c + ops * o for c, o in zip(dev.checkpoint_call_ns, dev.checkpoint_op_ns)]
+                    self._bookkeeping(g, cost, on_cpu, list(copies.values()), it)
                     done += 1
         if not done:
             raise NotApplicable("the checkpointed modules have no backward tasks in the trace's iterations")
-        if not any(ctx.device.checkpoint_call_ns):
+        if not any(dev.checkpoint_call_ns):
             ctx.note("checkpointing: no checkpoint call overhead in the device profile (run `daydream calibrate`)")
         ctx.note(f"checkpointing: forward of {len(mods)} module(s) recomputed in backward ({', '.join(mods[:4])}"
                  f"{', ...' if len(mods) > 4 else ''})")

@@ -113,13 +113,17 @@ def test_profile_keeps_the_checkpoint_call_cost_and_refuses_a_negative_one(tmp_p
 
     from daydream.device import PUBLISHED, load_profile, save_profile
 
-    p = save_profile(dataclasses.replace(PUBLISHED["A100"], checkpoint_call_ns=(120_000, 80_000)), str(tmp_path / "c.json"))
+    p = save_profile(dataclasses.replace(PUBLISHED["A100"], checkpoint_call_ns=(120_000, 80_000),
+                                         checkpoint_op_ns=(9_000, 4_000)), str(tmp_path / "c.json"))
     assert load_profile(p).checkpoint_call_ns == (120_000, 80_000)
-    doc = json.loads(Path(p).read_text())
-    doc["checkpoint_call_ns"] = [-1, 0]
-    Path(p).write_text(json.dumps(doc))
-    with pytest.raises(DaydreamError, match="checkpoint_call_ns needs two numbers >= 0"):
-        load_profile(p)
+    assert load_profile(p).checkpoint_op_ns == (9_000, 4_000)
+    good = Path(p).read_text()
+    for key in ("checkpoint_call_ns", "checkpoint_op_ns"):
+        doc = json.loads(good)
+        doc[key] = [-1, 0]
+        Path(p).write_text(json.dumps(doc))
+        with pytest.raises(DaydreamError, match=f"{key} needs two numbers >= 0"):
+            load_profile(p)
 
 
 @pytest.mark.parametrize("fail_at", ["fsync", "replace"])

@@ -75,6 +75,11 @@ def test_checkpointing_adds_the_calibrated_call_bookkeeping_per_module(own_trace
     assert calls == setups == blocks * trace.ranks[0].n_iterations > 0
     # one CPU thread: each checkpointed module adds 0.1 ms to its forward and 0.04 ms to its backward
     assert costly.predicted_ms - plain.predicted_ms == pytest.approx(blocks * 0.14, rel=0.01)
+    # per op of the module's forward (a block: aten::linear, aten::relu_): 10 + 5 us each
+    none = dataclasses.replace(profile, checkpoint_call_ns=(0, 0), checkpoint_op_ns=(0, 0))
+    base, _ = predict(trace, ["checkpointing"], device=none)
+    per_op, _ = predict(trace, ["checkpointing"], device=dataclasses.replace(none, checkpoint_op_ns=(10_000, 5_000)))
+    assert per_op.predicted_ms - base.predicted_ms == pytest.approx(blocks * 2 * 0.015, rel=0.01)
 
 
 def test_amp_adds_the_remeasured_time_difference_to_each_traced_op(own_trace, profile, monkeypatch):
@@ -395,3 +400,14 @@ def test_thread_ratios_time_the_variant_at_the_target_threads_and_restore(monkey
     finally:
         torch.set_num_threads(before)
     assert ratios == {"sig": 2.0} and seen == [2, 1] * opbench.PAIR_ROUNDS and after == 1
+
+
+def test_checkpoint_calibration_splits_call_and_per_op_costs(monkeypatch):
+    """Modules of 1 and 8 (Linear, ReLU) layers: 2 and 16 ops; the difference over 14 ops is the
+    per-op cost, the rest of the small module's cost the per-call one."""
+    from daydream import calibrate as C
+
+    extra = {1: (120.0, 60.0), C.CHECKPOINT_LAYERS: (400.0, 200.0)}
+    monkeypatch.setattr(C, "_checkpoint_extra_ns", lambda torch, device, layers: extra[layers])
+    assert C.CHECKPOINT_LAYERS == 8
+    assert C._checkpoint_ns(None, None) == ((80, 40), (20, 10))
