@@ -416,6 +416,10 @@ def _corun_factor(torch) -> float:
 
 #: Layers (a ``Linear`` and a ``ReLU`` each) of the larger module timed by :func:`_checkpoint_ns`.
 CHECKPOINT_LAYERS = 8
+#: Rounds of :func:`_checkpoint_extra_ns`: each times the five calls once, in turn, and the
+#: differences are the medians over rounds (five calls timed 0.1 s apiece, one after another,
+#: gave a forward/backward split of 111/221 us at one calibration and 287/0 at the next).
+CHECKPOINT_ROUNDS = 9
 
 
 def _checkpoint_ns(torch, device) -> tuple:
@@ -436,7 +440,7 @@ def _checkpoint_extra_ns(torch, device, layers: int) -> tuple:
     """Extra CPU time of a checkpointed module of ``layers`` (Linear, ReLU) pairs over the plain
     one: (forward, backward) ns.  Forward with checkpoint minus plain forward; forward + backward
     with checkpoint minus plain forward + backward, minus the recomputed (no-grad) forward and
-    the forward part."""
+    the forward part; each the median over :data:`CHECKPOINT_ROUNDS` rounds."""
     from torch.utils.checkpoint import checkpoint
 
     m = torch.nn.Sequential(*[x for _ in range(layers) for x in (torch.nn.Linear(8, 8), torch.nn.ReLU())]).to(device)
@@ -446,13 +450,14 @@ def _checkpoint_extra_ns(torch, device, layers: int) -> tuple:
         with torch.no_grad():
             m(x)
 
-    plain_f = time_call_ns(lambda: m(x), device, 0.1)
-    ckpt_f = time_call_ns(lambda: checkpoint(m, x, use_reentrant=False), device, 0.1)
-    plain = time_call_ns(lambda: m(x).sum().backward(), device, 0.1)
-    ckpt = time_call_ns(lambda: checkpoint(m, x, use_reentrant=False).sum().backward(), device, 0.1)
-    recompute = time_call_ns(no_grad, device, 0.1)
-    fwd = max(ckpt_f - plain_f, 0.0)
-    return fwd, max(ckpt - plain - recompute - fwd, 0.0)
+    calls = (lambda: m(x), lambda: checkpoint(m, x, use_reentrant=False), lambda: m(x).sum().backward(),
+             lambda: checkpoint(m, x, use_reentrant=False).sum().backward(), no_grad)
+    fwd, bwd = [], []
+    for _ in range(CHECKPOINT_ROUNDS):     # the five timed together, the differences per round
+        plain_f, ckpt_f, plain, ckpt, recompute = (time_call_ns(c, device, 0.02) for c in calls)
+        fwd.append(ckpt_f - plain_f)
+        bwd.append(ckpt - plain - recompute - (ckpt_f - plain_f))
+    return max(statistics.median(fwd), 0.0), max(statistics.median(bwd), 0.0)
 
 
 def _compiled_call_ns(torch, device) -> int:

@@ -8,6 +8,8 @@
   of the same module; with op names as layers (plain Kineto traces) the k-th
   forward run of a family matches the k-th backward run *from the end*
   (backward runs in reverse order of the forward, true of sequential nets).
+* :func:`work_slice`, :func:`spread_to_slices`: the slices of one op (its
+  self time between nested calls), rescaled together.
 * :func:`world_size`, :func:`work_mask`, :func:`add_edges_checked`.
 """
 from __future__ import annotations
