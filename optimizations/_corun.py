@@ -26,17 +26,20 @@ How the rate applies: :func:`corun_stretch` slows a task to the rate only for
 the part of its run during which another process of the host is busy, and
 simulates the schedule to a fixed point (``hydra``, whose model-parallel
 schedule keeps one core busy at a time and its shard-parallel one both).
-``pipeline``, ``tessel`` and ``data-parallel`` still divide all of a rank's
-compute by the rate (their ranks are busy together most of the time, and
-Tessel's search simulates thousands of candidates).
+``pipeline``, ``tessel`` and ``data-parallel`` divide all of a rank's
+work by the rate (data-parallel with :func:`slow_thread_work`, the pipelines
+in their unit costs): their ranks are busy together most of the time, and
+Tessel's search simulates thousands of candidates.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from daydream.model import LaneKind
+from daydream.primitives import scale
 from daydream.sim import simulate
 
-__all__ = ["corun_rate", "corun_stretch", "SOURCES", "CORUN_ROUNDS"]
+__all__ = ["corun_rate", "corun_stretch", "slow_thread_work", "SOURCES", "CORUN_ROUNDS"]
 
 #: Simulations of :func:`corun_stretch` (each stretches the tasks by the last one's schedule).
 CORUN_ROUNDS = 6
@@ -76,6 +79,21 @@ def _measured(ctx, batch_factor: float):
         except ImportError:          # no torch here
             _MEASURED[key] = None
     return _MEASURED[key]
+
+
+def slow_thread_work(ctx, rate: float, who: str, source: str) -> None:
+    """The traced thread work of ``ctx.graph`` (CPU ops and the Python gaps between them, in the
+    iterations) at ``rate`` of its speed: ``who`` processes on one host busy at once; noted on ``ctx``."""
+    if rate >= 1.0:
+        return
+    g = ctx.graph
+    T = g.tasks
+    cpu = np.isin(T["lane"], [i for i, ln in enumerate(g.lanes) if ln.kind == LaneKind.CPU_THREAD])
+    work = np.flatnonzero(cpu & (T["iteration"] >= 0))
+    scale(g, work, 1.0 / rate)
+    T["gap_ns"][work] = np.round(T["gap_ns"][work] / rate).astype(np.int64)
+    ctx.note(f"{who} on one host: their work runs at {rate:.2f}x the speed of one alone "
+             f"(corun={source}; `corun=off` leaves it out)")
 
 
 def _union(start, end) -> tuple:

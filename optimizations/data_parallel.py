@@ -59,10 +59,10 @@ import numpy as np
 
 from daydream.cost import cold_pass_ns
 from daydream.model import Lane, LaneKind, Phase
-from daydream.primitives import insert, scale, select
+from daydream.primitives import insert, select
 
 from ._common import OPTIMIZER_STEP_RE, by_rank_iteration, module_table
-from ._corun import SOURCES, corun_rate
+from ._corun import SOURCES, corun_rate, slow_thread_work
 from ._stragglers import wait_for_stragglers
 from .base import NotApplicable, Optimization, Param
 
@@ -193,19 +193,9 @@ class DataParallel(Optimization):
                    phase=Phase.FORWARD, iteration=it, before=first, bytes_=nbytes)
 
     def _corun(self, ctx) -> None:
-        """On a CPU the workers run on one host at once: the traced thread work (ops and the
-        Python gaps between them) runs at the co-run rate (:func:`optimizations._corun.corun_rate`)."""
-        g = ctx.graph
+        """On a CPU the workers run on one host at once: their thread work runs at the co-run rate."""
         rate = corun_rate(ctx, 1.0, self.corun) if self.workers > 1 else 1.0
-        if rate >= 1.0:
-            return
-        T = g.tasks
-        cpu = np.isin(T["lane"], [i for i, ln in enumerate(g.lanes) if ln.kind == LaneKind.CPU_THREAD])
-        work = np.flatnonzero(cpu & (T["iteration"] >= 0))
-        scale(g, work, 1.0 / rate)
-        T["gap_ns"][work] = np.round(T["gap_ns"][work] / rate).astype(np.int64)
-        ctx.note(f"data-parallel: {self.workers} workers on one host: their work runs at {rate:.2f}x the "
-                 f"speed of one alone (corun={self.corun}; `corun=off` leaves it out)")
+        slow_thread_work(ctx, rate, f"data-parallel: {self.workers} workers", self.corun)
 
     def _collectives_share_core(self, ctx) -> bool:
         """On a CPU, gloo reduces with CPU cores: without a spare core per worker, the
