@@ -118,7 +118,8 @@ def calibrate(device, output, quick, no_collectives, threads, force):
 @click.option("--repeat", default=1, show_default=True,
               help="Rounds per case.  In a round the baseline and the real variant run at the same time, "
                    "iterations in turns (multi-process variants after the baseline); a row is the mean over "
-                   "its rounds.  The parallelism runners keep each configuration's fastest round.")
+                   "its rounds (hfta and device too).  Of the other parallelism runners, pipeline and "
+                   "tessel keep each side's median round, tensor-parallel and hydra the fastest.")
 @click.option("--public/--no-public", default=True, help="Also the public ResNet-50 DataLoader pair.")
 @click.option("--shared", type=click.Path(), default=None, help="Folder of the public traces.")
 @click.option("--profile", "profile_path", type=click.Path(), help="Device profile (default: calibrated now, see "
