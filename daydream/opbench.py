@@ -201,13 +201,9 @@ def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None)
     """
     import torch
 
-    if sequence:
-        from .opseq import sequence_ratios
-
-        got = sequence_ratios(sequence, lambda sig: sig, threads, variant_threads=to_threads)
-        if got is not None:
-            wanted = set(signatures)
-            return {s: r for s, r in got.items() if s in wanted}
+    got = _in_sequence(signatures, sequence, lambda sig: sig, threads, variant_threads=to_threads)
+    if got is not None:
+        return got
 
     def other(sig):
         torch.set_num_threads(to_threads)
@@ -289,15 +285,25 @@ def batch_time_ratios(signatures, batch_values, factor: float, threads: int | No
     return _ratios_by(signatures, lambda sig: scaled_signature(sig, batch_values, factor), threads, sequence)
 
 
+def _in_sequence(signatures, sequence, variant, threads, **kw) -> dict | None:
+    """:func:`daydream.opseq.sequence_ratios` of ``sequence`` for ``signatures``; None without a
+    sequence or where it does not fit (the caller then times each op alone)."""
+    if not sequence:
+        return None
+    from .opseq import sequence_ratios
+
+    got = sequence_ratios(sequence, variant, threads, **kw)
+    if got is None:
+        return None
+    wanted = set(signatures)
+    return {s: r for s, r in got.items() if s in wanted}
+
+
 def _ratios_by(signatures, variant, threads, sequence) -> dict:
     """``t(variant(sig)) / t(sig)`` per signature: in sequence where one is given and fits, else each alone."""
-    if sequence:
-        from .opseq import sequence_ratios
-
-        got = sequence_ratios(sequence, variant, threads)
-        if got is not None:
-            wanted = set(signatures)
-            return {s: r for s, r in got.items() if s in wanted}
+    got = _in_sequence(signatures, sequence, variant, threads)
+    if got is not None:
+        return got
     return _ratios(signatures, lambda sig: _time_or_none(variant(sig)), threads)
 
 

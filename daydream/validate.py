@@ -21,7 +21,7 @@ from .analysis import replay
 from .errors import DaydreamError
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "fastest_run", "paired_rounds", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "fastest_run", "paired_rounds", "rounds_row", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -248,6 +248,17 @@ def paired_rounds(repeat: int, configs, iterations: int = 5) -> list:
     return rounds
 
 
+def rounds_row(workload: str, label: str, rounds, spec: str, profile_path, variant: int = 1) -> tuple:
+    """A row from :func:`paired_rounds`: the means over the rounds of the prediction of ``spec``
+    from each round's baseline (its first run) and of run ``variant`` measured in the same round.
+    Returns (row, the rounds' what-if reports)."""
+    reports = [predict(r[0][0], [spec], profile_path=profile_path)[0] for r in rounds]
+    row = ValidationRow(workload, label, statistics.fmean(r.baseline_ms for r in reports),
+                        statistics.fmean(r.predicted_ms for r in reports),
+                        statistics.fmean(r[variant][1].measured_ms for r in rounds))
+    return row, reports
+
+
 def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_path=None, progress=print,
                    repeat: int = 1):
     """Run the matrix; returns the rows (failed cases are reported and skipped).
@@ -271,13 +282,10 @@ def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_
                          f", iterations in turns, x{max(repeat, 1)}")
                 rounds = paired_rounds(repeat, [(w, tdir / f"{w}.{key}.base.json.gz", case.baseline, 1),
                                                 (w, tdir / f"{w}.{key}.json.gz", case.variant, case.nproc)], iterations)
-                reports = [predict(base, [case.opt], profile_path=profile_path)[0] for (base, _), _ in rounds]
+                row, _ = rounds_row(w, case.opt, rounds, case.opt, profile_path)
             except DaydreamError as exc:
                 progress(f"{w}: {key}: skipped ({exc})")
                 continue
-            row = ValidationRow(w, case.opt, statistics.fmean(r.baseline_ms for r in reports),
-                                statistics.fmean(r.predicted_ms for r in reports),
-                                statistics.fmean(m.measured_ms for _, (_, m) in rounds))
             rows.append(row)
             progress(f"{w}: {key}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
                      f"error {row.error_pct:.1f}% ({time.time() - t0:.0f} s)")

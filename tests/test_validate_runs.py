@@ -162,3 +162,25 @@ def test_failed_trace_names_the_exit_status_and_the_last_other_line(tmp_path):
     with pytest.raises(DaydreamError, match=r"failed \(no y.json.gz\): \(no other output\)"):
         _traced("mlp", tmp_path / "y.json.gz", (), 1, 0, "daydream: wrote y.json.gz\n")
     assert _traced("mlp", tmp_path / "x.json.gz", (), 2, 0, "") == tmp_path / "x.rank0.json.gz"
+
+
+def test_a_row_from_paired_rounds_means_each_rounds_prediction_and_measurement(monkeypatch):
+    """Each round's prediction comes from that round's baseline (its first run) and is compared
+    with the chosen run of the same round; the row holds the means over the rounds."""
+    from types import SimpleNamespace
+
+    seen = []
+
+    def fake_predict(base, specs, profile_path=None):
+        seen.append((base, tuple(specs), profile_path))
+        return SimpleNamespace(baseline_ms={"b0": 10.0, "b1": 12.0}[base],
+                               predicted_ms={"b0": 20.0, "b1": 26.0}[base]), None
+
+    monkeypatch.setattr(validate, "predict", fake_predict)
+    run = lambda path, ms: (path, SimpleNamespace(measured_ms=ms))           # noqa: E731
+    rounds = [[run("b0", 9.0), run("v0", 21.0), run("w0", 40.0)],
+              [run("b1", 11.0), run("v1", 25.0), run("w1", 44.0)]]
+    row, reports = validate.rounds_row("mlp", "label", rounds, "opt:k=1", "p.json", variant=2)
+    assert seen == [("b0", ("opt:k=1",), "p.json"), ("b1", ("opt:k=1",), "p.json")] and len(reports) == 2
+    assert (row.workload, row.optimization, row.baseline_ms, row.predicted_ms, row.measured_ms) == (
+        "mlp", "label", 11.0, 23.0, 42.0)

@@ -386,6 +386,25 @@ def test_op_reruns_interleave_the_ops_and_go_on_for_their_span(monkeypatch):
     assert pairs == {"a": (25.0, 6.0), "b": (2.5, 8.0)}      # variants (before each timing): 0, 4, 8, 12 / 2, 6, 10, 14
 
 
+def test_thread_ratios_in_sequence_rerun_the_iteration_at_the_target_threads(monkeypatch):
+    """With a sequence, the ratios come from re-running it with the variant's side at the target
+    thread count; only the asked-for signatures are kept; without one fitting, each op alone."""
+    from daydream import opbench, opseq
+
+    calls = []
+
+    def fake(sequence, variant, threads, **kw):
+        calls.append((list(sequence), [variant(s) for s in sequence], threads, kw))
+        return {"a": 0.6, "b": 0.7}
+
+    monkeypatch.setattr(opseq, "sequence_ratios", fake)
+    assert opbench.thread_time_ratios(["a"], 1, 2, sequence=["a", "b", "a"]) == {"a": 0.6}
+    assert calls == [(["a", "b", "a"], ["a", "b", "a"], 1, {"variant_threads": 2})]
+    monkeypatch.setattr(opseq, "sequence_ratios", lambda *a, **k: None)
+    monkeypatch.setattr(opbench, "_ratios", lambda sigs, other, threads: {"alone": 1.0})
+    assert opbench.thread_time_ratios(["a"], 1, 2, sequence=["a"]) == {"alone": 1.0}
+
+
 def test_thread_ratios_time_the_variant_at_the_target_threads_and_restore(monkeypatch):
     torch = pytest.importorskip("torch")
     from daydream import opbench
@@ -400,6 +419,20 @@ def test_thread_ratios_time_the_variant_at_the_target_threads_and_restore(monkey
     finally:
         torch.set_num_threads(before)
     assert ratios == {"sig": 2.0} and seen == [2, 1] * opbench.PAIR_ROUNDS and after == 1
+
+
+def test_checkpoint_calibration_takes_the_median_of_per_round_differences(monkeypatch):
+    """Each round times plain forward, checkpointed forward, plain step, checkpointed step and the
+    no-grad recompute in turn; forward = ckpt_f - plain_f, backward = ckpt - plain - recompute -
+    forward, each the median over rounds, so one disturbed round does not make them."""
+    torch = pytest.importorskip("torch")
+    from daydream import calibrate as C
+
+    rounds = [(100, 250, 300, 900, 50)] * 4 + [(100, 2000, 300, 900, 50)] * 1   # one slow checkpointed forward
+    times = iter(t for r in rounds for t in r)
+    monkeypatch.setattr(C, "CHECKPOINT_ROUNDS", len(rounds))
+    monkeypatch.setattr(C, "time_call_ns", lambda fn, device, min_time_s: float(next(times)))
+    assert C._checkpoint_extra_ns(torch, torch.device("cpu"), 2) == (150.0, 400.0)
 
 
 def test_checkpoint_calibration_splits_call_and_per_op_costs(monkeypatch):

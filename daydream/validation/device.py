@@ -6,12 +6,10 @@ cores).  Meaningful only on a machine with two otherwise idle cores.
 """
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 from daydream.errors import DaydreamError
-from daydream.validate import ValidationRow, paired_rounds
-from daydream.whatif import predict
+from daydream.validate import paired_rounds, rounds_row
 
 __all__ = ["validate_rows", "DEVICE_WORKLOADS"]
 
@@ -43,14 +41,11 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
             progress(f"device: {w}: tracing at 1 and at 2 threads, iterations in turns, x{max(repeat, 1)}")
             rounds = paired_rounds(repeat, [(w, tdir / f"{w}.dev1t.json.gz", ("--threads", "1"), 1),
                                             (w, tdir / f"{w}.dev2t.json.gz", ("--threads", "2"), 1)], iterations)
-            reports = [predict(r[0][0], [f"device:target={target}"], profile_path=profile_path)[0] for r in rounds]
+            row, _ = rounds_row(f"{w} 1->2 threads", "device:target=cpu-2t", rounds, f"device:target={target}",
+                                profile_path)
         except DaydreamError as exc:
             progress(f"device: {w}: skipped ({exc})")
             continue
-        row = ValidationRow(f"{w} 1->2 threads", "device:target=cpu-2t",
-                            statistics.fmean(r.baseline_ms for r in reports),
-                            statistics.fmean(r.predicted_ms for r in reports),
-                            statistics.fmean(r[1][1].measured_ms for r in rounds))
         progress(f"device: {w}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
                  f"error {row.error_pct:.1f}%")
         rows.append(row)

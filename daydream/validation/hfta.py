@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 
 from ..errors import DaydreamError
-from ..validate import WORKLOAD_ARGS, ValidationRow, paired_rounds
-from ..whatif import predict
+from ..validate import WORKLOAD_ARGS, paired_rounds, rounds_row
 
 __all__ = ["MODELS", "ITERATIONS", "validate_rows"]
 
@@ -54,10 +53,7 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
             continue
         for i, n in enumerate(ns, start=1):
             spec = f"hfta:models={n}"
-            reports = [predict(r[0][0], [spec], profile_path=profile_path)[0] for r in rounds]
-            row = ValidationRow(w, spec, statistics.fmean(r.baseline_ms for r in reports),
-                                statistics.fmean(r.predicted_ms for r in reports),
-                                statistics.fmean(r[i][1].measured_ms for r in rounds))
+            row, reports = rounds_row(w, spec, rounds, spec, profile_path, i)
             rows.append(row)
             single = statistics.fmean(r.measured_ms for r in reports)
             progress(f"hfta: {w} models={n}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
