@@ -25,6 +25,12 @@ Model
   inserted in line on the lane of the work they follow: the next op needs
   their result (no asynchronous overlap, as in Megatron-LM without
   sequence-parallel overlap).
+* **Co-run** (``corun=profile``, the default; as ``data-parallel``): on a
+  CPU host the T ranks compute on its cores at once, sharing its cache and
+  memory bandwidth, so every rank's traced thread work (the split and
+  replicated ops, the Python gaps) runs at the co-run rate
+  (:mod:`optimizations._corun`); 1 off CPU.  The inserted all-reduces
+  (calibrated on two processes) and DTensor overhead keep their figures.
 * **Stragglers** (``stragglers=true``, the default): the all-reduces are
   barriers; before the last one of an iteration a rank waits for the slowest
   of the T, the expected wait from the traced rank's own spread of whole
@@ -62,6 +68,7 @@ from daydream.model import EventKind, Phase
 from daydream.primitives import insert
 
 from ._common import OPTIMIZER_STEP_RE, module_table
+from ._corun import SOURCES, corun_rate, slow_thread_work
 from ._layers import lane_position, op_figures, work_mask
 from ._stragglers import wait_for_stragglers
 from .base import NotApplicable, Optimization, Param
@@ -102,6 +109,9 @@ class TensorParallel(Optimization):
     summary = "Megatron-style tensor parallelism: column/row-split linears and attention over T ranks"
     params = (Param("degree", 2, "tensor-parallel ranks T", int),
               Param("backend", "auto", "collective figures to use: auto, gloo, nccl", str, ("auto", "gloo", "nccl")),
+              Param("corun", "profile", "CPU: ranks on one host's cores compute at the co-run rate of the "
+                    "device profile (profile), of the trace's own ops re-run beside a twin (trace), or alone (off)",
+                    str, SOURCES),
               Param("stragglers", True, "wait at each iteration's last all-reduce for the slowest rank, from "
                     "the trace's own iteration-to-iteration spread", bool),
               Param("layers", "", "regex of module paths that may be split (default: every Linear)", str),
@@ -129,6 +139,7 @@ class TensorParallel(Optimization):
         flops, nbytes, _ = op_figures(ctx)
         self._scale_split(ctx, split, flops, nbytes)
         pbytes = self._scale_optimizer(ctx, table, split, nbytes)
+        slow_thread_work(ctx, corun_rate(ctx, 1.0, self.corun), f"tensor-parallel: {T_} ranks", self.corun)
         n, ar_bytes, ar_ns, iters = self._insert_allreduces(ctx, pairs, table)
         if self.api == "torch":
             self._insert_api_overhead(ctx, pairs)

@@ -1,5 +1,5 @@
 """Co-run rate: one process's compute beside a second busy one, calibrated and used by the
-CPU data-parallel what-if (its workers share one host)."""
+CPU data-parallel and tensor-parallel what-ifs (their ranks share one host)."""
 from __future__ import annotations
 
 import dataclasses
@@ -28,9 +28,12 @@ def test_profile_keeps_corun_and_refuses_bad_ones(tmp_path):
             load_profile(path)
 
 
-def test_data_parallel_runs_the_traced_work_at_the_corun_rate(own_trace):
+@pytest.mark.parametrize("spec", ["data-parallel:workers=2,stragglers=false",
+                                  "tensor-parallel:degree=2,stragglers=false,api=megatron"])
+def test_ranks_on_one_host_run_the_traced_work_at_the_corun_rate(own_trace, spec):
+    """data-parallel and tensor-parallel: every rank's traced thread work (ops and gaps) at the rate."""
     trace = own_trace("mlp")
-    spec = ["data-parallel:workers=2,stragglers=false"]
+    spec = [spec]
     _, alone = predict(trace, spec, device=flat_profile())
     _, shared = predict(trace, spec, device=dataclasses.replace(flat_profile(), corun=0.5))
     g, T = alone.graph, alone.graph.tasks

@@ -6,18 +6,16 @@ workload under ``daydream trace --nproc 2``, split with torch's
 tensor-parallel API (``ColwiseParallel``/``RowwiseParallel`` on a CPU
 ``DeviceMesh``).  Both use one intra-op thread per process, so the two ranks
 get a core each on a 2-core machine; both are measured the same way (mean of
-the ProfilerStep iterations after the first, rank 0), the fastest of
-``repeat`` runs kept (baseline and split runs alternate).  torch's TP API
-overhead, part of the prediction, is re-measured at the start.
+the ProfilerStep iterations after the first, rank 0), in ``repeat`` rounds of
+a baseline run and then a split run; the row is the mean over the rounds.
+torch's TP API overhead, part of the prediction, is re-measured at the start.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from daydream.analysis import replay
 from daydream.errors import DaydreamError
-from daydream.validate import THREADS, ValidationRow, trace_workload
-from daydream.whatif import predict
+from daydream.validate import THREADS, paired_rounds, rounds_row
 
 __all__ = ["validate_rows", "WORKLOAD", "ARGS", "DEGREE"]
 
@@ -30,37 +28,25 @@ DEGREE = 2
 
 
 def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1, iterations: int = 5) -> list:
-    """Trace the unsplit baseline, predict ``tensor-parallel:degree=2``, run it for real, compare."""
+    """Trace the unsplit baseline and the split run, ``repeat`` rounds; one row: the means over
+    the rounds of ``tensor-parallel:degree=2`` predicted from each round's baseline and of the
+    split run measured in the same round (:func:`daydream.validate.rounds_row`)."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     spec = f"tensor-parallel:degree={DEGREE},backend=gloo,heads={HEADS}"
     _fresh_api_overhead()
+    progress(f"tensor-parallel: tracing the unsplit transformer (1 process) and the split one "
+             f"({DEGREE} gloo ranks), x{max(repeat, 1)}")
     try:
-        base, measured = _interleaved(repeat, tdir, iterations, progress)
-        report, _ = predict(base[0], [spec], profile_path=profile_path)
+        rounds = paired_rounds(repeat, [(WORKLOAD, tdir / "tp.base.json.gz", ARGS, 1),
+                                        (WORKLOAD, tdir / f"tp.t{DEGREE}.json.gz", ARGS, DEGREE)], iterations)
+        row, _ = rounds_row("transformer (torch TP)", spec, rounds, spec, profile_path)
     except DaydreamError as exc:
         progress(f"tensor-parallel: skipped ({exc})")
         return []
-    measured = measured[1]
-    row = ValidationRow("transformer (torch TP)", spec, report.baseline_ms, report.predicted_ms, measured.measured_ms)
     progress(f"tensor-parallel: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
              f"error {row.error_pct:.1f}%")
     return [row]
-
-
-def _interleaved(repeat, tdir, iterations, progress):
-    """Baseline and split runs alternated ``repeat`` times (load that drifts hits both alike);
-    the fastest of each is kept.  Returns ((path, report) of the baseline, of the split run)."""
-    base, split = [], []
-    for k in range(max(repeat, 1)):
-        progress(f"tensor-parallel: run {k + 1}/{max(repeat, 1)}: unsplit transformer (1 process)")
-        p = trace_workload(WORKLOAD, tdir / f"tp.base.r{k}.json.gz", ARGS, iterations=iterations)
-        base.append((p, replay(p)[0]))
-        progress(f"tensor-parallel: run {k + 1}/{max(repeat, 1)}: split over {DEGREE} gloo ranks")
-        p = trace_workload(WORKLOAD, tdir / f"tp.t{DEGREE}.r{k}.json.gz", ARGS, iterations=iterations, nproc=DEGREE)
-        split.append((p, replay(p)[0]))
-    fastest = lambda runs: min(runs, key=lambda r: r[1].measured_ms)  # noqa: E731
-    return fastest(base), fastest(split)
 
 
 def _fresh_api_overhead():
