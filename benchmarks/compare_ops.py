@@ -19,7 +19,7 @@ from daydream.model import LaneKind
 from daydream.sim import simulate
 from daydream.whatif import predict
 
-__all__ = ["per_name", "main"]
+__all__ = ["per_name", "phase_spans", "main"]
 
 
 def per_name(g, res) -> dict:
@@ -35,6 +35,25 @@ def per_name(g, res) -> dict:
     return {k: v / max(len(iterations), 1) / 1e6 for k, v in total.items()}
 
 
+def phase_spans(g, res) -> dict:
+    """phase -> mean ms per iteration from the first start to the last end of its CPU-thread tasks
+    (ops and the Python gaps between them: where a phase's wall time goes)."""
+    T = g.tasks
+    first, last = {}, {}
+    for t in range(g.n_tasks):
+        it = int(T["iteration"][t])
+        if it < 0 or g.lanes[T["lane"][t]].kind != LaneKind.CPU_THREAD:
+            continue
+        key = (int(T["phase"][t]), it)
+        first[key] = min(first.get(key, res.start_ns[t]), res.start_ns[t])
+        last[key] = max(last.get(key, res.end_ns[t]), res.end_ns[t])
+    iterations = {k[1] for k in first}
+    total = Counter()
+    for (ph, _), t0 in first.items():
+        total[ph] += int(last[(ph, _)] - t0)
+    return {ph: v / max(len(iterations), 1) / 1e6 for ph, v in total.items()}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("baseline")
@@ -45,10 +64,12 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     _, pred = predict(a.baseline, a.opt, profile_path=a.profile)
     cols, iters = [per_name(pred.graph, pred)], [pred.mean_iteration_ns()[1] / 1e6]
+    spans = [phase_spans(pred.graph, pred)]
     for path in (a.baseline, a.real):
         _, g = trace_and_graph(path)
         res = simulate(g)
         cols.append(per_name(g, res))
+        spans.append(phase_spans(g, res))
         iters.append(res.mean_iteration_ns()[1] / 1e6)
     pr, base, real = cols
     keys = sorted(set(pr) | set(real), key=lambda k: -max(pr.get(k, 0.0), real.get(k, 0.0)))
@@ -61,6 +82,9 @@ def main(argv=None) -> None:
     for ph in sorted({k[1] for k in keys}):
         b, p_, r = (sum(v for k, v in c.items() if k[1] == ph) for c in (base, pr, real))
         print(f"{'(all ops of phase)':45s} {ph:5d} {b:8.3f} {p_:8.3f} {r:8.3f}")
+    for ph in sorted(set(spans[0]) | set(spans[1]) | set(spans[2])):
+        p_, b, r = (sp.get(ph, 0.0) for sp in spans)
+        print(f"{'(phase span: first start to last end)':45s} {ph:5d} {b:8.3f} {p_:8.3f} {r:8.3f}")
     print(f"{'(mean iteration, simulated)':45s} {'':5s} {iters[1]:8.3f} {iters[0]:8.3f} {iters[2]:8.3f}")
 
 

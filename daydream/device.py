@@ -141,9 +141,13 @@ class DeviceProfile:
     #: DataLoader: main-process cost of receiving one batch from a worker
     #: (fixed ns, ns per byte), measured by calibration.
     loader_fetch: tuple = (0.0, 0.0)
-    #: torch.compile: extra cost of one compiled forward + backward call over eager
-    #: (guards, AOTAutograd wrappers), measured by calibration; 0 if unknown.
-    compiled_call_ns: int = 0
+    #: torch.compile: host time of one compiled call outside its generated code (Dynamo's
+    #: frame and guards, AOTAutograd's wrappers), (forward ns, backward ns), measured by
+    #: calibration under the profiler as a trace is; (0, 0) if unknown.
+    compiled_call_ns: tuple = (0, 0)
+    #: ... and per parameter tensor of the compiled model (forward ns, backward ns): graph
+    #: inputs the guards check and the wrappers handle.
+    compiled_tensor_ns: tuple = (0, 0)
     #: Activation checkpointing: extra CPU time of one ``torch.utils.checkpoint``
     #: call over the plain call (forward ns, backward ns), measured by calibration.
     checkpoint_call_ns: tuple = (0, 0)
@@ -268,6 +272,8 @@ class DeviceProfile:
         d["p2p"] = {k: list(v) for k, v in self.p2p.items()}
         d["p2p_post"] = {k: list(v) for k, v in self.p2p_post.items()}
         d["loader_fetch"] = list(self.loader_fetch)
+        d["compiled_call_ns"] = list(self.compiled_call_ns)
+        d["compiled_tensor_ns"] = list(self.compiled_tensor_ns)
         d["checkpoint_call_ns"] = list(self.checkpoint_call_ns)
         d["checkpoint_op_ns"] = list(self.checkpoint_op_ns)
         return d
@@ -283,10 +289,23 @@ class DeviceProfile:
                    p2p_handshake={k: float(v) for k, v in d.get("p2p_handshake", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
-                   compiled_call_ns=int(d.get("compiled_call_ns", 0)),
+                   compiled_call_ns=_fwd_bwd(d.get("compiled_call_ns", (0, 0))),
+                   compiled_tensor_ns=tuple(int(x) for x in d.get("compiled_tensor_ns", (0, 0))),
                    checkpoint_call_ns=tuple(int(x) for x in d.get("checkpoint_call_ns", (0, 0))),
                    checkpoint_op_ns=tuple(int(x) for x in d.get("checkpoint_op_ns", (0, 0))),
                    corun=float(d.get("corun", 1.0)), **curves)
+
+
+def _fwd_bwd(v) -> tuple:
+    """(forward ns, backward ns); a single number (profiles before session 13: one forward +
+    backward call) is split evenly.
+
+    >>> _fwd_bwd(300), _fwd_bwd([100, 50])
+    ((150, 150), (100, 50))
+    """
+    if isinstance(v, (int, float)):
+        return (int(v) // 2, int(v) - int(v) // 2)
+    return tuple(int(x) for x in v)
 
 
 def _for_backend(figures: dict, backend: str | None):
@@ -408,7 +427,7 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
         return "corun must be in (0, 1]"
     if prof.op_overhead_ns < 0:
         return "op_overhead_ns must be >= 0"
-    for name in ("checkpoint_call_ns", "checkpoint_op_ns"):
+    for name in ("checkpoint_call_ns", "checkpoint_op_ns", "compiled_call_ns", "compiled_tensor_ns"):
         v = getattr(prof, name)
         if len(v) != 2 or any(x < 0 for x in v):
             return f"{name} needs two numbers >= 0"

@@ -10,8 +10,11 @@ streaming bandwidth plus one op's fixed cost; the Python gaps between the
 fused ops go with them.  With ``mode=compile`` (``torch.compile``), the
 Python time between the model's ops in forward and backward shrinks to one
 op's fixed cost per op (generated code calls them), and each iteration pays
-the compiled call's own overhead (guards, AOTAutograd wrappers), measured by
-``daydream calibrate`` on a tiny model.  On a CPU, inductor runs every
+the compiled call's own host time outside its generated code (Dynamo's frame
+and guards, AOTAutograd's wrappers) before the forward and before the
+backward: a cost per call plus one per parameter tensor of the model (module
+table), both measured by ``daydream calibrate`` on tiny compiled models under
+the profiler, as a trace's iterations run.  On a CPU, inductor runs every
 convolution in the channels-last memory format when oneDNN is available
 (``decide_layout_opt`` in ``torch/_inductor/graph.py``): with
 ``channels_last`` (default) each traced convolution, forward and backward,
@@ -39,7 +42,7 @@ from daydream.primitives import insert, remove
 from ._layers import rerun_ratios, signatures_of
 from .base import NotApplicable, Optimization, Param
 
-__all__ = ["Fusion", "OPTIMIZATION", "ELEMENTWISE_RE", "is_layout_conversion"]
+__all__ = ["Fusion", "OPTIMIZATION", "ELEMENTWISE_RE", "is_layout_conversion", "param_tensors"]
 
 #: CPU ops and GPU kernels treated as fusible pointwise work.
 ELEMENTWISE_RE = re.compile(
@@ -47,6 +50,18 @@ ELEMENTWISE_RE = re.compile(
     r"exp|log|sqrt|rsqrt|pow|where|masked_fill|dropout|native_dropout|native_dropout_backward|gelu_backward|"
     r"silu_backward|sigmoid_backward|tanh_backward|fill|zero|copy|lerp|addcmul|addcdiv|hardtanh)_?$"
     r"|elementwise|vectorized|unrolled_elementwise|pointwise", re.IGNORECASE)
+
+
+def param_tensors(row: dict) -> int:
+    """Parameter tensors a module owns, from its module-table row; without ``param_shapes``
+    (traces before they were recorded) a module with parameters counts one.
+
+    >>> param_tensors({"param_bytes": 96, "param_shapes": [[4, 5], [4]]}), param_tensors({"param_bytes": 96})
+    (2, 1)
+    """
+    if row.get("param_shapes") is not None:
+        return len(row["param_shapes"])
+    return 1 if row.get("param_bytes") else 0
 
 
 def is_layout_conversion(signature: str) -> bool:
@@ -101,7 +116,7 @@ class Fusion(Optimization):
         remove(g, dead)
         if self.mode == "compile":
             self._compiled_gaps(g, dev)
-            if not self._compiled_overhead(g, dev):
+            if not self._compiled_overhead(ctx):
                 ctx.note("fusion: no torch.compile call overhead in the device profile (run `daydream calibrate`)")
         ctx.note(f"fusion ({self.mode}): {len(chains)} elementwise chains fused ({len(dead)} tasks)")
 
@@ -168,19 +183,26 @@ class Fusion(Optimization):
         T["gap_ns"][model] = np.minimum(T["gap_ns"][model], np.where(new_op[model], dev.op_overhead_ns, 0))
 
     @staticmethod
-    def _compiled_overhead(g, dev):
-        """One compiled call per iteration: its guard/wrapper cost before the forward and backward."""
+    def _compiled_overhead(ctx) -> int:
+        """One compiled call per iteration: its host cost outside the generated code, before the
+        forward and before the backward: ``call + tensors x per tensor`` for the phase, with the
+        model's parameter tensors from the trace's module table (:func:`param_tensors`).
+        Returns the number of costs inserted."""
+        g, dev = ctx.graph, ctx.device
         T = g.tasks
-        if not dev.compiled_call_ns:
+        if not any(dev.compiled_call_ns) and not any(dev.compiled_tensor_ns):
             return 0
+        tensors = sum(param_tensors(m) for m in ctx.meta().get("modules") or ())
+        cost = {ph: int(c + tensors * p) for ph, c, p in zip((Phase.FORWARD, Phase.BACKWARD),
+                                                               dev.compiled_call_ns, dev.compiled_tensor_ns)}
         firsts = {}
         for seq in g.lane_tasks:
             for t in seq:
                 ph, it = int(T["phase"][t]), int(T["iteration"][t])
-                if ph in (Phase.FORWARD, Phase.BACKWARD) and it >= 0:
+                if ph in cost and it >= 0:
                     firsts.setdefault((int(T["rank"][t]), it, ph), t)
         for (rank, it, ph), t in firsts.items():
-            insert(g, int(T["lane"][t]), dur_ns=dev.compiled_call_ns // 2, name="torch.compile call overhead",
+            insert(g, int(T["lane"][t]), dur_ns=cost[ph], name="torch.compile call overhead",
                    before=t, phase=ph, iteration=it)
         return len(firsts)
 

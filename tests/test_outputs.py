@@ -108,17 +108,25 @@ def test_saved_profile_records_provenance_and_still_loads(tmp_path):
     assert load_profile(p).name == PUBLISHED["A100"].name
 
 
-def test_profile_keeps_the_checkpoint_call_cost_and_refuses_a_negative_one(tmp_path):
+def test_profile_keeps_the_checkpoint_and_compiled_call_costs_and_refuses_a_negative_one(tmp_path):
     import dataclasses
 
     from daydream.device import PUBLISHED, load_profile, save_profile
 
     p = save_profile(dataclasses.replace(PUBLISHED["A100"], checkpoint_call_ns=(120_000, 80_000),
-                                         checkpoint_op_ns=(9_000, 4_000)), str(tmp_path / "c.json"))
-    assert load_profile(p).checkpoint_call_ns == (120_000, 80_000)
-    assert load_profile(p).checkpoint_op_ns == (9_000, 4_000)
+                                         checkpoint_op_ns=(9_000, 4_000), compiled_call_ns=(250_000, 110_000),
+                                         compiled_tensor_ns=(4_000, 700)), str(tmp_path / "c.json"))
+    got = load_profile(p)
+    assert got.checkpoint_call_ns == (120_000, 80_000)
+    assert got.checkpoint_op_ns == (9_000, 4_000)
+    assert (got.compiled_call_ns, got.compiled_tensor_ns) == ((250_000, 110_000), (4_000, 700))
     good = Path(p).read_text()
-    for key in ("checkpoint_call_ns", "checkpoint_op_ns"):
+    old = json.loads(good)                 # a profile from before session 13: one number, no per tensor
+    old["compiled_call_ns"] = 110_001
+    del old["compiled_tensor_ns"]
+    Path(p).write_text(json.dumps(old))
+    assert (load_profile(p).compiled_call_ns, load_profile(p).compiled_tensor_ns) == ((55_000, 55_001), (0, 0))
+    for key in ("checkpoint_call_ns", "checkpoint_op_ns", "compiled_call_ns", "compiled_tensor_ns"):
         doc = json.loads(good)
         doc[key] = [-1, 0]
         Path(p).write_text(json.dumps(doc))
