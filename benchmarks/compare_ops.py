@@ -14,25 +14,12 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from daydream.analysis import trace_and_graph
+from daydream.analysis import op_times_ms, trace_and_graph
 from daydream.model import LaneKind
 from daydream.sim import simulate
 from daydream.whatif import predict
 
-__all__ = ["per_name", "phase_spans", "main"]
-
-
-def per_name(g, res) -> dict:
-    """(name, phase) -> mean ms per iteration of the CPU-thread tasks of the iterations."""
-    T = g.tasks
-    total, iterations = Counter(), set()
-    for t in range(g.n_tasks):
-        it = int(T["iteration"][t])
-        if it < 0 or g.lanes[T["lane"][t]].kind != LaneKind.CPU_THREAD:
-            continue
-        iterations.add(it)
-        total[(g.task_name(t), int(T["phase"][t]))] += int(res.end_ns[t] - res.start_ns[t])
-    return {k: v / max(len(iterations), 1) / 1e6 for k, v in total.items()}
+__all__ = ["phase_spans", "main"]
 
 
 def phase_spans(g, res) -> dict:
@@ -63,12 +50,12 @@ def main(argv=None) -> None:
     p.add_argument("--profile", help="device profile (default: the cached CPU profile)")
     a = p.parse_args(argv)
     _, pred = predict(a.baseline, a.opt, profile_path=a.profile)
-    cols, iters = [per_name(pred.graph, pred)], [pred.mean_iteration_ns()[1] / 1e6]
+    cols, iters = [op_times_ms(pred)], [pred.mean_iteration_ns()[1] / 1e6]
     spans = [phase_spans(pred.graph, pred)]
     for path in (a.baseline, a.real):
         _, g = trace_and_graph(path)
         res = simulate(g)
-        cols.append(per_name(g, res))
+        cols.append(op_times_ms(res))
         spans.append(phase_spans(g, res))
         iters.append(res.mean_iteration_ns()[1] / 1e6)
     pr, base, real = cols

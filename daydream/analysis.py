@@ -16,7 +16,7 @@ from .progress import Stages
 from .sim import SimResult, mean_iteration_ns, simulate
 
 __all__ = ["IterationReport", "ReplayReport", "replay", "TraceSummary", "summarize", "as_trace",
-           "trace_and_graph"]
+           "trace_and_graph", "op_times_ms"]
 
 
 def as_trace(trace_or_paths, iteration_marker: str | None = None) -> Trace:
@@ -71,6 +71,24 @@ class ReplayReport:
                 "iterations": [{"measured_ms": i.measured_ms, "simulated_ms": i.simulated_ms}
                                for i in self.iterations],
                 "repairs": self.repairs}
+
+
+def op_times_ms(res: SimResult) -> dict:
+    """``(op name, phase) -> mean ms per iteration`` on CPU threads in the schedule ``res``
+    (iterations only; an op split by nested calls counts its own slices).
+
+    The figure that tells which ops a prediction, or a real run, changed.
+    """
+    g = res.graph
+    T = g.tasks
+    cpu = np.array([ln.kind == LaneKind.CPU_THREAD for ln in g.lanes], bool)[T["lane"]]
+    keep = np.flatnonzero(cpu & (T["iteration"] >= 0))
+    iterations = max(len(np.unique(T["iteration"][keep])), 1)
+    total = Counter()
+    dur = res.end_ns[keep] - res.start_ns[keep]
+    for t, d in zip(keep.tolist(), dur.tolist()):
+        total[(g.task_name(t), int(T["phase"][t]))] += int(d)
+    return {k: v / iterations / 1e6 for k, v in total.items()}
 
 
 def replay(trace_or_paths, iteration_marker: str | None = None) -> tuple[ReplayReport, SimResult]:

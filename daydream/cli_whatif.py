@@ -118,8 +118,8 @@ def calibrate(device, output, quick, no_collectives, threads, force):
 @click.option("--repeat", default=1, show_default=True,
               help="Rounds per case.  In a round the baseline and the real variant run at the same time, "
                    "iterations in turns (multi-process variants after the baseline); a row is the mean over "
-                   "its rounds (hfta and device too).  Of the other parallelism runners, pipeline and "
-                   "tessel keep each side's median round, tensor-parallel and hydra the fastest.")
+                   "its rounds (hfta, device and tensor-parallel too).  Of the other parallelism runners, "
+                   "pipeline and tessel keep each side's median round, hydra the fastest.")
 @click.option("--public/--no-public", default=True, help="Also the public ResNet-50 DataLoader pair.")
 @click.option("--shared", type=click.Path(), default=None, help="Folder of the public traces.")
 @click.option("--profile", "profile_path", type=click.Path(), help="Device profile (default: calibrated now, see "
@@ -135,8 +135,14 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     """Predict each optimization, apply it for real, measure, and compare.
 
     Writes OUTPUT/results.csv (workload, optimization, predicted_ms,
-    measured_ms, error_pct, ...), OUTPUT/accuracy.png/.svg and the device
-    profile the predictions used.
+    measured_ms, error_pct, untouched_ratio), OUTPUT/accuracy.png/.svg and
+    the device profile the predictions used.
+
+    untouched_ratio is a control: the real run's time of the ops the
+    prediction left unchanged over their baseline time.  Away from 1 it
+    shows how much of a row's error is the variant process running its
+    other work slower or faster (run-to-run variation, or an effect the
+    model misses), not the prediction of what the optimization changed.
     """
     from pathlib import Path
 
@@ -178,7 +184,9 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
         save_figure(fig, out / f"accuracy.{ext}", provenance("validate"), force=force, dpi=120)
     errs = sorted(r.error_pct for r in rows)
     for r in rows:
-        click.echo(f"{r.workload:<28}{r.optimization:<40}{r.predicted_ms:10.2f}{r.measured_ms:10.2f}{r.error_pct:8.1f}%")
+        untouched = "" if r.untouched_ratio != r.untouched_ratio else f"   untouched ops x{r.untouched_ratio:.2f}"
+        click.echo(f"{r.workload:<28}{r.optimization:<40}{r.predicted_ms:10.2f}{r.measured_ms:10.2f}"
+                   f"{r.error_pct:8.1f}%{untouched}")
     if errs:
         click.echo(f"{len(rows)} cases: median error {errs[len(errs) // 2]:.1f}%, worst {errs[-1]:.1f}%; {path}")
 

@@ -17,11 +17,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .analysis import replay
+from .analysis import op_times_ms, replay
 from .errors import DaydreamError
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "fastest_run", "paired_rounds", "rounds_row", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "fastest_run", "paired_rounds", "rounds_row", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,9 @@ class ValidationRow:
     baseline_ms: float
     predicted_ms: float
     measured_ms: float
+    #: the real run's time of the ops the prediction left unchanged over their baseline time
+    #: (:func:`untouched_ratio`); NaN where not measured
+    untouched_ratio: float = float("nan")
 
     @property
     def error_pct(self) -> float:
@@ -235,8 +238,9 @@ def paired_rounds(repeat: int, configs, iterations: int = 5) -> list:
     ranks lose more at every turn than the drift costs (the MLP's 2-rank
     data-parallel job measured 23.6-29.6 ms in turns, 20.9-24.4 ms after its
     baseline, three rounds each), so each round traces the configs one after
-    the other instead.  Returns one list per round of (path, report), one
-    per config, in order: the runs of a round are comparable.
+    the other instead.  Returns one list per round of (path, report,
+    simulated schedule), one per config, in order: the runs of a round are
+    comparable.
     """
     rounds = []
     together = all(c[3] == 1 for c in configs)
@@ -244,18 +248,43 @@ def paired_rounds(repeat: int, configs, iterations: int = 5) -> list:
         cfgs = [(n, _round_path(p, k, repeat), a, np_) for n, p, a, np_ in configs]
         paths = trace_in_turns(cfgs, iterations) if together else \
             [trace_workload(n, p, a, iterations=iterations, nproc=np_) for n, p, a, np_ in cfgs]
-        rounds.append([(p, replay(p)[0]) for p in paths])
+        rounds.append([(p, *replay(p)) for p in paths])
     return rounds
+
+
+#: An op (name and phase) is untouched by a prediction when its predicted time per iteration is
+#: within this fraction of its baseline time (:func:`untouched_ratio`).
+UNTOUCHED_TOLERANCE = 0.005
+
+
+def untouched_ratio(base, predicted, real) -> float:
+    """A control for a validation row: the real run's time of the ops the prediction left
+    unchanged, over their time in the baseline (simulated schedules, :class:`SimResult`).
+
+    Near 1 when the variant process ran those ops as fast as the baseline's did; away from 1
+    when it did not -- the machine or the process (run-to-run variation, which bounds how
+    close any prediction can come) or an effect the model misses (e.g. ranks slowing each
+    other).  It explains a row's error; it does not correct it.  NaN if no op is untouched.
+    """
+    b, p, r = (op_times_ms(x) for x in (base, predicted, real))
+    keys = [k for k, v in b.items() if v > 0 and k in r and abs(p.get(k, 0.0) - v) <= UNTOUCHED_TOLERANCE * v]
+    total = sum(b[k] for k in keys)
+    return sum(r[k] for k in keys) / total if total > 0 else float("nan")
 
 
 def rounds_row(workload: str, label: str, rounds, spec: str, profile_path, variant: int = 1) -> tuple:
     """A row from :func:`paired_rounds`: the means over the rounds of the prediction of ``spec``
-    from each round's baseline (its first run) and of run ``variant`` measured in the same round.
+    from each round's baseline (its first run) and of run ``variant`` measured in the same round,
+    and of :func:`untouched_ratio` where the rounds carry their schedules.
     Returns (row, the rounds' what-if reports)."""
-    reports = [predict(r[0][0], [spec], profile_path=profile_path)[0] for r in rounds]
+    outs = [predict(r[0][0], [spec], profile_path=profile_path) for r in rounds]
+    reports = [o[0] for o in outs]
+    ratios = [untouched_ratio(r[0][2], o[1], r[variant][2]) for r, o in zip(rounds, outs)
+              if len(r[0]) > 2 and o[1] is not None]
     row = ValidationRow(workload, label, statistics.fmean(r.baseline_ms for r in reports),
                         statistics.fmean(r.predicted_ms for r in reports),
-                        statistics.fmean(r[variant][1].measured_ms for r in rounds))
+                        statistics.fmean(r[variant][1].measured_ms for r in rounds),
+                        statistics.fmean(ratios) if ratios else float("nan"))
     return row, reports
 
 
@@ -288,7 +317,8 @@ def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_
                 continue
             rows.append(row)
             progress(f"{w}: {key}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
-                     f"error {row.error_pct:.1f}% ({time.time() - t0:.0f} s)")
+                     f"error {row.error_pct:.1f}%; ops the prediction left alone ran x{row.untouched_ratio:.2f} "
+                     f"their baseline time in the real run ({time.time() - t0:.0f} s)")
     return rows
 
 
@@ -325,9 +355,11 @@ def write_results(rows, out_dir: Path, force: bool = True) -> Path:
     f = io.StringIO(newline="")
     f.write("# daydream: " + json.dumps(provenance("validate"), separators=(",", ":")) + "\n")
     w = csv.writer(f)
-    w.writerow(["workload", "optimization", "baseline_ms", "predicted_ms", "measured_ms", "error_pct"])
+    w.writerow(["workload", "optimization", "baseline_ms", "predicted_ms", "measured_ms", "error_pct",
+                "untouched_ratio"])
     for r in rows:
         w.writerow([r.workload, r.optimization, f"{r.baseline_ms:.4f}", f"{r.predicted_ms:.4f}",
-                    f"{r.measured_ms:.4f}", f"{r.error_pct:.3f}"])
+                    f"{r.measured_ms:.4f}", f"{r.error_pct:.3f}",
+                    "" if r.untouched_ratio != r.untouched_ratio else f"{r.untouched_ratio:.4f}"])
     atomic_write_bytes(path, f.getvalue().encode())
     return path

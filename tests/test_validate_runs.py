@@ -24,7 +24,7 @@ def test_rounds_trace_single_process_configs_in_turns_and_keep_every_round(monke
     rounds = validate.paired_rounds(2, [("mlp", tmp_path / "a.json.gz", (), 1),
                                         ("mlp", tmp_path / "b.json.gz", ("--x",), 1)])
     assert calls == [("turns", ["a.r0.json.gz", "b.r0.json.gz"]), ("turns", ["a.r1.json.gz", "b.r1.json.gz"])]
-    assert [[(Path(p).name, r.measured_ms) for p, r in rnd] for rnd in rounds] == [
+    assert [[(Path(p).name, r.measured_ms) for p, r, _ in rnd] for rnd in rounds] == [
         [("a.r0.json.gz", 30.0), ("b.r0.json.gz", 12.0)], [("a.r1.json.gz", 20.0), ("b.r1.json.gz", 15.0)]]
 
 
@@ -34,7 +34,7 @@ def test_rounds_with_a_multi_process_config_run_one_after_the_other(monkeypatch,
     rounds = validate.paired_rounds(1, [("mlp", tmp_path / "a.json.gz", (), 1),
                                         ("mlp", tmp_path / "b.json.gz", (), 2)])
     assert calls == [("alone", "a.json.gz", 1), ("alone", "b.json.gz", 2)]
-    assert [r.measured_ms for _, r in rounds[0]] == [30.0, 12.0]
+    assert [r.measured_ms for _, r, _ in rounds[0]] == [30.0, 12.0]
 
 
 def test_traced_runs_get_the_steady_malloc_settings(monkeypatch, tmp_path):
@@ -184,3 +184,31 @@ def test_a_row_from_paired_rounds_means_each_rounds_prediction_and_measurement(m
     assert seen == [("b0", ("opt:k=1",), "p.json"), ("b1", ("opt:k=1",), "p.json")] and len(reports) == 2
     assert (row.workload, row.optimization, row.baseline_ms, row.predicted_ms, row.measured_ms) == (
         "mlp", "label", 11.0, 23.0, 42.0)
+
+
+def test_untouched_ratio_compares_the_ops_the_prediction_left_alone(monkeypatch):
+    """Ops whose predicted time is their baseline time (within the tolerance) and that the real
+    run also has: their real time over their baseline time; changed or missing ops left out."""
+    times = {"b": {("mm", 0): 4.0, ("add", 0): 1.0, ("relu", 0): 2.0, ("gone", 1): 3.0},
+             "p": {("mm", 0): 4.01, ("add", 0): 0.5, ("relu", 0): 2.0, ("gone", 1): 3.0},
+             "r": {("mm", 0): 4.4, ("add", 0): 0.6, ("relu", 0): 2.6}}
+    monkeypatch.setattr(validate, "op_times_ms", times.get)
+    assert validate.untouched_ratio("b", "p", "r") == pytest.approx((4.4 + 2.6) / (4.0 + 2.0))
+    times["p"] = {k: 2 * v for k, v in times["b"].items()}            # the prediction changed everything
+    assert validate.untouched_ratio("b", "p", "r") != validate.untouched_ratio("b", "p", "r")   # NaN
+
+
+def test_a_row_carries_the_mean_untouched_ratio_and_the_csv_writes_it(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(validate, "predict", lambda base, specs, profile_path=None: (
+        SimpleNamespace(baseline_ms=10.0, predicted_ms=20.0), f"pred-{base}"))
+    monkeypatch.setattr(validate, "untouched_ratio", lambda b, p, r: {"b0": 1.1, "b1": 0.9}[b] if p == "pred-" + b else 0)
+    run = lambda path, ms: (path, SimpleNamespace(measured_ms=ms), path)     # noqa: E731
+    rounds = [[run("b0", 9.0), run("v0", 21.0)], [run("b1", 11.0), run("v1", 25.0)]]
+    row, _ = validate.rounds_row("mlp", "label", rounds, "opt", "p.json")
+    assert row.untouched_ratio == pytest.approx(1.0) and row.measured_ms == 23.0
+    text = validate.write_results([row, validate.ValidationRow("cnn", "x", 1.0, 2.0, 2.0)], tmp_path).read_text()
+    lines = text.splitlines()
+    assert lines[1].endswith(",error_pct,untouched_ratio")
+    assert lines[2].endswith(",1.0000") and lines[3].endswith(",0.000,")
