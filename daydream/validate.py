@@ -316,9 +316,10 @@ def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_
                 progress(f"{w}: {key}: skipped ({exc})")
                 continue
             rows.append(row)
+            control = "" if row.untouched_ratio != row.untouched_ratio else (
+                f"; ops the prediction left alone ran x{row.untouched_ratio:.2f} their baseline time in the real run")
             progress(f"{w}: {key}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
-                     f"error {row.error_pct:.1f}%; ops the prediction left alone ran x{row.untouched_ratio:.2f} "
-                     f"their baseline time in the real run ({time.time() - t0:.0f} s)")
+                     f"error {row.error_pct:.1f}%{control} ({time.time() - t0:.0f} s)")
     return rows
 
 

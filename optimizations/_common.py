@@ -10,7 +10,8 @@ from daydream.graph import EdgeKind
 
 from .base import NotApplicable
 
-__all__ = ["by_rank_iteration", "launch_of", "module_table", "layer_mask", "HOW_TO_RECORD", "OPTIMIZER_STEP_RE"]
+__all__ = ["by_rank_iteration", "launch_of", "module_table", "param_tensors", "layer_mask", "HOW_TO_RECORD",
+           "OPTIMIZER_STEP_RE"]
 
 HOW_TO_RECORD = "record it with `daydream trace -- python train.py ...`, which stores the module table"
 OPTIMIZER_STEP_RE = r"^Optimizer\.step#"
@@ -39,6 +40,16 @@ def module_table(ctx, what: str) -> dict:
         raise NotApplicable(f"{what} needs parameter sizes per module, which this trace does not have; "
                             f"{HOW_TO_RECORD}")
     return {m["path"]: m for m in mods}
+
+
+def param_tensors(row: dict) -> int:
+    """Parameter tensors a module owns, from its module-table row; without ``param_shapes``
+    (traces before they were recorded) a module with parameters counts one.
+
+    >>> param_tensors({"param_bytes": 96, "param_shapes": [[4, 5], [4]]}), param_tensors({"param_bytes": 96})
+    (2, 1)
+    """
+    return len(row.get("param_shapes") or ()) or int(bool(row.get("param_bytes")))
 
 
 def layer_mask(g, pattern: str) -> np.ndarray:

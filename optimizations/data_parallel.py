@@ -61,7 +61,7 @@ from daydream.cost import cold_pass_ns
 from daydream.model import Lane, LaneKind, Phase
 from daydream.primitives import insert, select
 
-from ._common import OPTIMIZER_STEP_RE, by_rank_iteration, module_table
+from ._common import OPTIMIZER_STEP_RE, by_rank_iteration, module_table, param_tensors
 from ._corun import SOURCES, corun_rate, slow_thread_work
 from ._stragglers import wait_for_stragglers
 from .base import NotApplicable, Optimization, Param
@@ -108,7 +108,7 @@ def param_copy_ns(dev, row: dict) -> float:
     >>> param_copy_ns(dev, {"param_bytes": 5000})
     3000.0
     """
-    return cold_pass_ns(dev, float(row.get("param_bytes") or 0), max(1, len(row.get("param_shapes") or ())))
+    return cold_pass_ns(dev, float(row.get("param_bytes") or 0), max(1, param_tensors(row)))
 
 
 class DataParallel(Optimization):

@@ -39,10 +39,11 @@ from daydream.opbench import channels_last_time_pairs
 from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import insert, remove
 
+from ._common import param_tensors
 from ._layers import rerun_ratios, signatures_of
 from .base import NotApplicable, Optimization, Param
 
-__all__ = ["Fusion", "OPTIMIZATION", "ELEMENTWISE_RE", "is_layout_conversion", "param_tensors"]
+__all__ = ["Fusion", "OPTIMIZATION", "ELEMENTWISE_RE", "is_layout_conversion"]
 
 #: CPU ops and GPU kernels treated as fusible pointwise work.
 ELEMENTWISE_RE = re.compile(
@@ -50,18 +51,6 @@ ELEMENTWISE_RE = re.compile(
     r"exp|log|sqrt|rsqrt|pow|where|masked_fill|dropout|native_dropout|native_dropout_backward|gelu_backward|"
     r"silu_backward|sigmoid_backward|tanh_backward|fill|zero|copy|lerp|addcmul|addcdiv|hardtanh)_?$"
     r"|elementwise|vectorized|unrolled_elementwise|pointwise", re.IGNORECASE)
-
-
-def param_tensors(row: dict) -> int:
-    """Parameter tensors a module owns, from its module-table row; without ``param_shapes``
-    (traces before they were recorded) a module with parameters counts one.
-
-    >>> param_tensors({"param_bytes": 96, "param_shapes": [[4, 5], [4]]}), param_tensors({"param_bytes": 96})
-    (2, 1)
-    """
-    if row.get("param_shapes") is not None:
-        return len(row["param_shapes"])
-    return 1 if row.get("param_bytes") else 0
 
 
 def is_layout_conversion(signature: str) -> bool:

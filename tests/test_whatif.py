@@ -294,7 +294,7 @@ def test_compiled_call_costs_per_parameter_tensor(own_trace, profile):
     """Forward and backward each pay their per-tensor cost for every parameter tensor of the model."""
     from dataclasses import replace
 
-    from daydream.optimizations.fusion import param_tensors
+    from daydream.optimizations._common import param_tensors
 
     trace = own_trace("mlp")
     tensors = sum(param_tensors(m) for m in trace.ranks[0].meta["daydream"]["modules"])
