@@ -1,8 +1,10 @@
 """Time per op name and phase: a baseline trace, its prediction, and a trace of the real variant.
 
 Daydream's diagnosis of a missed prediction: which ops the prediction gets wrong.  Per (op
-name, phase), the mean time per iteration on CPU threads (nested ops count in their parents
-too) in the baseline, the prediction from it and the real run, and the ratios to the baseline.
+name, phase), the mean time per iteration on CPU threads (an op split by nested calls counts
+its own slices; ``daydream.analysis.op_times_ms``) in the baseline, the prediction from it and
+the real run, and the ratios to the baseline; then per phase the op time and the span from its
+first start to its last end.
 
 Usage::
 
@@ -22,9 +24,11 @@ from daydream.whatif import predict
 __all__ = ["phase_spans", "main"]
 
 
-def phase_spans(g, res) -> dict:
+def phase_spans(res) -> dict:
     """phase -> mean ms per iteration from the first start to the last end of its CPU-thread tasks
-    (ops and the Python gaps between them: where a phase's wall time goes)."""
+    in the schedule ``res`` (ops and the Python gaps between them: where a phase's wall time goes;
+    phases that interleave overlap)."""
+    g = res.graph
     T = g.tasks
     first, last = {}, {}
     for t in range(g.n_tasks):
@@ -36,8 +40,8 @@ def phase_spans(g, res) -> dict:
         last[key] = max(last.get(key, res.end_ns[t]), res.end_ns[t])
     iterations = {k[1] for k in first}
     total = Counter()
-    for (ph, _), t0 in first.items():
-        total[ph] += int(last[(ph, _)] - t0)
+    for (ph, it), t0 in first.items():
+        total[ph] += int(last[(ph, it)] - t0)
     return {ph: v / max(len(iterations), 1) / 1e6 for ph, v in total.items()}
 
 
@@ -51,12 +55,12 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     _, pred = predict(a.baseline, a.opt, profile_path=a.profile)
     cols, iters = [op_times_ms(pred)], [pred.mean_iteration_ns()[1] / 1e6]
-    spans = [phase_spans(pred.graph, pred)]
+    spans = [phase_spans(pred)]
     for path in (a.baseline, a.real):
         _, g = trace_and_graph(path)
         res = simulate(g)
         cols.append(op_times_ms(res))
-        spans.append(phase_spans(g, res))
+        spans.append(phase_spans(res))
         iters.append(res.mean_iteration_ns()[1] / 1e6)
     pr, base, real = cols
     keys = sorted(set(pr) | set(real), key=lambda k: -max(pr.get(k, 0.0), real.get(k, 0.0)))
