@@ -51,7 +51,12 @@ wait computed from the traced rank's own iteration-to-iteration spread
 Assumptions: parameter sizes per module come from the trace's module table
 (``daydream trace``); workers are identical but vary independently from one
 iteration to the next as the traced one does; with a spare core, the
-collective does not slow the computation it overlaps with.
+collective does not slow the computation it overlaps with.  Without one,
+the all-reduce is charged in line and the ops around it keep their times:
+on a 2-core CPU host the validation MLP's real 2-rank job ran the ops this
+leaves unchanged 1.31-1.35x their baseline time (`untouched_ratio`,
+session 13) while gloo reduced on the same core, and both co-run probes
+read 1.0; that row is predicted 11-18 % low.
 """
 from __future__ import annotations
 
