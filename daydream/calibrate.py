@@ -430,10 +430,27 @@ def _checkpoint_ns(torch, device) -> tuple:
     work negligible; :func:`_checkpoint_extra_ns`); the difference gives the cost per op, the
     rest the cost per call.
     """
-    small, large = (_checkpoint_extra_ns(torch, device, k) for k in (1, CHECKPOINT_LAYERS))
-    per_op = tuple(max((b - a) / (2 * (CHECKPOINT_LAYERS - 1)), 0.0) for a, b in zip(small, large))
-    call = tuple(max(a - 2 * p, 0.0) for a, p in zip(small, per_op))
-    return tuple(int(x) for x in call), tuple(int(x) for x in per_op)
+    return _call_and_per_layer_part(*(_checkpoint_extra_ns(torch, device, k) for k in (1, CHECKPOINT_LAYERS)),
+                                    CHECKPOINT_LAYERS)
+
+
+def _call_and_per_layer_part(small, large, layers: int) -> tuple:
+    """(forward, backward) costs of tiny models of 1 and ``layers`` (Linear, ReLU) layers split
+    into ((forward, backward) per call, (forward, backward) per unit), a layer being two units
+    (two ops, or two parameter tensors), ns.
+
+    >>> _call_and_per_layer_part((120.0, 60.0), (400.0, 200.0), 8)
+    ((80, 40), (20, 10))
+    """
+    per_unit = tuple(max((b - a) / (2 * (layers - 1)), 0.0) for a, b in zip(small, large))
+    call = tuple(max(a - 2 * p, 0.0) for a, p in zip(small, per_unit))
+    return tuple(int(x) for x in call), tuple(int(x) for x in per_unit)
+
+
+def _tiny_mlp(torch, layers: int, device):
+    """``layers`` x (Linear(8, 8), ReLU): a model whose own work is negligible."""
+    return torch.nn.Sequential(*[x for _ in range(layers)
+                                 for x in (torch.nn.Linear(8, 8), torch.nn.ReLU())]).to(device)
 
 
 def _checkpoint_extra_ns(torch, device, layers: int) -> tuple:
@@ -443,7 +460,7 @@ def _checkpoint_extra_ns(torch, device, layers: int) -> tuple:
     the forward part; each the median over :data:`CHECKPOINT_ROUNDS` rounds."""
     from torch.utils.checkpoint import checkpoint
 
-    m = torch.nn.Sequential(*[x for _ in range(layers) for x in (torch.nn.Linear(8, 8), torch.nn.ReLU())]).to(device)
+    m = _tiny_mlp(torch, layers, device)
     x = torch.randn(4, 8, device=device, requires_grad=True)
 
     def no_grad():
@@ -484,9 +501,7 @@ def _compiled_call_ns(torch, device) -> tuple:
     small, large = (_compiled_wrapper_ns(torch, device, k) for k in (1, COMPILED_LAYERS))
     if not (all(small) and all(large)):
         return (0, 0), (0, 0)
-    per_tensor = tuple(max((b - a) / (2 * (COMPILED_LAYERS - 1)), 0.0) for a, b in zip(small, large))
-    call = tuple(max(a - 2 * p, 0.0) for a, p in zip(small, per_tensor))
-    return tuple(int(x) for x in call), tuple(int(x) for x in per_tensor)
+    return _call_and_per_layer_part(small, large, COMPILED_LAYERS)
 
 
 def _compiled_wrapper_ns(torch, device, layers: int) -> tuple:
@@ -495,7 +510,7 @@ def _compiled_wrapper_ns(torch, device, layers: int) -> tuple:
     ``CompiledFunctionBackward`` range minus the graph inside it; medians over the calls of a
     round, then over :data:`COMPILED_ROUNDS` rounds.  (0, 0) if it cannot compile here or the
     profiler shows no such ranges (another torch version)."""
-    m = torch.nn.Sequential(*[x for _ in range(layers) for x in (torch.nn.Linear(8, 8), torch.nn.ReLU())]).to(device)
+    m = _tiny_mlp(torch, layers, device)
     x = torch.randn(4, 8, device=device)
     try:
         cm = torch.compile(m)

@@ -280,7 +280,7 @@ def rounds_row(workload: str, label: str, rounds, spec: str, profile_path, varia
     outs = [predict(r[0][0], [spec], profile_path=profile_path) for r in rounds]
     reports = [o[0] for o in outs]
     ratios = [untouched_ratio(r[0][2], o[1], r[variant][2]) for r, o in zip(rounds, outs)
-              if len(r[0]) > 2 and o[1] is not None]
+              if r[0][2] is not None and o[1] is not None]
     row = ValidationRow(workload, label, statistics.fmean(r.baseline_ms for r in reports),
                         statistics.fmean(r.predicted_ms for r in reports),
                         statistics.fmean(r[variant][1].measured_ms for r in rounds),

@@ -177,7 +177,7 @@ def test_a_row_from_paired_rounds_means_each_rounds_prediction_and_measurement(m
                                predicted_ms={"b0": 20.0, "b1": 26.0}[base]), None
 
     monkeypatch.setattr(validate, "predict", fake_predict)
-    run = lambda path, ms: (path, SimpleNamespace(measured_ms=ms))           # noqa: E731
+    run = lambda path, ms: (path, SimpleNamespace(measured_ms=ms), None)     # noqa: E731
     rounds = [[run("b0", 9.0), run("v0", 21.0), run("w0", 40.0)],
               [run("b1", 11.0), run("v1", 25.0), run("w1", 44.0)]]
     row, reports = validate.rounds_row("mlp", "label", rounds, "opt:k=1", "p.json", variant=2)
