@@ -148,10 +148,10 @@ def _gloo_worker(rank, port, sizes, q, kind):
     import torch
     import torch.distributed as dist
 
-    if kind == "p2p" and len(os.sched_getaffinity(0)) >= 2:
+    if len(os.sched_getaffinity(0)) >= 2:
         from .collect.runner import pin_rank
 
-        pin_rank(rank, 2)   # as the multi-process runs: a core per rank
+        pin_rank(rank, 2)   # as the multi-process runs (--pin-cores): a core per rank
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     out = []
@@ -276,9 +276,11 @@ def gloo_p2p(sizes=None) -> tuple:
 
 
 def _gloo_fit(sizes, kind: str = "allreduce"):
-    """(bytes/s, latency ns) of gloo between two local processes, fitted to ``t = a + bytes/bw``:
+    """(bytes/s, latency ns) of gloo between two local processes, each pinned to a core of its
+    own where there are two (as ``--pin-cores`` runs are: a rank's gloo threads then share
+    its core), fitted to ``t = a + bytes/bw``:
     the ring model for 2 workers (``a = 2 latency``) for ``"allreduce"``; one send
-    (``a = latency``; ranks pinned to a core each where there are two) for ``"p2p"``, which
+    (``a = latency``) for ``"p2p"``, which
     also returns the host cost of posting a send and a receive and the handshake of a late
     receive (:func:`p2p_handshake_ns`; medians over the sizes up to :data:`P2P_POST_MAX_BYTES`):
     ``((bytes/s, latency ns), (send ns, receive ns), handshake ns)``."""
