@@ -212,3 +212,31 @@ def test_a_row_carries_the_mean_untouched_ratio_and_the_csv_writes_it(monkeypatc
     lines = text.splitlines()
     assert lines[1].endswith(",error_pct,untouched_ratio")
     assert lines[2].endswith(",1.0000") and lines[3].endswith(",0.000,")
+
+
+def test_device_validation_predicts_with_two_profiles_measured_now(monkeypatch, tmp_path):
+    """The device rows scale by the ratio of a 1- and a 2-thread profile calibrated back to back in
+    this run (saved in the output directory), not by a cached 2-thread profile from another hour."""
+    from types import SimpleNamespace
+
+    import daydream.calibrate as calibrate_mod
+    import daydream.device as device_mod
+    from daydream.validation import device as dv
+
+    calibrated, used = [], []
+    monkeypatch.setattr(calibrate_mod, "calibrate",
+                        lambda kind, threads, collectives, progress: calibrated.append((threads, collectives))
+                        or f"profile {threads}t")
+    monkeypatch.setattr(device_mod, "save_profile", lambda prof, path: Path(path).write_text(prof))
+    monkeypatch.setattr(dv, "paired_rounds", lambda repeat, configs, iterations: ["rounds"])
+
+    def fake_rounds_row(workload, opt_label, rounds, spec, profile_path):
+        used.append((spec, Path(profile_path).read_text()))
+        return SimpleNamespace(predicted_ms=2.0, measured_ms=2.0, error_pct=0.0), None
+
+    monkeypatch.setattr(dv, "rounds_row", fake_rounds_row)
+    rows = dv.validate_rows(tmp_path, "/cached/device-cpu-1t.json", progress=lambda m: None, repeat=1)
+    assert calibrated == [(1, False), (2, False)] and len(rows) == len(dv.DEVICE_WORKLOADS)
+    target = tmp_path / "device-cpu-2t-nocomm.json"
+    assert used == [(f"device:target={target}", "profile 1t")] * len(dv.DEVICE_WORKLOADS)
+    assert target.read_text() == "profile 2t"

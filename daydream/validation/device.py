@@ -3,6 +3,12 @@ predicted on this machine's 2-thread profile (``device:target=<profile>``), and 
 at 2 threads for real, the two runs' iterations in turns
 (:func:`daydream.validate.paired_rounds`; in its turn the 2-thread run has both
 cores).  Meaningful only on a machine with two otherwise idle cores.
+
+Both profiles are measured afresh, one right after the other, just before the
+runs: what the prediction scales by is the ratio of the two, and on this VM a
+profile measured hours apart reads 20-30 % faster or slower (matmul 90 against 71
+GFLOP/s, op overhead 1.6 against 2.8 us for the 1-thread profile at 04:03 and at
+06:32 of one day), which a cached 2-thread profile carried into every row.
 """
 from __future__ import annotations
 
@@ -22,19 +28,17 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
                 target_profile: str | None = None) -> list:
     """``device:target=<2-thread profile>`` from 1-thread traces, against real 2-thread runs.
 
-    The 2-thread profile is ``daydream calibrate --threads 2``'s cache file
-    (measured now if missing, or ``target_profile``).  Meaningful only on a
-    machine with two otherwise idle cores.
+    The 1- and 2-thread profiles are measured now, back to back, into
+    ``out_dir`` (collectives left out); ``target_profile`` (a path) is used as the
+    2-thread one instead, with ``profile_path`` as the 1-thread one.  Meaningful
+    only on a machine with two otherwise idle cores.
     """
-    from daydream.calibrate import calibrate
-    from daydream.device import default_profile_path, save_profile
-
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
-    target = target_profile or default_profile_path("cpu", 2)
-    if not Path(target).exists():
-        progress("device: calibrating this machine at 2 threads (once) ...")
-        save_profile(calibrate("cpu", threads=2, progress=lambda m: progress(f"calibrating: {m}")), target)
+    if target_profile:
+        target = target_profile
+    else:
+        profile_path, target = (_fresh_profile(Path(out_dir), t, progress) for t in (1, 2))
     rows = []
     for w in DEVICE_WORKLOADS:
         try:
@@ -50,3 +54,15 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
                  f"error {row.error_pct:.1f}%")
         rows.append(row)
     return rows
+
+
+def _fresh_profile(out_dir: Path, threads: int, progress) -> str:
+    """This machine calibrated now at ``threads`` threads, without collectives, saved in ``out_dir``."""
+    from daydream.calibrate import calibrate
+    from daydream.device import save_profile
+
+    path = out_dir / f"device-cpu-{threads}t-nocomm.json"
+    progress(f"device: calibrating this machine at {threads} thread(s) ...")
+    save_profile(calibrate("cpu", threads=threads, collectives=False,
+                           progress=lambda m: progress(f"calibrating: {m}")), str(path))
+    return str(path)
