@@ -113,8 +113,8 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                    "multi-process runs: pipeline, tensor-parallel, hfta, hydra, tessel, device (1 -> 2 threads).")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(), help="Folder for results.csv, plots, traces.")
 @click.option("--iterations", default=20, show_default=True,
-              help="Iterations traced per run (on a shared machine, fewer than ~20 fall within one of its "
-                   "fast or slow spells).")
+              help="Iterations traced (pipeline and tessel: steps measured) per run, the parallelism runners' "
+                   "too (on a shared machine, fewer than ~20 fall within one of its fast or slow spells).")
 @click.option("--repeat", default=1, show_default=True,
               help="Rounds per case.  In a round the baseline and the real variant run at the same time, "
                    "iterations in turns (multi-process variants after the baseline); a row is the mean over "
@@ -205,7 +205,7 @@ def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat,
             progress(f"{name}: no validation runner installed; skipped")
             continue
         try:
-            rows += fn(out, ensure_profile(profile_path, progress), progress, repeat)
+            rows += fn(out, ensure_profile(profile_path, progress), progress, repeat, iterations)
         except DaydreamError as exc:   # the other runners' rows are still written
             progress(f"{name}: skipped ({exc})")
     if public:

@@ -47,7 +47,7 @@ CASES = {
 
 #: Validations that need their own runner (several processes, several models):
 #: name -> "module:function".  The function is called as
-#: ``fn(out_dir: Path, profile_path: str, progress, repeat: int)`` and returns a
+#: ``fn(out_dir: Path, profile_path: str, progress, repeat: int, iterations: int)`` and returns a
 #: list of :class:`ValidationRow`.  Modules that are absent are skipped.
 RUNNERS = {
     "pipeline": "daydream.validation.pipeline:validate_rows",
@@ -231,8 +231,9 @@ def fastest_run(repeat: int, name: str, path: Path, args=(), iterations: int = 5
     return min(((p, replay(p)[0]) for p in runs), key=lambda x: x[1].measured_ms)
 
 
-def paired_rounds(repeat: int, configs, iterations: int = 5) -> list:
-    """``repeat`` rounds of :func:`trace_in_turns` over ``configs``.
+def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True) -> list:
+    """``repeat`` rounds of :func:`trace_in_turns` over ``configs`` (``turns=False``: each
+    round traces them one after the other).
 
     A config of several processes (``nproc > 1``) is not run in turns: its
     ranks lose more at every turn than the drift costs (the MLP's 2-rank
@@ -243,7 +244,7 @@ def paired_rounds(repeat: int, configs, iterations: int = 5) -> list:
     comparable.
     """
     rounds = []
-    together = all(c[3] == 1 for c in configs)
+    together = turns and all(c[3] == 1 for c in configs)
     for k in range(max(repeat, 1)):
         cfgs = [(n, _round_path(p, k, repeat), a, np_) for n, p, a, np_ in configs]
         paths = trace_in_turns(cfgs, iterations) if together else \

@@ -65,15 +65,17 @@ def test_pipeline_rounds_keep_the_median_of_each_side(monkeypatch, tmp_path):
     traced_ms = iter([30.0, 50.0, 40.0])
     paths = []
 
-    def trace_workload(name, path, args):
+    def trace_workload(name, path, args, iterations):
         paths.append(Path(path).name)
+        assert iterations == 12
         return path
 
     monkeypatch.setattr(validate, "trace_workload", trace_workload)
     measured = {}
     monkeypatch.setattr(analysis, "replay", lambda p: (SimpleNamespace(measured_ms=measured.setdefault(p, next(traced_ms))),))
     runs = iter([70.0, 90.0, 60.0])
-    base, got = pipeline.alternate(3, tmp_path, {"gpipe": lambda: next(runs)}, progress=lambda m: None, tag="tessel")
+    base, got = pipeline.alternate(3, tmp_path, {"gpipe": lambda: next(runs)}, progress=lambda m: None, tag="tessel",
+                                   iterations=12)
     assert paths == [f"mlp.tessel-base.r{k}.json.gz" for k in range(3)]
     assert base.name == "mlp.tessel-base.r2.json.gz"       # 40 ms: the median of 30 / 50 / 40
     assert got == {"gpipe": 70.0}                           # median of 70 / 90 / 60
@@ -110,8 +112,9 @@ def test_validate_calibrates_into_its_output_and_predicts_with_that(monkeypatch,
 
     used = []
     monkeypatch.setattr(cal, "calibrate", lambda kind, threads=None, progress=print: flat_profile())
-    monkeypatch.setattr(validate, "runner", lambda name: lambda out, prof, progress, repeat: used.append(prof) or [])
-    args = ["validate", "--workload", "", "--opt", "hfta", "--no-public", "-o", str(tmp_path)]
+    monkeypatch.setattr(validate, "runner", lambda name: lambda out, prof, progress, repeat, iterations:
+                        used.append(prof) or [] if iterations == 7 else [][0])   # the runner gets --iterations
+    args = ["validate", "--workload", "", "--opt", "hfta", "--no-public", "--iterations", "7", "-o", str(tmp_path)]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     fresh = tmp_path / f"device-cpu-{validate.THREADS}t.json"
@@ -216,7 +219,8 @@ def test_a_row_carries_the_mean_untouched_ratio_and_the_csv_writes_it(monkeypatc
 
 def test_device_validation_predicts_with_two_profiles_measured_now(monkeypatch, tmp_path):
     """The device rows scale by the ratio of a 1- and a 2-thread profile calibrated back to back in
-    this run (saved in the output directory), not by a cached 2-thread profile from another hour."""
+    this run (saved in the output directory), not by a cached 2-thread profile from another hour;
+    the two runs of a round are not taken in turns."""
     from types import SimpleNamespace
 
     import daydream.calibrate as calibrate_mod
@@ -228,7 +232,9 @@ def test_device_validation_predicts_with_two_profiles_measured_now(monkeypatch, 
                         lambda kind, threads, collectives, progress: calibrated.append((threads, collectives))
                         or f"profile {threads}t")
     monkeypatch.setattr(device_mod, "save_profile", lambda prof, path: Path(path).write_text(prof))
-    monkeypatch.setattr(dv, "paired_rounds", lambda repeat, configs, iterations: ["rounds"])
+    turns = []
+    monkeypatch.setattr(dv, "paired_rounds", lambda repeat, configs, iterations, turns_: turns.append(turns_)
+                        or ["rounds"])
 
     def fake_rounds_row(workload, opt_label, rounds, spec, profile_path):
         used.append((spec, Path(profile_path).read_text()))
@@ -240,3 +246,4 @@ def test_device_validation_predicts_with_two_profiles_measured_now(monkeypatch, 
     target = tmp_path / "device-cpu-2t-nocomm.json"
     assert used == [(f"device:target={target}", "profile 1t")] * len(dv.DEVICE_WORKLOADS)
     assert target.read_text() == "profile 2t"
+    assert turns == [False] * len(dv.DEVICE_WORKLOADS)   # a 2-thread process stalls after each pause

@@ -1,8 +1,17 @@
 """Validation of ``device`` on a CPU: a bundled workload traced at 1 intra-op thread,
 predicted on this machine's 2-thread profile (``device:target=<profile>``), and run
-at 2 threads for real, the two runs' iterations in turns
-(:func:`daydream.validate.paired_rounds`; in its turn the 2-thread run has both
-cores).  Meaningful only on a machine with two otherwise idle cores.
+at 2 threads for real, one run after the other in each round
+(:func:`daydream.validate.paired_rounds` with ``turns=False``).  Meaningful only on a
+machine with two otherwise idle cores.
+
+Not in turns: a 2-thread process stalls at the start of every turn.  Its OpenMP
+worker sleeps through the other process's turn and, woken, shares the main
+thread's core for milliseconds: in session 14's run the transformer's first
+parallel ops after a pause (``index_select``, ``add``, ``layer_norm``) took 2.7,
+7.9 and 7.8 ms against 0.05 ms, and its mean iteration read 32.5 ms against
+23.5-23.9 ms for the iterations that followed no pause.  Binding the threads to
+cores (``OMP_PROC_BIND=true``, in turns) made it worse: the MLP's 2-thread runs
+measured 11.75 ms against 7.80 ms predicted.  A training run never pauses so.
 
 Both profiles are measured afresh, one right after the other, just before the
 runs: what the prediction scales by is the ratio of the two, and on this VM a
@@ -42,9 +51,10 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
     rows = []
     for w in DEVICE_WORKLOADS:
         try:
-            progress(f"device: {w}: tracing at 1 and at 2 threads, iterations in turns, x{max(repeat, 1)}")
+            progress(f"device: {w}: tracing at 1 and then at 2 threads, x{max(repeat, 1)}")
             rounds = paired_rounds(repeat, [(w, tdir / f"{w}.dev1t.json.gz", ("--threads", "1"), 1),
-                                            (w, tdir / f"{w}.dev2t.json.gz", ("--threads", "2"), 1)], iterations)
+                                            (w, tdir / f"{w}.dev2t.json.gz", ("--threads", "2"), 1)], iterations,
+                                   False)
             row, _ = rounds_row(f"{w} 1->2 threads", "device:target=cpu-2t", rounds, f"device:target={target}",
                                 profile_path)
         except DaydreamError as exc:

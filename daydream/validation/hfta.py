@@ -24,7 +24,7 @@ __all__ = ["MODELS", "ITERATIONS", "validate_rows"]
 
 #: Per bundled workload: numbers of fused copies validated (each traced run takes seconds).
 MODELS = {"mlp": (2, 4, 8), "cnn": (2, 4)}
-#: Iterations traced per run.
+#: Iterations traced per run, unless the caller says (``daydream validate --iterations``).
 ITERATIONS = 5
 
 
@@ -35,7 +35,8 @@ def _configs(w, tdir: Path) -> list:
         for n in MODELS[w]]
 
 
-def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1) -> list:
+def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
+                  iterations: int = ITERATIONS) -> list:
     """Per workload, trace the single model and its N-fold fused jobs with iterations in turns,
     ``repeat`` rounds; one row per workload and N: the means over the rounds of the prediction
     from each round's baseline and of the fused job measured in the same round."""
@@ -47,7 +48,7 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
         progress(f"hfta: {w}: tracing the single model and {', '.join(map(str, ns))} fused copies, "
                  f"iterations in turns, x{max(repeat, 1)}")
         try:
-            rounds = paired_rounds(repeat, _configs(w, tdir), ITERATIONS)
+            rounds = paired_rounds(repeat, _configs(w, tdir), iterations)
         except DaydreamError as exc:
             progress(f"hfta: {w}: skipped ({exc})")
             continue

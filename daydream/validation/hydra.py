@@ -31,7 +31,7 @@ SCHEDULES = ("model-parallel", "shard-parallel")
 #: Numbers of models validated, each split over DEVICES processes.
 MODELS = (2, 4)
 DEVICES = 2
-#: Iterations traced for the single-model baseline.
+#: Iterations traced for the single-model baseline, unless the caller says.
 ITERATIONS = 5
 #: The MLP's sizes and threads, as in the other validations.
 SIZES = tuple(WORKLOAD_ARGS["mlp"])
@@ -50,7 +50,8 @@ def run_real(models: int, shard0_layers: int, rounds: int = 6) -> dict:
     return {s: out[f"{s}_ms"] for s in SCHEDULES}
 
 
-def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1) -> list:
+def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
+                  iterations: int = ITERATIONS) -> list:
     """Trace one MLP and run each K for real, ``repeat`` rounds in alternation (each keeps its
     fastest); predict both schedules from the fastest trace; two rows per K."""
     tdir = Path(out_dir) / "traces"
@@ -63,7 +64,7 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
         for r in range(repeat):
             progress(f"hydra: run {r + 1}/{repeat}: tracing the single-model mlp baseline")
             p = tdir / (f"hydra.mlp.base.r{r}.json.gz" if repeat > 1 else "hydra.mlp.base.json.gz")
-            p = trace_workload("mlp", p, (), iterations=ITERATIONS)
+            p = trace_workload("mlp", p, (), iterations=iterations)
             rep = replay(p)[0]
             if base is None or rep.measured_ms < base[1].measured_ms:
                 base = (p, rep)

@@ -48,10 +48,14 @@ def _run(schedule: str, extra=(), steps: int = 14, warmup: int = 4, microbatches
     raise DaydreamError(f"pipeline run ({schedule}) failed: {tail}")
 
 
-def measure_pipeline(schedule: str, extra=(), steps: int = 14, warmup: int = 4,
-                     microbatches: int = MICROBATCHES) -> float:
-    """Mean step time (ms) of one run of the pipeline workload (2 processes unless ``extra`` says)."""
-    return float(_run(schedule, extra, steps, warmup, microbatches)["mean_ms"])
+#: Steps a pipeline run takes before it measures; and the steps it measures unless the caller says.
+WARMUP_STEPS, STEPS = 4, 10
+
+
+def measure_pipeline(schedule: str, extra=(), steps: int = STEPS, microbatches: int = MICROBATCHES) -> float:
+    """Mean time (ms) of ``steps`` steps of one run of the pipeline workload, after
+    :data:`WARMUP_STEPS` (2 processes unless ``extra`` says)."""
+    return float(_run(schedule, extra, WARMUP_STEPS + steps, WARMUP_STEPS, microbatches)["mean_ms"])
 
 
 #: A model too small to compute much: step times are the framework's own costs.
@@ -90,10 +94,10 @@ def action_overhead_us(repeat: int = 1, progress=print) -> float:
     return us
 
 
-def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "pipeline"):
+def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "pipeline", iterations: int = STEPS):
     """Baseline traces and measurements of each run, taken in turns; the median of each.
 
-    Each of ``repeat`` rounds traces the 1-process baseline once (file
+    Each of ``repeat`` rounds traces the 1-process baseline once (``iterations``; file
     ``mlp.TAG-base.rK.json.gz``) and calls every run in ``runs`` (name ->
     callable returning ms) once, so that baseline and variants see the same
     machine load.  Both sides keep their median round: the baseline trace whose
@@ -110,7 +114,7 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
     bases, got = [], {k: [] for k in runs}
     for k in range(max(repeat, 1)):
         progress(f"{tag}: round {k + 1}/{max(repeat, 1)}: tracing the 1-process baseline (mlp)")
-        path = trace_workload("mlp", tdir / f"mlp.{tag}-base.r{k}.json.gz", MODEL_ARGS)
+        path = trace_workload("mlp", tdir / f"mlp.{tag}-base.r{k}.json.gz", MODEL_ARGS, iterations=iterations)
         bases.append((replay(path)[0].measured_ms, str(path)))
         for name, fn in runs.items():
             progress(f"{tag}: round {k + 1}/{max(repeat, 1)}: running {name}")
@@ -119,15 +123,15 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
     return Path(bases[(len(bases) - 1) // 2][1]), {k: statistics.median(v) for k, v in got.items()}
 
 
-def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) -> list:
+def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS) -> list:
     """Rows for GPipe and 1F1B on 2 stages, and 1 stage x M micro-batches on one process
     (the micro-batch cost model without cross-process effects; see the module docstring)."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     overhead = action_overhead_us(repeat, progress)
-    runs = {s: (lambda s=s: measure_pipeline(s)) for s in SCHEDULES}
-    runs["1-stage"] = lambda: measure_pipeline("gpipe", ("--nproc", "1"))
-    base, best = alternate(repeat, tdir, runs, progress)
+    runs = {s: (lambda s=s: measure_pipeline(s, steps=iterations)) for s in SCHEDULES}
+    runs["1-stage"] = lambda: measure_pipeline("gpipe", ("--nproc", "1"), steps=iterations)
+    base, best = alternate(repeat, tdir, runs, progress, iterations=iterations)
     rows = []
     for s in runs:
         spec = (f"pipeline:stages=2,microbatches={MICROBATCHES},schedule={s},partition={PARTITION},"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..validate import ValidationRow
 from ..whatif import predict
-from .pipeline import MICROBATCHES, MODEL_ARGS, PARTITION, action_overhead_us, alternate, measure_pipeline
+from .pipeline import MICROBATCHES, MODEL_ARGS, PARTITION, STEPS, action_overhead_us, alternate, measure_pipeline
 
 __all__ = ["validate_rows", "PLACEMENTS"]
 
@@ -27,7 +27,7 @@ PLACEMENTS = (("chain", f"partition={PARTITION}"),
               ("v", "placement=0:1:1:0,partition=MLP.blocks.1:MLP.blocks.2:MLP.blocks.3,max_lag=3,budget=3000"))
 
 
-def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) -> list:
+def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS) -> list:
     """One row per placement: the searched schedule, predicted and executed."""
     from ..validate import trace_workload
 
@@ -36,7 +36,7 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) 
     tdir.mkdir(parents=True, exist_ok=True)
     overhead = action_overhead_us(repeat, progress)
     progress("tessel: tracing a 1-process baseline (mlp) to search schedules on")
-    first = trace_workload("mlp", tdir / "mlp.tessel-search.json.gz", MODEL_ARGS)
+    first = trace_workload("mlp", tdir / "mlp.tessel-search.json.gz", MODEL_ARGS, iterations=iterations)
     specs = {}
     for tag, extra in PLACEMENTS:
         csv = out_dir / f"tessel-{tag}.csv"
@@ -46,9 +46,10 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1) 
         ref = f"1F1B on the same stages {ref:.2f} ms" if ref else "no 1F1B for this placement"
         progress(f"tessel: {tag}: best schedule {rep.metrics.get('schedule')} (predicted {rep.predicted_ms:.2f} ms, "
                  f"{ref})")
-    runs = {tag: (lambda tag=tag: measure_pipeline("csv", ("--csv", str(out_dir / f"tessel-{tag}.csv"))))
+    runs = {tag: (lambda tag=tag: measure_pipeline("csv", ("--csv", str(out_dir / f"tessel-{tag}.csv")),
+                                                   steps=iterations))
             for tag in specs}
-    base, best = alternate(repeat, tdir, runs, progress, tag="tessel")
+    base, best = alternate(repeat, tdir, runs, progress, tag="tessel", iterations=iterations)
     rows = []
     for tag, spec in specs.items():
         again = out_dir / f"tessel-{tag}.check.csv"
