@@ -52,11 +52,14 @@ Assumptions: parameter sizes per module come from the trace's module table
 (``daydream trace``); workers are identical but vary independently from one
 iteration to the next as the traced one does; with a spare core, the
 collective does not slow the computation it overlaps with.  Without one,
-the all-reduce is charged in line and the ops around it keep their times:
-on a 2-core CPU host the validation MLP's real 2-rank job ran the ops this
-leaves unchanged 1.31-1.35x their baseline time (`untouched_ratio`,
-session 13) while gloo reduced on the same core, and both co-run probes
-read 1.0; that row is predicted 11-18 % low.
+the all-reduce is charged in line, at the calibrated time of an all-reduce
+between two ranks pinned to a core each (gloo's threads then share the
+rank's core, as in ``--pin-cores`` runs), and the ops around it keep their
+times: on a 2-core CPU host the validation MLP's real 2-rank job ran the
+ops this leaves unchanged 1.2-1.35x their baseline time (`untouched_ratio`)
+while gloo reduced on the same core, and both co-run probes read 1.0.  That
+row read 11-18 % low with an all-reduce calibrated on free ranks (session
+13), 5.1 % high and 7.3 % low with pinned ones (session 14).
 """
 from __future__ import annotations
 
