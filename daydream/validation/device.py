@@ -14,8 +14,9 @@ cores (``OMP_PROC_BIND=true``, in turns) made it worse: the MLP's 2-thread runs
 measured 11.75 ms against 7.80 ms predicted.  A training run never pauses so.
 
 Both profiles are measured afresh, one right after the other, just before the
-runs: what the prediction scales by is the ratio of the two, and on this VM a
-profile measured hours apart reads 20-30 % faster or slower (matmul 90 against 71
+runs: where the prediction does not re-run an op at both thread counts it scales
+by the ratio of the two profiles, and on this VM a profile measured hours apart
+reads 20-30 % faster or slower (matmul 90 against 71
 GFLOP/s, op overhead 1.6 against 2.8 us for the 1-thread profile at 04:03 and at
 06:32 of one day), which a cached 2-thread profile carried into every row.
 """
