@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import threading
 
 import pytest
@@ -194,3 +195,28 @@ def test_a_profile_that_would_not_load_is_not_saved(tmp_path):
     with pytest.raises(DaydreamError, match="gconv float32x2"):
         save_profile(bad, str(tmp_path / "bad.json"))
     assert not (tmp_path / "bad.json").exists()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin ranks to")
+def test_gloo_all_reduce_calibration_pins_each_rank_to_a_core(monkeypatch):
+    """All-reduces are timed with a core per rank, as ``--pin-cores`` runs are (a rank's gloo
+    threads then share its core), not only sends."""
+    import torch.distributed
+
+    import daydream.collect.runner as runner
+    from daydream.calibrate import _gloo_worker
+
+    class Pinned(Exception):
+        pass
+
+    def pin_rank(rank, ranks):
+        raise Pinned((rank, ranks))
+
+    def not_reached(*args, **kwargs):
+        raise AssertionError("the process group was set up before the rank was pinned")
+
+    monkeypatch.setattr(runner, "pin_rank", pin_rank)
+    monkeypatch.setattr(torch.distributed, "init_process_group", not_reached)
+    with pytest.raises(Pinned) as got:
+        _gloo_worker(1, 0, [1024], None, "allreduce")
+    assert got.value.args == ((1, 2),)

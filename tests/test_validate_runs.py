@@ -112,8 +112,13 @@ def test_validate_calibrates_into_its_output_and_predicts_with_that(monkeypatch,
 
     used = []
     monkeypatch.setattr(cal, "calibrate", lambda kind, threads=None, progress=print: flat_profile())
-    monkeypatch.setattr(validate, "runner", lambda name: lambda out, prof, progress, repeat, iterations:
-                        used.append(prof) or [] if iterations == 7 else [][0])   # the runner gets --iterations
+
+    def fake_runner(out, prof, progress, repeat, iterations):
+        assert iterations == 7    # the runner gets --iterations
+        used.append(prof)
+        return []
+
+    monkeypatch.setattr(validate, "runner", lambda name: fake_runner)
     args = ["validate", "--workload", "", "--opt", "hfta", "--no-public", "--iterations", "7", "-o", str(tmp_path)]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
@@ -247,3 +252,17 @@ def test_device_validation_predicts_with_two_profiles_measured_now(monkeypatch, 
     assert used == [(f"device:target={target}", "profile 1t")] * len(dv.DEVICE_WORKLOADS)
     assert target.read_text() == "profile 2t"
     assert turns == [False] * len(dv.DEVICE_WORKLOADS)   # a 2-thread process stalls after each pause
+
+
+def test_paired_rounds_without_turns_trace_the_configs_one_after_the_other(monkeypatch, tmp_path):
+    """``turns=False``: each round traces its 1-process configs in order, never in turns."""
+    calls = []
+    monkeypatch.setattr(validate, "trace_in_turns", lambda cfgs, iterations: calls.append("turns"))
+    monkeypatch.setattr(validate, "trace_workload",
+                        lambda name, path, args, iterations, nproc: calls.append((Path(path).name, iterations)) or path)
+    monkeypatch.setattr(validate, "replay", lambda p: ("report", "schedule"))
+    configs = [("mlp", tmp_path / "a.json.gz", (), 1), ("mlp", tmp_path / "b.json.gz", ("--threads", "2"), 1)]
+    rounds = validate.paired_rounds(2, configs, 9, turns=False)
+    assert calls == [("a.r0.json.gz", 9), ("b.r0.json.gz", 9), ("a.r1.json.gz", 9), ("b.r1.json.gz", 9)]
+    assert [[r[0].name for r in rnd] for rnd in rounds] == [["a.r0.json.gz", "b.r0.json.gz"],
+                                                             ["a.r1.json.gz", "b.r1.json.gz"]]

@@ -491,3 +491,21 @@ def test_compiled_wrapper_is_found_in_the_profilers_ranges(monkeypatch):
     monkeypatch.setattr(C, "COMPILED_CALLS", 3)
     fwd, bwd = C._compiled_wrapper_ns(torch, torch.device("cpu"), 1)
     assert 1_000 < fwd < 50_000_000 and 1_000 < bwd < 50_000_000
+
+
+def test_checkpoint_calibration_times_its_calls_under_the_profiler(monkeypatch):
+    """The recompute's set-up records ops of its own in a traced run, so checkpointing's extra
+    cost is timed with the profiler on, as a trace's iterations run."""
+    import torch
+
+    import daydream.calibrate as cal
+
+    profiled = []
+
+    def fake_time(fn, device, min_time_s=0.05, **kw):
+        profiled.append(torch.autograd.profiler._is_profiler_enabled)
+        return 1000.0
+
+    monkeypatch.setattr(cal, "time_call_ns", fake_time)
+    assert cal._checkpoint_extra_ns(torch, torch.device("cpu"), 1) == (0.0, 0.0)
+    assert profiled and all(profiled)
