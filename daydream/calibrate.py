@@ -169,6 +169,8 @@ def _gloo_worker(rank, port, sizes, q, kind):
         else:
             out.append((nbytes, _p2p_one_way_ns(torch, dist, rank, t), *_p2p_post_ns(torch, dist, rank, t),
                         _p2p_late_recv_ns(torch, dist, rank, t)))
+    if kind == "p2p":
+        out = (out, _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)))
     if rank == 0:
         q.put(out)
     dist.destroy_process_group()
@@ -255,6 +257,50 @@ def _p2p_late_recv_ns(torch, dist, rank, t) -> float:
     return float(mine)
 
 
+#: Gaps (us) between two posts to each other, rank 0's and rank 1's, at which a post's extra cost is
+#: measured (:func:`_p2p_collision_pts`); the last is taken as far enough apart to cost nothing extra.
+P2P_COLLIDE_GAPS_US = (0, 25, 50, 100, 200, 400)
+#: Tries per gap, half with each rank posting first; the tensor posted (its size does not matter:
+#: the collision is over the pair's lock, before any data moves).
+P2P_COLLIDE_TRIES, P2P_COLLIDE_ELEMENTS = 60, 256
+
+
+def _p2p_collision_pts(torch, dist, rank, t) -> tuple:
+    """Rank 0: ``((gap ns, extra ns), ...)``, the mean host time of a post (rank 0 an ``isend``,
+    rank 1 the matching ``irecv``; both ranks' posts pooled) when the two start ``gap`` apart,
+    over that at the last of :data:`P2P_COLLIDE_GAPS_US` (at least 0; 0 at the last gap).
+    Rank 1: ``()``.
+
+    Each try leaves a barrier, one rank spins ``gap``, both post, then compute
+    (spin) 2 ms before waiting: a pipeline stage posting its next send or receive
+    while its peer does.  Posts a few microseconds apart stall in some tries by
+    a scheduler slice (milliseconds on Linux); the mean carries how often.
+    """
+    took = {g: [] for g in P2P_COLLIDE_GAPS_US}
+    for k in range(P2P_COLLIDE_TRIES + 2):
+        for gap in P2P_COLLIDE_GAPS_US:
+            dist.barrier()
+            if rank == k % 2:
+                _spin(gap * 1e-6)
+            t0 = time.perf_counter_ns()
+            work = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0)
+            if k >= 2:
+                took[gap].append(time.perf_counter_ns() - t0)
+            _spin(P2P_LATE_S)
+            work.wait()
+    mine = torch.tensor([statistics.fmean(took[g]) for g in P2P_COLLIDE_GAPS_US], dtype=torch.float64)
+    if rank == 1:
+        dist.send(mine, 0)
+        return ()
+    peer = torch.zeros_like(mine)
+    dist.recv(peer, 1)
+    mean = ((mine + peer) / 2).tolist()
+    far = mean[-1]
+    pts = [(g * 1e3, max(m - far, 0.0)) for g, m in zip(P2P_COLLIDE_GAPS_US, mean)]
+    pts[-1] = (pts[-1][0], 0.0)
+    return tuple(pts)
+
+
 def p2p_handshake_ns(one_way_ns: float, send_post_ns: float, recv_post_ns: float, late_wait_ns: float) -> float:
     """What a late receive waits beyond posting it and the transfer as :meth:`DeviceProfile.p2p_ns`
     counts it (from the send's post): ``late - recv_post - (one_way - send_post)``, at least 0.
@@ -266,9 +312,10 @@ def p2p_handshake_ns(one_way_ns: float, send_post_ns: float, recv_post_ns: float
 
 
 def gloo_p2p(sizes=None) -> tuple:
-    """``((bytes/s, latency ns), (send post ns, receive post ns), handshake ns)`` of one gloo send
-    between two local processes (idle CPUs polling): the ``p2p``, ``p2p_post`` and
-    ``p2p_handshake`` figures of a CPU profile, measured alone to complete an older profile."""
+    """``((bytes/s, latency ns), (send post ns, receive post ns), handshake ns, collision points)`` of
+    one gloo send between two local processes (idle CPUs polling): the ``p2p``, ``p2p_post``,
+    ``p2p_handshake`` and ``p2p_collision`` figures of a CPU profile, measured alone to complete an
+    older profile."""
     from .cpuidle import polling_idle
 
     with polling_idle():
@@ -281,9 +328,10 @@ def _gloo_fit(sizes, kind: str = "allreduce"):
     its core), fitted to ``t = a + bytes/bw``:
     the ring model for 2 workers (``a = 2 latency``) for ``"allreduce"``; one send
     (``a = latency``) for ``"p2p"``, which
-    also returns the host cost of posting a send and a receive and the handshake of a late
-    receive (:func:`p2p_handshake_ns`; medians over the sizes up to :data:`P2P_POST_MAX_BYTES`):
-    ``((bytes/s, latency ns), (send ns, receive ns), handshake ns)``."""
+    also returns the host cost of posting a send and a receive, the handshake of a late
+    receive (:func:`p2p_handshake_ns`; medians over the sizes up to :data:`P2P_POST_MAX_BYTES`) and
+    the extra cost of posts that collide (:func:`_p2p_collision_pts`):
+    ``((bytes/s, latency ns), (send ns, receive ns), handshake ns, ((gap ns, extra ns), ...))``."""
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
@@ -300,10 +348,11 @@ def _gloo_fit(sizes, kind: str = "allreduce"):
         for p in procs:
             p.join(timeout=30)
     if kind == "p2p":
+        pts, collision = pts
         small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]
         post = tuple(statistics.median(p[k] for p in small) for k in (2, 3))
         handshake = statistics.median(p2p_handshake_ns(p[1], p[2], p[3], p[4]) for p in small)
-        return _fit_relative([p[:2] for p in pts]), post, handshake
+        return _fit_relative([p[:2] for p in pts]), post, handshake, collision
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
@@ -624,21 +673,21 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     if not quick:
         say("torch.compile call overhead (compiles two tiny models, ~20 s)")
         compiled, compiled_tensor = _compiled_call_ns(torch, dev)
-    coll, p2p, post, handshake, corun = {}, {}, {}, {}, 1.0
+    coll, p2p, post, handshake, collision, corun = {}, {}, {}, {}, {}, 1.0
     if collectives:
         say("compute beside a second busy process")
         corun = _corun_factor(torch) if dev.type == "cpu" else 1.0
         say("all-reduce (gloo, 2 processes)")
         coll["gloo"] = _gloo_fit(sizes["allreduce"])
         say("point-to-point send (gloo, 2 processes)")
-        p2p["gloo"], post["gloo"], handshake["gloo"] = _gloo_fit(sizes["allreduce"], "p2p")
+        p2p["gloo"], post["gloo"], handshake["gloo"], collision["gloo"] = _gloo_fit(sizes["allreduce"], "p2p")
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
     else:
         name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
                          bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, p2p=p2p,
-                         p2p_post=post, p2p_handshake=handshake, corun=corun,
+                         p2p_post=post, p2p_handshake=handshake, p2p_collision=collision, corun=corun,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
                          compiled_tensor_ns=compiled_tensor,
                          checkpoint_call_ns=ckpt, checkpoint_op_ns=ckpt_op,

@@ -122,6 +122,13 @@ class DeviceProfile:
         Per backend: what a receive posted after its send waits beyond its post and
         the transfer (gloo moves data only once both sides have posted: the
         receiver's notice travels to the sender first); where absent, 0.
+    p2p_collision : dict of str to tuple of (offset_ns, extra_ns)
+        Per backend: the mean extra host time of posting a send or a receive when the
+        peer posts one to this process at about the same moment, by the gap between
+        the two posts' starts (increasing offsets; 0 past the last).  In gloo a
+        post holds the pair's lock; the peer's notice arriving meanwhile wakes the
+        receiving thread, which can preempt the poster on its core and spin for
+        the lock for a scheduler slice.  Where absent, 0.
     """
 
     name: str
@@ -136,6 +143,7 @@ class DeviceProfile:
     p2p: dict = field(default_factory=dict)
     p2p_post: dict = field(default_factory=dict)
     p2p_handshake: dict = field(default_factory=dict)
+    p2p_collision: dict = field(default_factory=dict)
     threads: int = 0
     source: str = "published"
     #: DataLoader: main-process cost of receiving one batch from a worker
@@ -263,6 +271,31 @@ class DeviceProfile:
         """
         return float(_for_backend(self.p2p_handshake, backend)) if self.p2p_handshake else 0.0
 
+    def p2p_collision_ns(self, gap_ns: float, backend: str | None = None) -> float:
+        """Mean extra ns of a post whose peer posts to it ``gap_ns`` before or after (0.0 where
+        not calibrated, and past the last calibrated gap).
+
+        >>> dev = DeviceProfile("x", "cpu", {}, {}, 0, p2p_collision={"gloo": ((0, 2e6), (100e3, 0))})
+        >>> dev.p2p_collision_ns(0), dev.p2p_collision_ns(-50e3), dev.p2p_collision_ns(300e3)
+        (2000000.0, 1000000.0, 0.0)
+        """
+        if not self.p2p_collision:
+            return 0.0
+        pts = _for_backend(self.p2p_collision, backend)
+        gap = abs(gap_ns)
+        if gap <= pts[0][0]:
+            return float(pts[0][1])
+        for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+            if gap <= x1:
+                return float(y0 + (y1 - y0) * (gap - x0) / (x1 - x0))
+        return 0.0
+
+    def p2p_collision_window_ns(self, backend: str | None = None) -> float:
+        """The largest gap between two posts at which :meth:`p2p_collision_ns` can be above 0."""
+        if not self.p2p_collision:
+            return 0.0
+        return float(_for_backend(self.p2p_collision, backend)[-1][0])
+
     # ------------------------------------------------------------ persistence
     def to_json(self) -> dict:
         d = asdict(self)
@@ -271,6 +304,7 @@ class DeviceProfile:
         d["collective"] = {k: list(v) for k, v in self.collective.items()}
         d["p2p"] = {k: list(v) for k, v in self.p2p.items()}
         d["p2p_post"] = {k: list(v) for k, v in self.p2p_post.items()}
+        d["p2p_collision"] = {k: [list(p) for p in v] for k, v in self.p2p_collision.items()}
         d["loader_fetch"] = list(self.loader_fetch)
         d["compiled_call_ns"] = list(self.compiled_call_ns)
         d["compiled_tensor_ns"] = list(self.compiled_tensor_ns)
@@ -287,6 +321,8 @@ class DeviceProfile:
                    p2p={k: tuple(v) for k, v in d.get("p2p", {}).items()},
                    p2p_post={k: tuple(v) for k, v in d.get("p2p_post", {}).items()},
                    p2p_handshake={k: float(v) for k, v in d.get("p2p_handshake", {}).items()},
+                   p2p_collision={k: tuple(tuple(float(x) for x in p) for p in v)
+                                  for k, v in d.get("p2p_collision", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
                    compiled_call_ns=_fwd_bwd(d.get("compiled_call_ns", (0, 0))),
@@ -421,6 +457,12 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
     for name, v in prof.p2p_handshake.items():
         if not (_positive(v) or v == 0):
             return f"p2p_handshake {name}: needs ns >= 0"
+    for name, pts in prof.p2p_collision.items():
+        if not pts or not all(len(p) == 2 and (_positive(p[0]) or p[0] == 0) and (_positive(p[1]) or p[1] == 0)
+                              for p in pts):
+            return f"p2p_collision {name}: needs (gap ns >= 0, extra ns >= 0) points"
+        if any(a[0] >= b[0] for a, b in zip(pts, pts[1:])):
+            return f"p2p_collision {name}: gaps must increase"
     if len(prof.loader_fetch) != 2 or not all(_positive(x) or x == 0 for x in prof.loader_fetch):
         return "loader_fetch needs two non-negative numbers"
     if not (isinstance(prof.corun, (int, float)) and 0 < prof.corun <= 1):

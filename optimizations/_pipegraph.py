@@ -19,6 +19,13 @@
   (``p2p_handshake``: the receiver's notice reaching the sender) from the
   receive's post: a receive posted after its send waits for the handshake and
   the transfer, one posted before it only for the transfer.
+* :func:`simulate_pipeline`: simulates a built graph after
+  :func:`add_post_collisions`: posts that two ranks make to each other at
+  about the same moment cost more (``p2p_collision``, calibrated).  In gloo a
+  post holds the pair's lock while the peer's notice can arrive; the thread
+  that reads it wakes, may preempt the poster on its core and spins for the
+  lock for a scheduler slice, milliseconds on Linux (both posts stall).  One
+  pass: the gaps are those of the schedule without the stalls.
 
 Time attribution
 ----------------
@@ -51,7 +58,7 @@ from ._schedules import Action, Kind, ScheduleError
 from .base import NotApplicable
 
 __all__ = ["UnitCosts", "StageCosts", "unit_costs", "attribute", "partition", "parse_partition",
-           "stage_costs", "build_graph", "PipeGraph", "accumulate_ns", "scale_grads_ns", "ACCUMULATE_BYTES_PER_BYTE"]
+           "stage_costs", "build_graph", "PipeGraph", "simulate_pipeline", "add_post_collisions", "accumulate_ns", "scale_grads_ns", "ACCUMULATE_BYTES_PER_BYTE"]
 
 
 @dataclass(frozen=True)
@@ -325,6 +332,7 @@ class PipeGraph:
     graph: DependencyGraph
     task: dict = field(default_factory=dict)     # (iteration, Action) -> task id
     extra: dict = field(default_factory=dict)    # (rank, iteration) -> [pre, (gradient scaling,) optimizer] task ids
+    posts: list = field(default_factory=list)    # (task id, peer rank) of each posting of a send or a receive
 
 
 def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush: bool = True,
@@ -402,6 +410,7 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                 prv = _source(a, len(sc.fwd_ns))
                 if recv_task_ns and prv is not None and where[prv.stage] != r:
                     recv_posts[(it, a)] = add(comp[r], recv_task_ns, f"post receive {a}", ph, i)
+                    out.posts.append((recv_posts[(it, a)], where[prv.stage]))
                 t = out.task[(it, a)] = add(comp[r], dur, str(a), ph, i)
                 nxt = a.stage + 1 if a.kind is Kind.F else a.stage - 1
                 if 0 <= nxt < len(sc.fwd_ns) and where[nxt] != r:
@@ -409,6 +418,7 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                     src = t
                     if send_task_ns:    # the sending thread's share; the transfer counts from the post's call
                         src = add(comp[r], send_task_ns, f"post send {a}", ph, i)
+                        out.posts.append((src, where[nxt]))
                         deps.append((t, src))
                     x = add(link(r, where[nxt], a), max(device.p2p_ns(nb) - send_post_ns, 0.0), f"send {a}", ph, i,
                             nbytes=nb, kind_=EventKind.COLLECTIVE)
@@ -452,3 +462,43 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
         g.measured_boundaries_ns[r] = np.zeros(len(g.markers[r]), np.int64)
     return out
 
+
+
+def add_post_collisions(pg: PipeGraph, device) -> tuple:
+    """Lengthen the posts that collide with a post of the peer they address (see the module
+    docstring): each by :meth:`~daydream.device.DeviceProfile.p2p_collision_ns` of the gap to the
+    nearest such post, as ``pg.graph`` simulates now.  Returns ``(posts lengthened, ns added)``.
+
+    Nothing to do (``(0, 0)``) without posts or a calibrated ``p2p_collision``.
+    """
+    window = device.p2p_collision_window_ns()
+    if not pg.posts or window <= 0:
+        return 0, 0
+    ids = np.array([t for t, _ in pg.posts], np.int64)
+    peer = np.array([p for _, p in pg.posts], np.int64)
+    rank = pg.graph.tasks["rank"][ids].astype(np.int64)
+    start = simulate(pg.graph).start_ns[ids]
+    order = np.argsort(start, kind="stable")
+    extra = np.zeros(len(ids))
+    for k, i in enumerate(order.tolist()):
+        for j in order[k + 1:].tolist():
+            gap = start[j] - start[i]
+            if gap >= window:
+                break
+            if rank[j] == peer[i] and rank[i] == peer[j]:
+                e = device.p2p_collision_ns(gap)
+                extra[i], extra[j] = max(extra[i], e), max(extra[j], e)
+    hit = extra > 0
+    pg.graph.tasks["dur_ns"][ids[hit]] += np.round(extra[hit]).astype(np.int64)
+    return int(hit.sum()), int(np.round(extra[hit]).sum())
+
+
+def simulate_pipeline(pg: PipeGraph, device, ctx=None):
+    """:func:`daydream.sim.simulate` of ``pg.graph`` after :func:`add_post_collisions` (noted on
+    ``ctx`` where given and any collide)."""
+    n, added = add_post_collisions(pg, device)
+    if ctx is not None and n:
+        ctx.note(f"pipeline: {n} posts of a send or receive collide with a post of their peer (within "
+                 f"{device.p2p_collision_window_ns() / 1e3:.0f} us): +{added / 1e6:.2f} ms of posting over the "
+                 f"simulated iterations (p2p_collision)")
+    return simulate(pg.graph)

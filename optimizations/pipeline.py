@@ -58,11 +58,10 @@ from __future__ import annotations
 import numpy as np
 
 from daydream.model import EventKind, Phase
-from daydream.sim import simulate
 
 from . import _schedules as sch
 from ._corun import SOURCES
-from ._pipegraph import build_graph, parse_partition, partition, stage_costs, unit_costs
+from ._pipegraph import build_graph, parse_partition, partition, simulate_pipeline, stage_costs, unit_costs
 from .base import Optimization, OptionError, Param
 
 __all__ = ["Pipeline", "OPTIMIZATION", "bubble_fraction", "ITERATIONS", "ITERATIONS_2BW", "optimizer_state_factor"]
@@ -159,8 +158,9 @@ class Pipeline(Optimization):
         if flush:
             sch.validate(acts, n_stages, self.microbatches)
         pg = build_graph(sc, acts, ITERATIONS if flush else ITERATIONS_2BW, ctx.device, flush, self.microbatches)
+        res = simulate_pipeline(pg, ctx.device, ctx)
         ctx.graph = pg.graph
-        self._report(ctx, units, sc, acts, simulate(pg.graph))
+        self._report(ctx, units, sc, acts, res)
 
     def _report(self, ctx, units, sc, acts, result):
         from ._layers import meta

@@ -38,11 +38,10 @@ import itertools
 import sys
 import time
 
-from daydream.sim import simulate
 
 from . import _schedules as sch
 from ._corun import SOURCES
-from ._pipegraph import build_graph, parse_partition, partition, stage_costs, unit_costs
+from ._pipegraph import build_graph, parse_partition, partition, simulate_pipeline, stage_costs, unit_costs
 from .base import Optimization, OptionError, Param
 from .pipeline import ITERATIONS, bubble_fraction
 
@@ -123,7 +122,8 @@ def search(sc, placement, microbatches, device, max_lag, budget=20000, memory_by
                       for d in range(max(placement) + 1))
             if memory_bytes and act > memory_bytes:
                 continue
-            t = simulate(build_graph(sc, acts, ITERATIONS, device, True, microbatches).graph).mean_iteration_ns()[1]
+            t = simulate_pipeline(build_graph(sc, acts, ITERATIONS, device, True, microbatches),
+                                  device).mean_iteration_ns()[1]
             costed += 1
             if best is None or (t, act) < best[:2]:
                 best = (t, act, acts, (orders, lags))
@@ -180,6 +180,7 @@ class Tessel(Optimization):
                                     + (" within memory_mb" if self.memory_mb else "") + (f" ({cut})" if cut else ""))
         t, act, acts, (orders, lags) = best
         pg = build_graph(sc, acts, ITERATIONS, ctx.device, True, self.microbatches)
+        res = simulate_pipeline(pg, ctx.device, ctx)
         ctx.graph = pg.graph
         m = ctx.metrics
         m["tessel_ms"] = t / 1e6
@@ -187,10 +188,10 @@ class Tessel(Optimization):
             for name in ("gpipe", "1f1b"):
                 if name == "1f1b" and self.microbatches < n:
                     continue
-                g = build_graph(sc, sch.make_schedule(name, n, self.microbatches), ITERATIONS, ctx.device, True,
-                                self.microbatches).graph
-                m[f"{name}_ms"] = simulate(g).mean_iteration_ns()[1] / 1e6
-        m["bubble_fraction"] = bubble_fraction(simulate(pg.graph))
+                ref = build_graph(sc, sch.make_schedule(name, n, self.microbatches), ITERATIONS, ctx.device, True,
+                                  self.microbatches)
+                m[f"{name}_ms"] = simulate_pipeline(ref, ctx.device).mean_iteration_ns()[1] / 1e6
+        m["bubble_fraction"] = bubble_fraction(res)
         m["max_activations_bytes"] = act
         m["schedule"] = " / ".join(" ".join(map(str, seq)) for seq in acts)
         m["repetend"] = _describe(orders, lags)

@@ -122,7 +122,8 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
     from daydream.device import default_profile_path
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: ((3e9, 50_000.0), (40_000.0, 30_000.0), 9_000.0))
+    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: ((3e9, 50_000.0), (40_000.0, 30_000.0), 9_000.0,
+                                                              ((0.0, 2e6), (1e5, 0.0))))
     cached = save_profile(flat_profile(), default_profile_path("cpu", validate.THREADS))
     given = save_profile(flat_profile(), str(tmp_path / "mine.json"))
     before = open(given).read()
@@ -130,7 +131,7 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
     assert validate.ensure_profile(progress=said.append) == cached
     got = load_profile(cached)
     assert got.p2p == {"gloo": (3e9, 50_000.0)} and got.p2p_post == {"gloo": (40_000.0, 30_000.0)}
-    assert got.p2p_handshake_ns("gloo") == 9_000.0
+    assert got.p2p_handshake_ns("gloo") == 9_000.0 and got.p2p_collision_ns(5e4, "gloo") == 1e6
     assert "point-to-point" in said[0]
     assert validate.ensure_profile(given, progress=said.append) == given
     assert open(given).read() == before and len(said) == 1
@@ -139,12 +140,16 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
 def test_gloo_p2p_measures_two_processes():
     """Two spawned gloo processes, two sizes: a few seconds."""
     pytest.importorskip("torch")
+    import daydream.calibrate as cal
     from daydream.calibrate import gloo_p2p
 
-    (bw, lat), (send, recv), handshake = gloo_p2p([2 ** 10, 2 ** 16])
+    (bw, lat), (send, recv), handshake, collision = gloo_p2p([2 ** 10, 2 ** 16])
     assert bw > 1e6 and 0 <= lat < 1e9
     assert 0 < send < 1e8 and 0 < recv < 1e8     # a posting call returns in well under 0.1 s
     assert 0 <= handshake < 1e8
+    gaps = [g for g, _ in collision]
+    assert gaps == [g * 1e3 for g in cal.P2P_COLLIDE_GAPS_US] and collision[-1][1] == 0.0
+    assert all(0 <= extra < 1e8 for _, extra in collision)
 
 
 def test_hydra_runtime_runs_the_first_task_whose_input_has_arrived():

@@ -13,7 +13,7 @@ from daydream.graph.graph import DependencyGraph
 from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.optimizations import WhatIfContext, get
 from daydream.optimizations import _schedules as sch
-from daydream.optimizations._pipegraph import StageCosts, build_graph, partition
+from daydream.optimizations._pipegraph import PipeGraph, StageCosts, add_post_collisions, build_graph, partition
 from daydream.optimizations.base import OptionError
 from daydream.optimizations.pipeline import bubble_fraction
 from daydream.primitives import select
@@ -155,6 +155,49 @@ def test_v_placement_with_rendezvous_runs_one_transfer_lane_per_stage_and_kind()
     for lane in (i for i, ln in enumerate(g.lanes) if ln.kind == LaneKind.COMM):
         senders = {g.task_name(t).split(" ")[1][:2] for t in g.lane_tasks[lane]}   # e.g. "2F", "1B"
         assert len(senders) == 1
+
+
+def test_posts_to_each_other_close_together_both_pay_the_calibrated_collision(maker):
+    # rank 0 posts to rank 1 at t=100 and t=1000; rank 1 posts to rank 0 at t=130, and to rank 2
+    # at t=1000.  Curve: 1000 ns extra at a gap of 0, falling to 0 at 100 ns.  Only the first two
+    # are a pair within the window (gap 30: +700 each); rank 1's second addresses another rank.
+    dev = DeviceProfile("t", "cpu", {}, {}, 0, p2p_collision={"gloo": ((0.0, 1000.0), (100.0, 0.0))})
+    r0, r1 = maker.lane(rank=0), maker.lane(rank=1)
+    maker.task(r0, 100)
+    a = maker.task(r0, 50)
+    maker.task(r0, 850)
+    a2 = maker.task(r0, 50)
+    maker.task(r1, 130)
+    b = maker.task(r1, 50)
+    maker.task(r1, 820)
+    b2 = maker.task(r1, 50)
+    pg = PipeGraph(maker.g, posts=[(a, 1), (a2, 1), (b, 0), (b2, 2)])
+    assert add_post_collisions(pg, dev) == (2, 1400)
+    assert maker.g.tasks["dur_ns"][[a, b, a2, b2]].tolist() == [750, 750, 50, 50]
+    assert simulate(maker.g).start_ns[a2] == 100 + 750 + 850
+
+
+def test_no_collision_figures_leave_the_posts_alone(maker):
+    r0, r1 = maker.lane(rank=0), maker.lane(rank=1)
+    a, b = maker.task(r0, 50), maker.task(r1, 50)
+    pg = PipeGraph(maker.g, posts=[(a, 1), (b, 0)])
+    assert add_post_collisions(pg, device()) == (0, 0)
+    assert maker.g.tasks["dur_ns"][[a, b]].tolist() == [50, 50]
+
+
+def test_the_pipeline_what_if_notes_colliding_posts():
+    # 1F1B over 2 stages, equal costs: in the steady state rank 0 posts the send of 0F(i+1) while
+    # rank 1 posts that of 1B(i), 3 ns apart, each followed by a receive: 8 colliding posts an iteration
+    acts = sch.one_f_one_b(2, 4)
+    dev = DeviceProfile("t", "cpu", {"float32": Curve.flat(1e9)}, {"float32": Curve.flat(1e9)}, 0,
+                        p2p={"gloo": (1e9, 50.0)}, p2p_post={"gloo": (5.0, 3.0)},
+                        p2p_collision={"gloo": ((0.0, 400.0), (60.0, 0.0))})
+    plain = dataclasses.replace(dev, p2p_collision={})
+    pg, ref = build_graph(costs(2, 100, 200, send=1000), acts, 3, dev, True, 4), \
+        build_graph(costs(2, 100, 200, send=1000), acts, 3, plain, True, 4)
+    n, added = add_post_collisions(pg, dev)
+    assert n == 8 * 3 and added > 0 and add_post_collisions(ref, plain) == (0, 0)
+    assert iteration_ns(pg) > iteration_ns(ref)
 
 
 # ------------------------------------------------------- the what-if itself

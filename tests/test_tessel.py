@@ -45,15 +45,15 @@ def test_search_reaches_the_optimum_with_fewest_activations():
 
 def test_search_keeps_the_best_so_far_on_ctrl_c(monkeypatch):
     calls = []
-    real = ts.simulate
+    real = ts.simulate_pipeline
 
-    def interrupted(g):
+    def interrupted(pg, dev):
         calls.append(1)
         if len(calls) > 3:
             raise KeyboardInterrupt
-        return real(g)
+        return real(pg, dev)
 
-    monkeypatch.setattr(ts, "simulate", interrupted)
+    monkeypatch.setattr(ts, "simulate_pipeline", interrupted)
     best, costed, cut = ts.search(costs(2, 10, 20), [0, 1], 4, device(), max_lag=4)
     assert cut == "interrupted (Ctrl-C)" and costed == 3 and best is not None
 
