@@ -433,6 +433,67 @@ def _corun_spin(ready, stop) -> None:
             torch.mm(a, b)
 
 
+#: Pairs of processes :func:`_process_spread` starts, and the seconds each pair works together.
+PROCESS_SPREAD_PAIRS, PROCESS_SPREAD_S = 6, 1.0
+
+
+def _spread_worker(core, barrier, q, seconds) -> None:
+    """One process of a :func:`_process_spread` pair: on ``core``, one thread, after warm-up and
+    the pair's barrier, the median time of a pass (matmuls and an elementwise add, as a training
+    step mixes them) over ``seconds``; put ``(core, ns)`` on ``q``."""
+    import torch
+
+    os.sched_setaffinity(0, {core})
+    torch.set_num_threads(1)
+    a, b = torch.randn(64, 1024), torch.randn(1024, 1024)
+    x, y = torch.randn(2 ** 20), torch.randn(2 ** 20)
+
+    def one():
+        t0 = time.perf_counter_ns()
+        for _ in range(4):
+            torch.mm(a, b)
+            x.add_(y)
+        return time.perf_counter_ns() - t0
+
+    for _ in range(10):
+        one()
+    barrier.wait(60)
+    got, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        got.append(one())
+    q.put((core, statistics.median(got)))
+
+
+def _process_spread(pairs: int = PROCESS_SPREAD_PAIRS, seconds: float = PROCESS_SPREAD_S) -> tuple:
+    """Per process of ``pairs`` pairs started together on the first two cores, its pass time over
+    its pair's mean: how far processes of one job differ in speed for a whole run (a data-parallel
+    or tensor-parallel job goes at its slowest rank's).  ``()`` on a single core.
+
+    Each pair is two fresh processes (a process keeps its speed: the bundled CNN's ranks, started
+    together, took 6-19 % apart for whole runs here, either rank the slower)."""
+    import torch.multiprocessing as mp
+
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return ()
+    ctx = mp.get_context("forkserver")     # a fresh process per side, forked from a server that imported torch
+    ctx.set_forkserver_preload(["torch"])
+    out = []
+    for _ in range(pairs):
+        q, barrier = ctx.Queue(), ctx.Barrier(2)
+        procs = [ctx.Process(target=_spread_worker, args=(c, barrier, q, seconds)) for c in cores[:2]]
+        for p in procs:
+            p.start()
+        try:
+            times = [q.get(timeout=120)[1] for _ in procs]
+        finally:
+            for p in procs:
+                p.join(timeout=30)
+        mean = sum(times) / len(times)
+        out += [t / mean for t in times]
+    return tuple(out)
+
+
 def _corun_factor(torch) -> float:
     """Throughput of one 1-thread process's matmul with another such process busy on another
     core, relative to alone (typical batch of each; 1.0 where there is one core or no slow-down):
@@ -673,10 +734,13 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     if not quick:
         say("torch.compile call overhead (compiles two tiny models, ~20 s)")
         compiled, compiled_tensor = _compiled_call_ns(torch, dev)
-    coll, p2p, post, handshake, collision, corun = {}, {}, {}, {}, {}, 1.0
+    coll, p2p, post, handshake, collision, corun, spread = {}, {}, {}, {}, {}, 1.0, ()
     if collectives:
         say("compute beside a second busy process")
         corun = _corun_factor(torch) if dev.type == "cpu" else 1.0
+        if dev.type == "cpu":
+            say(f"speed of processes started together ({PROCESS_SPREAD_PAIRS} pairs)")
+            spread = _process_spread()
         say("all-reduce (gloo, 2 processes)")
         coll["gloo"] = _gloo_fit(sizes["allreduce"])
         say("point-to-point send (gloo, 2 processes)")
@@ -687,7 +751,7 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
         name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
                          bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, p2p=p2p,
-                         p2p_post=post, p2p_handshake=handshake, p2p_collision=collision, corun=corun,
+                         p2p_post=post, p2p_handshake=handshake, p2p_collision=collision, corun=corun, process_spread=spread,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
                          compiled_tensor_ns=compiled_tensor,
                          checkpoint_call_ns=ckpt, checkpoint_op_ns=ckpt_op,

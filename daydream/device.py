@@ -166,6 +166,27 @@ class DeviceProfile:
     #: relative to alone (1.0: no slow-down, or not measured); multi-process what-ifs on one
     #: host (data-parallel) run their ranks' work at this rate.
     corun: float = 1.0
+    #: CPU: time of the same work in each of two one-thread processes started together on two
+    #: cores, over the pair's mean, for a few such pairs (empty: not measured).  Processes of
+    #: one job differ in speed for their whole run; a synchronous job goes at its slowest.
+    process_spread: tuple = ()
+
+    def slowest_of_factor(self, workers: int) -> float:
+        """How much slower the slowest of ``workers`` processes is than a typical one:
+        ``E[max of workers draws from process_spread] - 1`` (0.0 where not measured).
+
+        >>> DeviceProfile("x", "cpu", {}, {}, 0, process_spread=(0.9, 1.1)).slowest_of_factor(2)
+        0.05
+        >>> DeviceProfile("x", "cpu", {}, {}, 0).slowest_of_factor(8)
+        0.0
+        """
+        if workers <= 1 or not self.process_spread:
+            return 0.0
+        s = sorted(float(x) for x in self.process_spread)
+        n = len(s)
+        mean = sum(s) / n
+        top = sum(v * (((k + 1) / n) ** workers - (k / n) ** workers) for k, v in enumerate(s))
+        return round(max(top / mean - 1.0, 0.0), 12)
 
     @property
     def measured_here(self) -> bool:
@@ -329,7 +350,8 @@ class DeviceProfile:
                    compiled_tensor_ns=tuple(int(x) for x in d.get("compiled_tensor_ns", (0, 0))),
                    checkpoint_call_ns=tuple(int(x) for x in d.get("checkpoint_call_ns", (0, 0))),
                    checkpoint_op_ns=tuple(int(x) for x in d.get("checkpoint_op_ns", (0, 0))),
-                   corun=float(d.get("corun", 1.0)), **curves)
+                   corun=float(d.get("corun", 1.0)),
+                   process_spread=tuple(float(x) for x in d.get("process_spread", ())), **curves)
 
 
 def _fwd_bwd(v) -> tuple:
@@ -467,6 +489,8 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
         return "loader_fetch needs two non-negative numbers"
     if not (isinstance(prof.corun, (int, float)) and 0 < prof.corun <= 1):
         return "corun must be in (0, 1]"
+    if not all(_positive(x) for x in prof.process_spread):
+        return "process_spread needs relative times > 0"
     if prof.op_overhead_ns < 0:
         return "op_overhead_ns must be >= 0"
     for name in ("checkpoint_call_ns", "checkpoint_op_ns", "compiled_call_ns", "compiled_tensor_ns"):

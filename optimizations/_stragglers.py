@@ -14,6 +14,14 @@ normal noise about ``0.56 sigma`` at N = 2, ``1.42 sigma`` at N = 8).
 
 A trace with steady iterations (a GPU job whose CPU runs ahead) gets waits
 near zero; a noisy one gets the straggler cost it will pay.
+
+Processes also differ in speed for their whole run (where their memory
+landed, their core): one trace cannot show that.  Where the device profile
+measured it (``process_spread``: pairs of processes started together on the
+host's cores), each iteration's wait adds the slowest of N processes'
+expected excess over a typical one
+(:meth:`~daydream.device.DeviceProfile.slowest_of_factor`) times the
+iteration's traced segment.
 """
 from __future__ import annotations
 
@@ -52,7 +60,7 @@ def expected_waits_ns(segments_ns, workers: int) -> np.ndarray:
     return np.maximum.outer(x, s) @ p - x
 
 
-def insert_barrier_waits(g, barriers, workers: int) -> list:
+def insert_barrier_waits(g, barriers, workers: int, slower_by: float = 0.0) -> list:
     """Insert the expected straggler wait before each barrier.
 
     Parameters
@@ -65,6 +73,9 @@ def insert_barrier_waits(g, barriers, workers: int) -> list:
         iteration.  The segments between a rank's consecutive barriers form
         the distribution; a rank's first barrier gets the mean wait.
     workers : int
+    slower_by : float
+        The slowest worker's lasting excess (a fraction), added to each wait in
+        proportion to the segment before it (a rank's first barrier: the mean segment).
 
     Returns
     -------
@@ -74,7 +85,8 @@ def insert_barrier_waits(g, barriers, workers: int) -> list:
     T = g.tasks
     rows = sorted((int(T["rank"][gate]), int(T["traced_start_ns"][anchor]), gate) for anchor, gate in barriers)
     segs = [(i, start - rows[i - 1][1]) for i, (rank, start, _) in enumerate(rows) if i and rows[i - 1][0] == rank]
-    w = expected_waits_ns([s for _, s in segs], workers)
+    lengths = np.array([s for _, s in segs], float)
+    w = expected_waits_ns(lengths, workers) + slower_by * lengths
     wait = {i: float(v) for (i, _), v in zip(segs, w)}
     first = float(w.mean()) if len(w) else 0.0   # a rank's first barrier: no segment before it
     out = []
@@ -111,9 +123,12 @@ def wait_for_stragglers(ctx, barriers, workers: int, who: str) -> None:
         key = (int(T["rank"][gate]), int(T["iteration"][gate]))
         if key not in last or T["traced_start_ns"][anchor] > T["traced_start_ns"][last[key][0]]:
             last[key] = (anchor, gate)
-    waits = insert_barrier_waits(ctx.graph, last.values(), workers)
+    slower_by = ctx.device.slowest_of_factor(workers)
+    waits = insert_barrier_waits(ctx.graph, last.values(), workers, slower_by)
     if waits:
         T = ctx.graph.tasks
         n_it = max(1, len(np.unique(T["iteration"][waits])))
+        lasting = f" and the profile's process-to-process spread: +{slower_by * 100:.1f} %" if slower_by else ""
         ctx.note(f"{who}: expected wait for the slowest of {workers} workers {T['dur_ns'][waits].sum() / n_it / 1e6:.2f}"
-                 f" ms per iteration (the trace's iteration-to-iteration spread; `stragglers=false` leaves it out)")
+                 f" ms per iteration (the trace's iteration-to-iteration spread{lasting}; `stragglers=false` leaves "
+                 "it out)")

@@ -55,6 +55,31 @@ def test_corun_factor_measures_two_processes():
     assert 0 < f <= 1
 
 
+def test_profile_keeps_the_process_spread_and_refuses_bad_ones(tmp_path):
+    path = save_profile(dataclasses.replace(flat_profile(), process_spread=(0.95, 1.05)), str(tmp_path / "p.json"))
+    assert load_profile(path).process_spread == (0.95, 1.05)
+    doc = json.loads(open(path).read())
+    doc["process_spread"] = [1.0, -0.2]
+    open(path, "w").write(json.dumps(doc))
+    with pytest.raises(DaydreamError, match="process_spread"):
+        load_profile(path)
+
+
+def test_process_spread_times_fresh_pairs_of_processes():
+    pytest.importorskip("torch")
+    import os
+
+    from daydream.calibrate import _process_spread
+
+    if len(os.sched_getaffinity(0)) < 2:
+        assert _process_spread(1, 0.05) == ()
+        return
+    got = _process_spread(2, 0.05)
+    assert len(got) == 4
+    assert got[0] + got[1] == pytest.approx(2.0) and got[2] + got[3] == pytest.approx(2.0)
+    assert all(0.2 < x < 1.8 for x in got)
+
+
 def test_corun_rounds_median_of_ratios_spread_over_the_span():
     """Stopped for the 'alone' side (the process's state says so), running for the 'beside'
     one; the median of the rounds' ratios, at most 1; the rounds last at least the span."""

@@ -62,6 +62,29 @@ def test_barrier_waits_come_from_segments_between_barriers(maker):
     assert simulate(maker.g).end_ns.max() == 4 * (5 + 1) + sum(got)
 
 
+def test_a_lasting_process_spread_adds_its_share_of_each_segment(maker):
+    # segments 10, 30, 20 (steady apart from that), the slowest worker lastingly 10 % slower:
+    # each wait grows by a tenth of the segment before it, the first by a tenth of the mean
+    _, barriers = _barrier_graph(maker, [0, 10, 40, 60], [5, 5, 5, 5])
+    plain = expected_waits_ns([10, 30, 20], 2)
+    waits = insert_barrier_waits(maker.g, barriers, 2, slower_by=0.1)
+    got = maker.g.tasks["dur_ns"][waits].tolist()
+    with_spread = plain + 0.1 * np.array([10, 30, 20])
+    assert got == [int(round(with_spread.mean()))] + [int(round(x)) for x in with_spread]
+
+
+def test_data_parallel_adds_the_profiles_process_spread(own_trace, profile):
+    import dataclasses
+
+    trace = own_trace("mlp")
+    spread = dataclasses.replace(profile, process_spread=(0.8, 1.2))     # slowest of 2: +10 %
+    a, _ = predict(trace, ["data-parallel:workers=2"], device=profile)
+    b, _ = predict(trace, ["data-parallel:workers=2"], device=spread)
+    c, _ = predict(trace, ["data-parallel:workers=2,stragglers=false"], device=spread)
+    assert b.predicted_ms > a.predicted_ms > c.predicted_ms
+    assert any("process-to-process spread: +10.0 %" in n for n in b.notes)
+
+
 def test_one_worker_inserts_nothing(maker):
     _, barriers = _barrier_graph(maker, [0, 10, 40], [1, 1, 1])
     assert insert_barrier_waits(maker.g, barriers, 1) == []
