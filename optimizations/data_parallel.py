@@ -45,7 +45,9 @@ measurement in five).
 
 Workers run at the same mean speed but not in lockstep: before the last
 all-reduce of an iteration each waits for the slowest of the N, the expected
-wait computed from the traced rank's own iteration-to-iteration spread
+wait computed from the traced rank's own iteration-to-iteration spread and,
+where the device profile measured it, the lasting speed difference of
+processes started together (``process_spread``)
 (``optimizations._stragglers``; ``stragglers=false`` leaves it out).
 
 Assumptions: parameter sizes per module come from the trace's module table
@@ -132,7 +134,7 @@ class DataParallel(Optimization):
               Param("broadcast_buffers", True, "broadcast module buffers from rank 0 every forward (DDP default)",
                     bool),
               Param("stragglers", True, "wait at each iteration's last all-reduce for the slowest worker, from "
-                    "the trace's own iteration-to-iteration spread", bool))
+                    "the trace's own iteration-to-iteration spread and the profile's process_spread", bool))
     assumptions = __doc__
 
     def apply(self, ctx):

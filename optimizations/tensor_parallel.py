@@ -34,8 +34,8 @@ Model
 * **Stragglers** (``stragglers=true``, the default): the all-reduces are
   barriers; before the last one of an iteration a rank waits for the slowest
   of the T, the expected wait from the traced rank's own spread of whole
-  iterations (:func:`optimizations._stragglers.wait_for_stragglers`; a
-  one-rank trace only).
+  iterations and the profile's ``process_spread``
+  (:func:`optimizations._stragglers.wait_for_stragglers`; a one-rank trace only).
 * **Optimizer.**  Its bytes-moving tasks scale with the parameter bytes a rank
   still holds: ``(replicated + split / T) / total``.
 * **Implementation overhead** (``api=torch``, the default): torch's TP API
@@ -113,7 +113,7 @@ class TensorParallel(Optimization):
                     "device profile (profile), of the trace's own ops re-run beside a twin (trace), or alone (off)",
                     str, SOURCES),
               Param("stragglers", True, "wait at each iteration's last all-reduce for the slowest rank, from "
-                    "the trace's own iteration-to-iteration spread", bool),
+                    "the trace's own iteration-to-iteration spread and the profile's process_spread", bool),
               Param("layers", "", "regex of module paths that may be split (default: every Linear)", str),
               Param("api", "torch", "host overhead of the TP implementation: torch (DTensor, measured on this "
                     "machine) or megatron (plain tensors, none)", str, ("torch", "megatron")),
