@@ -58,7 +58,8 @@ from ._schedules import Action, Kind, ScheduleError
 from .base import NotApplicable
 
 __all__ = ["UnitCosts", "StageCosts", "unit_costs", "attribute", "partition", "parse_partition",
-           "stage_costs", "build_graph", "PipeGraph", "simulate_pipeline", "add_post_collisions", "accumulate_ns", "scale_grads_ns", "ACCUMULATE_BYTES_PER_BYTE"]
+           "stage_costs", "build_graph", "PipeGraph", "simulate_pipeline", "add_post_collisions", "accumulate_ns",
+           "scale_grads_ns", "ACCUMULATE_BYTES_PER_BYTE"]
 
 
 @dataclass(frozen=True)
@@ -463,7 +464,6 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
     return out
 
 
-
 def add_post_collisions(pg: PipeGraph, device) -> tuple:
     """Lengthen the posts that collide with a post of the peer they address (see the module
     docstring): each by :meth:`~daydream.device.DeviceProfile.p2p_collision_ns` of the gap to the
@@ -478,10 +478,10 @@ def add_post_collisions(pg: PipeGraph, device) -> tuple:
     peer = np.array([p for _, p in pg.posts], np.int64)
     rank = pg.graph.tasks["rank"][ids].astype(np.int64)
     start = simulate(pg.graph).start_ns[ids]
-    order = np.argsort(start, kind="stable")
+    order = np.argsort(start, kind="stable").tolist()
     extra = np.zeros(len(ids))
-    for k, i in enumerate(order.tolist()):
-        for j in order[k + 1:].tolist():
+    for k, i in enumerate(order):
+        for j in order[k + 1:]:
             gap = start[j] - start[i]
             if gap >= window:
                 break
