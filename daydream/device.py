@@ -168,25 +168,9 @@ class DeviceProfile:
     corun: float = 1.0
     #: CPU: time of the same work in each of two one-thread processes started together on two
     #: cores, over the pair's mean, for a few such pairs (empty: not measured).  Processes of
-    #: one job differ in speed for their whole run; a synchronous job goes at its slowest.
+    #: one job differ in speed for their whole run; a synchronous job goes at its slowest
+    #: (:func:`optimizations._stragglers.slowest_of_factor`).
     process_spread: tuple = ()
-
-    def slowest_of_factor(self, workers: int) -> float:
-        """How much slower the slowest of ``workers`` processes is than a typical one:
-        ``E[max of workers draws from process_spread] - 1`` (0.0 where not measured).
-
-        >>> DeviceProfile("x", "cpu", {}, {}, 0, process_spread=(0.9, 1.1)).slowest_of_factor(2)
-        0.05
-        >>> DeviceProfile("x", "cpu", {}, {}, 0).slowest_of_factor(8)
-        0.0
-        """
-        if workers <= 1 or not self.process_spread:
-            return 0.0
-        s = sorted(float(x) for x in self.process_spread)
-        n = len(s)
-        mean = sum(s) / n
-        top = sum(v * (((k + 1) / n) ** workers - (k / n) ** workers) for k, v in enumerate(s))
-        return round(max(top / mean - 1.0, 0.0), 12)
 
     @property
     def measured_here(self) -> bool:

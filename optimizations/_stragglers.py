@@ -19,8 +19,7 @@ Processes also differ in speed for their whole run (where their memory
 landed, their core): one trace cannot show that.  Where the device profile
 measured it (``process_spread``: pairs of processes started together on the
 host's cores), each iteration's wait adds the slowest of N processes'
-expected excess over a typical one
-(:meth:`~daydream.device.DeviceProfile.slowest_of_factor`) times the
+expected excess over a typical one (:func:`slowest_of_factor`) times the
 iteration's traced segment.
 """
 from __future__ import annotations
@@ -30,7 +29,7 @@ import numpy as np
 from daydream.model import EventKind
 from daydream.primitives import insert
 
-__all__ = ["expected_waits_ns", "insert_barrier_waits", "wait_for_stragglers", "WAIT_NAME"]
+__all__ = ["expected_waits_ns", "slowest_of_factor", "insert_barrier_waits", "wait_for_stragglers", "WAIT_NAME"]
 
 #: Name of the inserted wait tasks (timeline and breakdown show it).
 WAIT_NAME = "wait for the slowest worker (expected)"
@@ -58,6 +57,21 @@ def expected_waits_ns(segments_ns, workers: int) -> np.ndarray:
     k = np.arange(1, len(s) + 1) / len(s)
     p = k ** (workers - 1) - (k - 1 / len(s)) ** (workers - 1)   # P(max of the others is s_k)
     return np.maximum.outer(x, s) @ p - x
+
+
+def slowest_of_factor(spread, workers: int) -> float:
+    """How much slower the slowest of ``workers`` processes is than a typical one, from relative
+    speeds ``spread`` (a device profile's ``process_spread``): ``E[max of N draws] / mean - 1``.
+
+    >>> slowest_of_factor((0.9, 1.1), 2)
+    0.05
+    >>> slowest_of_factor((), 8)
+    0.0
+    """
+    x = np.asarray(spread, float)
+    if workers <= 1 or not len(x):
+        return 0.0
+    return round(max(float(expected_waits_ns(x, workers).mean() / x.mean()), 0.0), 12)
 
 
 def insert_barrier_waits(g, barriers, workers: int, slower_by: float = 0.0) -> list:
@@ -123,7 +137,7 @@ def wait_for_stragglers(ctx, barriers, workers: int, who: str) -> None:
         key = (int(T["rank"][gate]), int(T["iteration"][gate]))
         if key not in last or T["traced_start_ns"][anchor] > T["traced_start_ns"][last[key][0]]:
             last[key] = (anchor, gate)
-    slower_by = ctx.device.slowest_of_factor(workers)
+    slower_by = slowest_of_factor(ctx.device.process_spread, workers)
     waits = insert_barrier_waits(ctx.graph, last.values(), workers, slower_by)
     if waits:
         T = ctx.graph.tasks

@@ -38,7 +38,6 @@ import itertools
 import sys
 import time
 
-
 from . import _schedules as sch
 from ._corun import SOURCES
 from ._pipegraph import build_graph, parse_partition, partition, simulate_pipeline, stage_costs, unit_costs

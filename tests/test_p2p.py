@@ -225,3 +225,14 @@ def test_gloo_all_reduce_calibration_pins_each_rank_to_a_core(monkeypatch):
     with pytest.raises(Pinned) as got:
         _gloo_worker(1, 0, [1024], None, "allreduce")
     assert got.value.args == ((1, 2),)
+
+
+def test_profile_refuses_collision_points_out_of_order(tmp_path):
+    path = save_profile(dataclasses.replace(flat_profile(), p2p_collision={"gloo": ((0.0, 9e5), (1e5, 0.0))}),
+                        str(tmp_path / "p.json"))
+    assert load_profile(path).p2p_collision_ns(5e4) == 4.5e5
+    doc = json.loads(open(path).read())
+    doc["p2p_collision"] = {"gloo": [[1e5, 0.0], [0.0, 9e5]]}
+    open(path, "w").write(json.dumps(doc))
+    with pytest.raises(DaydreamError, match="p2p_collision gloo: gaps must increase"):
+        load_profile(path)
