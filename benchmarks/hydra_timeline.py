@@ -1,71 +1,118 @@
-"""Per-task timeline of the real Hydra runtime (``daydream.workloads.hydra``), per process.
+"""Per-task timeline of the real Hydra runtime (``daydream.workloads.hydra --task-log``).
 
-Wraps the runtime's forward, backward and optimizer-step tasks with timers and prints, per
-schedule and process, the median round span and busy time, and the last shard-parallel round's
-tasks as ``(model, F/B/S, start ms, end ms)`` from the round's start: hand-overs (a process
-starting a task after its input's sender finished it) and idle stretches can be read off it.
+Runs the workload with ``--task-log`` (or reads the logs of an earlier run with ``--logs DIR``)
+and prints, per schedule and process:
+
+* the median round span and busy time;
+* per task kind (forward, backward, step): the median duration when the other process was idle
+  for all of it (``alone``) and when it was busy for most of it (``beside``, > 70 %); their ratio
+  is the real co-run rate that ``hydra``'s ``corun`` stands for;
+* shard-parallel: how long after the sending task ended the scheduler learnt of each arrival
+  (the median and the largest), and whether the receiving process was busy meanwhile;
+* the last shard-parallel round's tasks as ``(model, F/B/S, start ms, end ms)`` from its start.
 
 Usage (the validation's sizes)::
 
-    python benchmarks/hydra_timeline.py --models 4 --devices 2 --rounds 8 --pin-cores \\
-        --hidden 512 --batch-size 64 --threads 1 --dataset-batches 64
+    python benchmarks/hydra_timeline.py --models 2 --devices 2 --shard0-layers 4 --rounds 8 \\
+        --pin-cores --hidden 512 --batch-size 64 --threads 1 --dataset-batches 64
+    python benchmarks/hydra_timeline.py --logs DIR     # logs written before
 """
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
 import sys
-import time
+import tempfile
+from pathlib import Path
 
-import daydream.workloads.hydra as H
+__all__ = ["main", "load", "report"]
 
-__all__ = ["main"]
-
-_LOG: list = []
-_T0 = [0]
-_ROUNDS: dict = {}
-
-
-def _timed(name: str, label: str) -> None:
-    task = getattr(H._Shard, name)
-
-    def run(self, k):
-        a = time.perf_counter_ns()
-        task(self, k)
-        _LOG.append((k, label, (a - _T0[0]) / 1e6, (time.perf_counter_ns() - _T0[0]) / 1e6))
-
-    setattr(H._Shard, name, run)
+_TASKS = ("forward", "backward", "step")
+#: A task counts as run beside the other process when that one was busy for more than this share of it.
+BESIDE = 0.7
 
 
-def _patch() -> None:
-    for name, label in (("forward", "F"), ("backward", "B"), ("step", "S")):
-        _timed(name, label)
-    run_round, worker = H._Shard.run_round, H._worker
+def load(log_dir) -> dict:
+    """``{rank: [row dict, ...]}`` from ``log_dir/hydra-rank*.json``, measured rounds only."""
+    out = {}
+    for path in sorted(Path(log_dir).glob("hydra-rank*.json")):
+        log = json.loads(path.read_text())
+        rank = int(path.stem.removeprefix("hydra-rank"))
+        out[rank] = [r for r in (dict(zip(log["columns"], row)) for row in log["rows"]) if r["round"] >= 0]
+    if not out:
+        raise SystemExit(f"hydra_timeline: no hydra-rank*.json in {log_dir}")
+    return out
 
-    def timed_round(self, schedule):
-        _LOG.clear()
-        _T0[0] = time.perf_counter_ns()
-        t0, t1 = run_round(self, schedule)
-        off = (t0 - _T0[0]) / 1e6
-        tasks = [(k, s, round(a - off, 2), round(b - off, 2)) for k, s, a, b in _LOG]
-        _ROUNDS.setdefault(schedule, []).append(((t1 - t0) / 1e6, tasks))
-        return t0, t1
 
-    def report(rank, args, port, world):
-        worker(rank, args, port, world)
-        for schedule, rounds in _ROUNDS.items():
-            rounds = rounds[args.warmup:]
-            busy = statistics.median(sum(b - a for _, _, a, b in tasks) for _, tasks in rounds)
-            print(f"rank {rank} {schedule}: span {statistics.median(s for s, _ in rounds):.2f} ms, "
-                  f"busy {busy:.2f} ms", flush=True)
-            if schedule == "shard-parallel":
-                print(f"rank {rank} last shard-parallel round: {rounds[-1][1]}", flush=True)
+def _busy_share(task, others) -> float:
+    span = task["end_ns"] - task["start_ns"]
+    hit = sum(max(0, min(task["end_ns"], o["end_ns"]) - max(task["start_ns"], o["start_ns"])) for o in others)
+    return hit / span if span else 0.0
 
-    H._Shard.run_round, H._worker = timed_round, report
+
+def _median(xs) -> str:
+    return f"{statistics.median(xs) / 1e6:.2f}" if xs else "-"
+
+
+def report(logs: dict) -> None:
+    """Print the figures of the module docstring."""
+    for sched in ("model-parallel", "shard-parallel"):
+        tasks = {r: [x for x in rows if x["schedule"] == sched and x["what"] in _TASKS] for r, rows in logs.items()}
+        for rank, rows in logs.items():
+            spans = [x["end_ns"] - x["start_ns"] for x in rows if x["schedule"] == sched and x["what"] == "round"]
+            by_round = {}
+            for t in tasks[rank]:
+                by_round[t["round"]] = by_round.get(t["round"], 0) + t["end_ns"] - t["start_ns"]
+            others = [t for r, ts in tasks.items() if r != rank for t in ts]
+            kinds = []
+            for kind in _TASKS:
+                mine = [t for t in tasks[rank] if t["what"] == kind]
+                share = [_busy_share(t, others) for t in mine]
+                alone = [t["end_ns"] - t["start_ns"] for t, s in zip(mine, share) if s == 0]
+                beside = [t["end_ns"] - t["start_ns"] for t, s in zip(mine, share) if s > BESIDE]
+                kinds.append(f"{kind} {_median(alone)} alone ({len(alone)}) / {_median(beside)} beside ({len(beside)})")
+            print(f"rank {rank} {sched}: span {_median(spans)} ms, busy {_median(list(by_round.values()))} ms; "
+                  + "; ".join(kinds))
+    _arrivals(logs)
+
+
+def _arrivals(logs: dict) -> None:
+    """Shard-parallel: from the end of the task that sent a receive's data to the scheduler's notice."""
+    sp = {r: [x for x in rows if x["schedule"] == "shard-parallel"] for r, rows in logs.items()}
+    for rank, rows in sp.items():
+        lags, busy = [], 0
+        for a in (x for x in rows if x["what"] in ("activation", "gradient")):
+            src, kind = (rank - 1, "forward") if a["what"] == "activation" else (rank + 1, "backward")
+            sent = [x for x in sp.get(src, []) if x["round"] == a["round"] and x["model"] == a["model"]
+                    and x["what"] == kind]
+            if not sent:
+                continue
+            lags.append(a["start_ns"] - sent[0]["end_ns"])
+            busy += any(x["what"] in _TASKS and x["start_ns"] < sent[0]["end_ns"] < x["end_ns"] for x in rows
+                        if x["round"] == a["round"])
+        if lags:
+            print(f"rank {rank} shard-parallel arrivals: {len(lags)}, noticed {_median(lags)} ms (median), "
+                  f"{max(lags) / 1e6:.2f} ms (most) after the sender's task ended; {busy} landed while busy")
+        last = max(x["round"] for x in rows)
+        t0 = min(x["start_ns"] for x in rows if x["round"] == last and x["what"] == "round")
+        print(f"rank {rank} last shard-parallel round: " + " ".join(
+            f"({x['model']}, {x['what'][0].upper()}, {(x['start_ns'] - t0) / 1e6:.2f}, {(x['end_ns'] - t0) / 1e6:.2f})"
+            for x in rows if x["round"] == last and x["what"] in _TASKS))
 
 
 def main(argv=None) -> None:
-    _patch()
-    H.main(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--logs"] and len(argv) == 2:
+        report(load(argv[1]))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "daydream.workloads.hydra", *argv, "--task-log", tmp]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        print(proc.stdout.strip())
+        if proc.returncode:
+            raise SystemExit(proc.returncode)
+        report(load(tmp))
 
 
 if __name__ == "__main__":

@@ -180,3 +180,34 @@ def test_docstring_examples():
 
     assert doctest.testmod(hydra).attempted >= 2 and doctest.testmod(hydra).failed == 0
     assert doctest.testmod(real).failed == 0
+
+
+def test_real_run_logs_every_task_and_arrival(tmp_path):
+    """``--task-log``: per process, each model's three tasks per round in order, a receive
+    arrival before the task that needs it (shard-parallel), and the round spans."""
+    pytest.importorskip("torch")
+    cmd = [sys.executable, "-m", "daydream.workloads.hydra", "--models", "2", "--devices", "2", "--in-features", "8",
+           "--hidden", "16", "--layers", "2", "--batch-size", "4", "--rounds", "1", "--warmup", "0",
+           "--task-log", str(tmp_path / "log")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for rank, needs in ((0, "gradient"), (1, "activation")):
+        log = json.loads((tmp_path / "log" / f"hydra-rank{rank}.json").read_text())
+        rows = [dict(zip(log["columns"], r)) for r in log["rows"]]
+        for sched in ("model-parallel", "shard-parallel"):
+            mine = [r for r in rows if r["schedule"] == sched]
+            (span,) = [r for r in mine if r["what"] == "round"]
+            tasks = [r for r in mine if r["what"] in ("forward", "backward", "step")]
+            assert sorted((r["model"], r["what"]) for r in tasks) == sorted(
+                (k, w) for k in (0, 1) for w in ("forward", "backward", "step"))
+            for k in (0, 1):
+                order = [r["what"] for r in tasks if r["model"] == k]
+                assert order == ["forward", "backward", "step"]
+            assert all(span["start_ns"] <= r["start_ns"] <= r["end_ns"] <= span["end_ns"] for r in tasks)
+            arrived = {r["model"]: r["start_ns"] for r in mine if r["what"] == needs}
+            if sched == "model-parallel":
+                assert arrived == {}
+            else:
+                task = "backward" if needs == "gradient" else "forward"
+                assert set(arrived) == {0, 1}
+                assert all(arrived[r["model"]] <= r["start_ns"] for r in tasks if r["what"] == task)

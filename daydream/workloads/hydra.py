@@ -18,7 +18,9 @@ backward.  Two schedules are measured in alternating rounds:
 
 The makespan of a round is measured from the earliest process's start
 (after a barrier) to the last process's end; the median over rounds is
-printed as one JSON line.
+printed as one JSON line.  ``--task-log DIR`` also writes, per process,
+``DIR/hydra-rank{R}.json``: every task's and receive's time (see
+:class:`TaskLog`), to set a prediction's schedule beside the real one.
 
 Examples
 --------
@@ -43,10 +45,30 @@ from . import mlp
 from .common import shut_down_distributed
 from .mlp import MLP
 
-__all__ = ["SCHEDULES", "units_of", "task_priority", "main"]
+__all__ = ["SCHEDULES", "TaskLog", "units_of", "task_priority", "main"]
 
 SCHEDULES = ("model-parallel", "shard-parallel")
 FORWARD, BACKWARD, STEP, DONE = range(4)
+_TASK_NAMES = ("forward", "backward", "step")
+
+
+class TaskLog:
+    """Per process: ``[schedule, round, what, model, start_ns, end_ns]`` rows, ``what`` one of
+    ``forward``, ``backward``, ``step`` (the task's run), ``activation`` or ``gradient``
+    (when the scheduler learnt that the model's receive had arrived: shard-parallel only;
+    start = end) and ``round`` (model -1); times on the host's monotonic clock (``time.perf_counter_ns``), which all
+    processes share."""
+
+    def __init__(self):
+        self.rows, self.schedule, self.round = [], "", 0
+
+    def add(self, what: str, model: int, start_ns: int, end_ns: int) -> None:
+        self.rows.append([self.schedule, self.round, what, model, start_ns, end_ns])
+
+    def write(self, path) -> None:
+        with open(path, "w") as f:
+            json.dump({"columns": ["schedule", "round", "what", "model", "start_ns", "end_ns"],
+                       "rows": self.rows}, f)
 
 
 def units_of(model: MLP) -> list:
@@ -92,6 +114,7 @@ class _Shard:
                 sampler = BatchSampler(RandomSampler(TensorDataset(data)), args.batch_size, drop_last=True)
                 self.loaders.append(DataLoader(TensorDataset(data), batch_size=None, sampler=sampler))
                 self.iters.append(iter(self.loaders[-1]))
+        self.log = TaskLog() if args.task_log else None
         self.in_shape = shapes[cuts[rank] - 1] if rank > 0 else None
         self.out_shape = shapes[cuts[rank + 1] - 1]
         self.labels = torch.Generator().manual_seed(args.seed)
@@ -143,7 +166,13 @@ class _Shard:
         self.grad = [torch.empty(self.out_shape) for _ in range(K)] if self.rank < self.world - 1 else []
         self.act_req = [dist.irecv(b, self.rank - 1, tag=k) for k, b in enumerate(self.act)]
         self.grad_req = [dist.irecv(b, self.rank + 1, tag=K + k) for k, b in enumerate(self.grad)]
-        arrivals = _Arrivals(self.act_req + self.grad_req) if schedule == "shard-parallel" else None
+        arrivals = None
+        if schedule == "shard-parallel":
+            n_act = len(self.act_req)     # receive i: model i's activation, then model i - n_act's gradient
+            on_arrival = (lambda i: self.log.add("activation" if i < n_act else "gradient",
+                                                 i if i < n_act else i - n_act, *[time.perf_counter_ns()] * 2)) \
+                if self.log else None
+            arrivals = _Arrivals(self.act_req + self.grad_req, on_arrival)
         dist.barrier()
         t0 = time.perf_counter_ns()
         state = [FORWARD] * K
@@ -162,7 +191,10 @@ class _Shard:
                     w.wait()
             else:                  # the first task in priority order whose input is here
                 pick = arrivals.first_ready(order, lambda k: self._waiting_on(k, state[k]))
+            start = time.perf_counter_ns()
             run[state[pick]](pick)
+            if self.log:
+                self.log.add(_TASK_NAMES[state[pick]], pick, start, time.perf_counter_ns())
             state[pick] += 1
             if state[pick] == DONE:
                 left.discard(pick)
@@ -181,17 +213,21 @@ class _Arrivals:
     for another message.
     """
 
-    def __init__(self, requests):
+    def __init__(self, requests, on_arrival=None):
         import threading
 
         self._cond = threading.Condition()
         self._arrived = set()
-        self._threads = [threading.Thread(target=self._wait, args=(r,), daemon=True) for r in requests]
+        self._on_arrival = on_arrival
+        self._threads = [threading.Thread(target=self._wait, args=(r, i), daemon=True)
+                         for i, r in enumerate(requests)]
         for t in self._threads:
             t.start()
 
-    def _wait(self, req):
+    def _wait(self, req, i):
         req.wait()
+        if self._on_arrival:
+            self._on_arrival(i)
         with self._cond:
             self._arrived.add(id(req))
             self._cond.notify()
@@ -242,7 +278,11 @@ def _worker(rank, args, port, world):
     times = {s: [] for s in SCHEDULES}
     for r in range(args.warmup + args.rounds):
         for sched in (SCHEDULES if r % 2 == 0 else SCHEDULES[::-1]):
+            if shard.log:
+                shard.log.schedule, shard.log.round = sched, r - args.warmup
             t0, t1 = shard.run_round(sched)
+            if shard.log:
+                shard.log.add("round", -1, t0, t1)
             span = torch.tensor([t0, t1], dtype=torch.int64)
             spans = [torch.zeros_like(span) for _ in range(world)]
             dist.all_gather(spans, span)
@@ -252,6 +292,8 @@ def _worker(rank, args, port, world):
         print(json.dumps({"models": args.models, "devices": world,
                           **{f"{s}_ms": statistics.median(v) for s, v in times.items()},
                           **{f"{s}_rounds_ms": v for s, v in times.items()}}), flush=True)
+    if shard.log:
+        shard.log.write(os.path.join(args.task_log, f"hydra-rank{rank}.json"))
     del shard
     shut_down_distributed()
 
@@ -277,10 +319,14 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
     p.add_argument("--pin-cores", action="store_true", help="each process on its own share of the cores")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--task-log", metavar="DIR", default="",
+                   help="write each process's task and arrival times to DIR/hydra-rank{R}.json (rounds < 0: warm-up)")
     args = p.parse_args(argv)
     if args.models < 1 or args.devices < 1:
         raise SystemExit("hydra: --models and --devices must be at least 1")
     _cuts(args, args.devices)
+    if args.task_log:
+        os.makedirs(args.task_log, exist_ok=True)
     import torch._dynamo  # noqa: F401  (optimizers import it lazily: once here, not in every child)
     import torch.multiprocessing as mp
 
