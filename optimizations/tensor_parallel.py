@@ -41,8 +41,9 @@ Model
 * **Implementation overhead** (``api=torch``, the default): torch's TP API
   wraps weights and activations in ``DTensor``; its host time per pair
   (forward, backward) is measured once on this machine by a micro-benchmark
-  (:func:`daydream.workloads.tensor_parallel.measure_api_overhead`, under the
-  profiler like the trace) and inserted before the column linear's forward
+  (:func:`daydream.workloads.tensor_parallel.measure_api_overhead`: the
+  pair under DTensor against the same pair split by hand, on a 2-rank mesh,
+  under the profiler like the trace) and inserted before the column linear's forward
   and after its backward.  ``api=megatron`` (plain tensors) adds nothing.
 
 Metrics: ``param_bytes_per_rank``, ``allreduce_bytes_per_iteration``,
@@ -51,10 +52,11 @@ Metrics: ``param_bytes_per_rank``, ``allreduce_bytes_per_iteration``,
 Assumptions and limits: the module table and op shapes come from
 ``daydream trace``; each split module runs once per iteration; the all-reduce
 costs the calibrated (gloo) or published (NCCL) ring figures and, on a CPU,
-runs on the training thread's core, and ranks run in lockstep (the wait for a
-slower rank is not modelled); the DTensor overhead is that of a one-rank mesh
-on this host (a GPU trace's host may differ); sequence parallelism and
-embedding/vocabulary splitting are not modelled.
+runs on the training thread's core; a slower rank is waited for only at the
+last all-reduce of an iteration (``stragglers``); the DTensor overhead is that
+of a 2-rank mesh on this host, taken as the same at other degrees (a GPU
+trace's host may differ); sequence parallelism and embedding/vocabulary
+splitting are not modelled.
 """
 from __future__ import annotations
 
@@ -73,7 +75,11 @@ from ._layers import lane_position, op_figures, work_mask
 from ._stragglers import wait_for_stragglers
 from .base import NotApplicable, Optimization, Param
 
-__all__ = ["TensorParallel", "OPTIMIZATION", "megatron_pairs", "linear_modules"]
+__all__ = ["TensorParallel", "OPTIMIZATION", "megatron_pairs", "linear_modules", "api_overhead_ns", "API_MESH_RANKS"]
+
+#: Ranks of the mesh on which torch's TP API overhead is measured (:func:`api_overhead_ns`): with
+#: one rank DTensor skips the redistributions, most of its cost; assumed the same at other degrees.
+API_MESH_RANKS = 2
 
 _LINEAR_TYPE = re.compile(r"(^|\.)(\w*Linear)$")
 _ATTENTION_OP = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|attention")
@@ -274,9 +280,9 @@ def api_overhead_ns(threads: int = 1):
 
     Measured once per thread count and torch version by
     :func:`daydream.workloads.tensor_parallel.measure_api_overhead` in a
-    subprocess (it initialises a process group), under the profiler as the
-    trace's own ops were, and cached next to the calibrated profiles; None if
-    it cannot run here.
+    subprocess (on a mesh of :data:`API_MESH_RANKS` processes, about 40 s),
+    under the profiler as the trace's own ops were, and cached next to the
+    calibrated profiles; None if it cannot run here.
     """
     import os
     import subprocess
@@ -290,7 +296,8 @@ def api_overhead_ns(threads: int = 1):
     try:
         with open(path) as f:
             cached = json.load(f)
-        if cached.get("torch") == _torch_version() and cached.get("profiled") and "optimizer_ns" in cached:
+        if cached.get("torch") == _torch_version() and cached.get("profiled") and "optimizer_ns" in cached \
+                and cached.get("mesh_ranks") == API_MESH_RANKS:
             return cached
     except (OSError, ValueError):
         pass
