@@ -49,9 +49,9 @@ def test_ranks_on_one_host_run_the_traced_work_at_the_corun_rate(own_trace, spec
 
 def test_corun_factor_measures_two_processes():
     torch = pytest.importorskip("torch")
-    from daydream.calibrate import _corun_factor
+    from daydream.calibrate_procs import corun_factor
 
-    f = _corun_factor(torch)
+    f = corun_factor(torch)
     assert 0 < f <= 1
 
 
@@ -69,12 +69,12 @@ def test_process_spread_times_fresh_pairs_of_processes():
     pytest.importorskip("torch")
     import os
 
-    from daydream.calibrate import _process_spread
+    from daydream.calibrate_procs import process_spread
 
     if len(os.sched_getaffinity(0)) < 2:
-        assert _process_spread(1, 0.05) == ()
+        assert process_spread(1, 0.05) == ()
         return
-    got = _process_spread(2, 0.05)
+    got = process_spread(2, 0.05)
     assert len(got) == 4
     assert got[0] + got[1] == pytest.approx(2.0) and got[2] + got[3] == pytest.approx(2.0)
     assert all(0.2 < x < 1.8 for x in got)

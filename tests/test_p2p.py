@@ -140,15 +140,14 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
 def test_gloo_p2p_measures_two_processes():
     """Two spawned gloo processes, two sizes: a few seconds."""
     pytest.importorskip("torch")
-    import daydream.calibrate as cal
-    from daydream.calibrate import gloo_p2p
+    from daydream.calibrate_procs import P2P_COLLIDE_GAPS_US, gloo_p2p
 
     (bw, lat), (send, recv), handshake, collision = gloo_p2p([2 ** 10, 2 ** 16])
     assert bw > 1e6 and 0 <= lat < 1e9
     assert 0 < send < 1e8 and 0 < recv < 1e8     # a posting call returns in well under 0.1 s
     assert 0 <= handshake < 1e8
     gaps = [g for g, _ in collision]
-    assert gaps == [g * 1e3 for g in cal.P2P_COLLIDE_GAPS_US] and collision[-1][1] == 0.0
+    assert gaps == [g * 1e3 for g in P2P_COLLIDE_GAPS_US] and collision[-1][1] == 0.0
     assert all(0 <= extra < 1e8 for _, extra in collision)
 
 
@@ -209,7 +208,7 @@ def test_gloo_all_reduce_calibration_pins_each_rank_to_a_core(monkeypatch):
     import torch.distributed
 
     import daydream.collect.runner as runner
-    from daydream.calibrate import _gloo_worker
+    from daydream.calibrate_procs import _gloo_worker
 
     class Pinned(Exception):
         pass

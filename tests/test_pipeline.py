@@ -151,7 +151,7 @@ def test_v_placement_with_rendezvous_runs_one_transfer_lane_per_stage_and_kind()
                         p2p={"gloo": (1e9, 50.0)}, p2p_post={"gloo": (5.0, 3.0)})
     pg = build_graph(costs(4, 100, 200, send=1000), acts, 3, dev, True, 4)
     assert iteration_ns(pg) > 0
-    T, g = pg.graph.tasks, pg.graph
+    g = pg.graph
     for lane in (i for i, ln in enumerate(g.lanes) if ln.kind == LaneKind.COMM):
         senders = {g.task_name(t).split(" ")[1][:2] for t in g.lane_tasks[lane]}   # e.g. "2F", "1B"
         assert len(senders) == 1

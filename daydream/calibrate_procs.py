@@ -1,0 +1,379 @@
+"""Calibration measurements that start other processes (part of ``daydream calibrate``).
+
+gloo between two local processes, each pinned to a core of its own where
+there are two (as ``--pin-cores`` runs are): all-reduce bandwidth and
+latency; one send's transfer, the host cost of posting a send and a
+receive, a late receive's handshake and the extra cost of posts that
+collide.  On a CPU host, a matmul's throughput beside a second busy process
+(co-run) and how far processes started together differ in speed for a whole
+run (process spread).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import time
+
+__all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "corun_factor", "process_spread", "GLOO_SIZES",
+           "PROCESS_SPREAD_PAIRS"]
+
+#: Message sizes (bytes) of the all-reduce and point-to-point measurements.
+GLOO_SIZES = [2 ** 10, 2 ** 16, 2 ** 20, 2 ** 23]
+
+#: Point-to-point calibration: transfers timed per size, and the sender's busy time before each
+#: (the receiver is already waiting, as a pipeline stage waiting for its input is).
+P2P_TRIES, P2P_BUSY_S = 30, 0.001
+#: Sizes up to which a send's host cost (posting it) is taken as fixed; above, the
+#: posting thread may write part of the data itself and its cost is in the transfer.
+P2P_POST_MAX_BYTES = 2 ** 18
+
+
+def _gloo_worker(rank, port, sizes, q, kind):
+    """Per size, the time of one all-reduce (``kind="allreduce"``: mean of back-to-back ones)
+    or one send (``"p2p"``: from the send's start on rank 0 to the receive's end on rank 1,
+    the receiver waiting; both read the same monotonic clock; trimmed mean)."""
+    import torch
+    import torch.distributed as dist
+
+    if len(os.sched_getaffinity(0)) >= 2:
+        from .collect.runner import pin_rank
+
+        pin_rank(rank, 2)   # as the multi-process runs (--pin-cores): a core per rank
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    out = []
+    for nbytes in sizes:
+        t = torch.zeros(nbytes // 4)
+        if kind == "allreduce":
+            for _ in range(3):
+                dist.all_reduce(t)
+            reps = max(3, min(200, int(2e7 // max(nbytes, 1))))
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                dist.all_reduce(t)
+            out.append((nbytes, (time.perf_counter() - t0) / reps * 1e9))
+        else:
+            out.append((nbytes, _p2p_one_way_ns(torch, dist, rank, t), *_p2p_post_ns(torch, dist, rank, t),
+                        _p2p_late_recv_ns(torch, dist, rank, t)))
+    if kind == "p2p":
+        out = (out, _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)))
+    if rank == 0:
+        q.put(out)
+    dist.destroy_process_group()
+
+
+def _spin(seconds: float) -> None:
+    """Keep this thread busy (not asleep) for ``seconds``: a sender that has been computing."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _p2p_one_way_ns(torch, dist, rank, t) -> float:
+    """Rank 0: the trimmed mean (fastest 95 %) of :data:`P2P_TRIES` sends of ``t`` after 3
+    warm-up ones, each from its start on rank 0 to the receive's end on rank 1 (both stamp the
+    same monotonic clock; rank 1 sends its stamps over at the end).  Rank 1: 0."""
+    stamps = torch.zeros(P2P_TRIES + 3, dtype=torch.int64)
+    for i in range(len(stamps)):
+        dist.barrier()
+        if rank == 0:
+            _spin(P2P_BUSY_S)
+            stamps[i] = time.perf_counter_ns()
+            dist.send(t, 1)
+        else:
+            dist.recv(t, 0)
+            stamps[i] = time.perf_counter_ns()
+    peer = torch.zeros_like(stamps)
+    if rank == 0:
+        dist.recv(peer, 1)
+        one_way = sorted((peer - stamps)[3:].tolist())
+        return statistics.fmean(one_way[:max(1, int(len(one_way) * 0.95))])
+    dist.send(stamps, 0)
+    return 0.0
+
+
+def _p2p_post_ns(torch, dist, rank, t) -> tuple:
+    """Rank 0: the median host time of posting a send (``isend`` until it returns; the sender
+    busy before it, as a pipeline stage is) and, from rank 1, of posting a receive (``irecv``),
+    in ns, over :data:`P2P_TRIES` tries after 3 warm-up ones.  Rank 1: ``(0, 0)``."""
+    took = []
+    for _ in range(P2P_TRIES + 3):
+        dist.barrier()
+        if rank == 0:
+            _spin(P2P_BUSY_S)
+        t0 = time.perf_counter_ns()
+        work = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0)
+        took.append(time.perf_counter_ns() - t0)
+        work.wait()
+    mine = torch.tensor([statistics.median(took[3:])], dtype=torch.float64)
+    if rank == 0:
+        peer = torch.zeros_like(mine)
+        dist.recv(peer, 1)
+        return float(mine), float(peer)
+    dist.send(mine, 0)
+    return 0.0, 0.0
+
+
+#: A late receive: posted this long after its send, so that the send waits for it.
+P2P_LATE_S = 0.002
+
+
+def _p2p_late_recv_ns(torch, dist, rank, t) -> float:
+    """Rank 1: the median wait, from the ``irecv`` call to the data, of a receive posted
+    :data:`P2P_LATE_S` after its send (gloo moves the data only once both sides have posted:
+    the receiver's notice goes to the sender, whose thread then writes), over
+    :data:`P2P_TRIES` tries after 3 warm-up ones, sent to rank 0.  Rank 0: that median."""
+    took = []
+    for _ in range(P2P_TRIES + 3):
+        dist.barrier()
+        if rank == 0:
+            work = dist.isend(t, 1)
+            _spin(2 * P2P_LATE_S)
+            work.wait()
+        else:
+            _spin(P2P_LATE_S)
+            t0 = time.perf_counter_ns()
+            dist.irecv(t, 0).wait()
+            took.append(time.perf_counter_ns() - t0)
+    mine = torch.tensor([statistics.median(took[3:]) if took else 0.0], dtype=torch.float64)
+    if rank == 1:
+        dist.send(mine, 0)
+        return 0.0
+    dist.recv(mine, 1)
+    return float(mine)
+
+
+#: Gaps (us) between two posts to each other, rank 0's and rank 1's, at which a post's extra cost is
+#: measured (:func:`_p2p_collision_pts`); the last is taken as far enough apart to cost nothing extra.
+P2P_COLLIDE_GAPS_US = (0, 25, 50, 100, 200, 400)
+#: Tries per gap, half with each rank posting first; the tensor posted (its size does not matter:
+#: the collision is over the pair's lock, before any data moves).
+P2P_COLLIDE_TRIES, P2P_COLLIDE_ELEMENTS = 60, 256
+
+
+def _p2p_collision_pts(torch, dist, rank, t) -> tuple:
+    """Rank 0: ``((gap ns, extra ns), ...)``, the mean host time of a post (rank 0 an ``isend``,
+    rank 1 the matching ``irecv``; both ranks' posts pooled) when the two start ``gap`` apart,
+    over that at the last of :data:`P2P_COLLIDE_GAPS_US` (at least 0; 0 at the last gap).
+    Rank 1: ``()``.
+
+    Each try leaves a barrier, one rank spins ``gap``, both post, then compute
+    (spin) 2 ms before waiting: a pipeline stage posting its next send or receive
+    while its peer does.  Posts a few microseconds apart stall in some tries by
+    a scheduler slice (milliseconds on Linux); the mean carries how often.
+    """
+    took = {g: [] for g in P2P_COLLIDE_GAPS_US}
+    for k in range(P2P_COLLIDE_TRIES + 2):
+        for gap in P2P_COLLIDE_GAPS_US:
+            dist.barrier()
+            if rank == k % 2:
+                _spin(gap * 1e-6)
+            t0 = time.perf_counter_ns()
+            work = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0)
+            if k >= 2:
+                took[gap].append(time.perf_counter_ns() - t0)
+            _spin(P2P_LATE_S)
+            work.wait()
+    mine = torch.tensor([statistics.fmean(took[g]) for g in P2P_COLLIDE_GAPS_US], dtype=torch.float64)
+    if rank == 1:
+        dist.send(mine, 0)
+        return ()
+    peer = torch.zeros_like(mine)
+    dist.recv(peer, 1)
+    mean = ((mine + peer) / 2).tolist()
+    far = mean[-1]
+    pts = [(g * 1e3, max(m - far, 0.0)) for g, m in zip(P2P_COLLIDE_GAPS_US, mean)]
+    pts[-1] = (pts[-1][0], 0.0)
+    return tuple(pts)
+
+
+def p2p_handshake_ns(one_way_ns: float, send_post_ns: float, recv_post_ns: float, late_wait_ns: float) -> float:
+    """What a late receive waits beyond posting it and the transfer as :meth:`DeviceProfile.p2p_ns`
+    counts it (from the send's post): ``late - recv_post - (one_way - send_post)``, at least 0.
+
+    >>> p2p_handshake_ns(223e3, 70e3, 60e3, 348e3 + 60e3)
+    195000.0
+    """
+    return max(late_wait_ns - recv_post_ns - (one_way_ns - send_post_ns), 0.0)
+
+
+def gloo_p2p(sizes=None) -> tuple:
+    """``((bytes/s, latency ns), (send post ns, receive post ns), handshake ns, collision points)`` of
+    one gloo send between two local processes (idle CPUs polling): the ``p2p``, ``p2p_post``,
+    ``p2p_handshake`` and ``p2p_collision`` figures of a CPU profile, measured alone to complete an
+    older profile."""
+    from .cpuidle import polling_idle
+
+    with polling_idle():
+        return gloo_fit(sizes or GLOO_SIZES, "p2p")
+
+
+def gloo_fit(sizes, kind: str = "allreduce"):
+    """(bytes/s, latency ns) of gloo between two local processes, each pinned to a core of its
+    own where there are two (as ``--pin-cores`` runs are: a rank's gloo threads then share
+    its core), fitted to ``t = a + bytes/bw``:
+    the ring model for 2 workers (``a = 2 latency``) for ``"allreduce"``; one send
+    (``a = latency``) for ``"p2p"``, which
+    also returns the host cost of posting a send and a receive, the handshake of a late
+    receive (:func:`p2p_handshake_ns`; medians over the sizes up to :data:`P2P_POST_MAX_BYTES`) and
+    the extra cost of posts that collide (:func:`_p2p_collision_pts`):
+    ``((bytes/s, latency ns), (send ns, receive ns), handshake ns, ((gap ns, extra ns), ...))``."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_gloo_worker, args=(r, port, sizes, q, kind)) for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        pts = q.get(timeout=120)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+    if kind == "p2p":
+        pts, collision = pts
+        small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]
+        post = tuple(statistics.median(p[k] for p in small) for k in (2, 3))
+        handshake = statistics.median(p2p_handshake_ns(p[1], p[2], p[3], p[4]) for p in small)
+        return _fit_relative([p[:2] for p in pts]), post, handshake, collision
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    slope = max(slope, 1e-6)
+    intercept = max(my - slope * mx, 0.0)
+    return (1e9 / slope, intercept / 2.0)
+
+
+def _fit_relative(pts):
+    """(bytes/s, latency ns) of ``t = latency + bytes / bw`` minimising the *relative* error
+    (weights ``1 / t**2``), so that sizes a thousand times apart count alike.
+
+    >>> bw, lat = _fit_relative([(1e3, 100_400.0), (1e6, 5e5), (1e7, 4.1e6)])   # exact: 100 us, 2.5 GB/s
+    >>> round(bw / 1e9, 2), round(lat / 1e3)
+    (2.5, 100)
+    """
+    w = [1.0 / y ** 2 for _, y in pts]
+    sw = sum(w)
+    mx = sum(wi * x for wi, (x, _) in zip(w, pts)) / sw
+    my = sum(wi * y for wi, (_, y) in zip(w, pts)) / sw
+    sxx = sum(wi * (x - mx) ** 2 for wi, (x, _) in zip(w, pts))
+    slope = max(sum(wi * (x - mx) * (y - my) for wi, (x, y) in zip(w, pts)) / sxx, 1e-6)
+    return 1e9 / slope, max(my - slope * mx, 0.0)
+
+
+#: Co-run measurement: a matmul whose weight (4 MiB) streams from the shared cache, timed alone
+#: and while a second process runs the same loop (the cores' shared caches, memory bandwidth,
+#: and on a virtual machine whatever the host does with two busy virtual CPUs).
+CORUN_SHAPE = (16, 1024, 1024)
+
+
+def _corun_spin(ready, stop) -> None:
+    """The second process of :func:`corun_factor`: the same matmul loop until told to stop."""
+    import torch
+
+    torch.set_num_threads(1)
+    m, k, n = CORUN_SHAPE
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    ready.set()
+    while not stop.is_set():
+        for _ in range(20):
+            torch.mm(a, b)
+
+
+#: Pairs of processes :func:`process_spread` starts, and the seconds each pair works together.
+PROCESS_SPREAD_PAIRS, PROCESS_SPREAD_S = 6, 1.0
+
+
+def _spread_worker(core, barrier, q, seconds) -> None:
+    """One process of a :func:`process_spread` pair: on ``core``, one thread, after warm-up and
+    the pair's barrier, the median time of a pass (matmuls and an elementwise add, as a training
+    step mixes them) over ``seconds``; put ``(core, ns)`` on ``q``."""
+    import torch
+
+    os.sched_setaffinity(0, {core})
+    torch.set_num_threads(1)
+    a, b = torch.randn(64, 1024), torch.randn(1024, 1024)
+    x, y = torch.randn(2 ** 20), torch.randn(2 ** 20)
+
+    def one():
+        t0 = time.perf_counter_ns()
+        for _ in range(4):
+            torch.mm(a, b)
+            x.add_(y)
+        return time.perf_counter_ns() - t0
+
+    for _ in range(10):
+        one()
+    barrier.wait(60)
+    got, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        got.append(one())
+    q.put((core, statistics.median(got)))
+
+
+def process_spread(pairs: int = PROCESS_SPREAD_PAIRS, seconds: float = PROCESS_SPREAD_S) -> tuple:
+    """Per process of ``pairs`` pairs started together on the first two cores, its pass time over
+    its pair's mean: how far processes of one job differ in speed for a whole run (a data-parallel
+    or tensor-parallel job goes at its slowest rank's).  ``()`` on a single core.
+
+    Each pair is two fresh processes (a process keeps its speed: the bundled CNN's ranks, started
+    together, took 6-19 % apart for whole runs here, either rank the slower)."""
+    import torch.multiprocessing as mp
+
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return ()
+    ctx = mp.get_context("forkserver")     # a fresh process per side, forked from a server that imported torch
+    ctx.set_forkserver_preload(["torch"])
+    out = []
+    for _ in range(pairs):
+        q, barrier = ctx.Queue(), ctx.Barrier(2)
+        procs = [ctx.Process(target=_spread_worker, args=(c, barrier, q, seconds)) for c in cores[:2]]
+        for p in procs:
+            p.start()
+        try:
+            times = [q.get(timeout=120)[1] for _ in procs]
+        finally:
+            for p in procs:
+                p.join(timeout=30)
+        mean = sum(times) / len(times)
+        out += [t / mean for t in times]
+    return tuple(out)
+
+
+def corun_factor(torch) -> float:
+    """Throughput of one 1-thread process's matmul with another such process busy on another
+    core, relative to alone (typical batch of each; 1.0 where there is one core or no slow-down):
+    the median of rounds spread over seconds, the other process stopped and running in turn
+    (:func:`daydream.opseq.corun_rounds`)."""
+    import torch.multiprocessing as mp
+
+    from .calibrate import time_call_ns
+    from .opseq import corun_rounds
+
+    if (os.cpu_count() or 1) < 2:
+        return 1.0
+    m, k, n = CORUN_SHAPE
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ctx = mp.get_context("spawn")
+        ready, stop = ctx.Event(), ctx.Event()
+        proc = ctx.Process(target=_corun_spin, args=(ready, stop), daemon=True)
+        proc.start()
+        try:
+            if not ready.wait(60):
+                return 1.0
+            mm = lambda: time_call_ns(lambda: torch.mm(a, b), torch.device("cpu"), 0.05, typical=True)  # noqa: E731
+            return corun_rounds(proc.pid, mm, mm)
+        finally:
+            stop.set()
+            proc.join(10)
+    finally:
+        torch.set_num_threads(threads)
