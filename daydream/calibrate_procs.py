@@ -15,11 +15,36 @@ import socket
 import statistics
 import time
 
-__all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "corun_factor", "process_spread", "GLOO_SIZES",
-           "PROCESS_SPREAD_PAIRS"]
+__all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "corun_factor", "process_spread", "free_port", "first_result",
+           "GLOO_SIZES", "PROCESS_SPREAD_PAIRS"]
 
 #: Message sizes (bytes) of the all-reduce and point-to-point measurements.
 GLOO_SIZES = [2 ** 10, 2 ** 16, 2 ** 20, 2 ** 23]
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that is free now (a gloo rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def first_result(target, ranks: int, args=(), timeout_s: float = 120.0):
+    """Spawn ``ranks`` processes ``target(rank, port, *args, q)`` (a free ``port`` for their
+    rendezvous) and return the first object one of them puts on ``q``; all are joined."""
+    import torch.multiprocessing as mp
+
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(r, port, *args, q)) for r in range(ranks)]
+    for p in procs:
+        p.start()
+    try:
+        return q.get(timeout=timeout_s)
+    finally:
+        for p in procs:
+            p.join(timeout=60)
 
 #: Point-to-point calibration: transfers timed per size, and the sender's busy time before each
 #: (the receiver is already waiting, as a pipeline stage waiting for its input is).
@@ -29,7 +54,7 @@ P2P_TRIES, P2P_BUSY_S = 30, 0.001
 P2P_POST_MAX_BYTES = 2 ** 18
 
 
-def _gloo_worker(rank, port, sizes, q, kind):
+def _gloo_worker(rank, port, sizes, kind, q):
     """Per size, the time of one all-reduce (``kind="allreduce"``: mean of back-to-back ones)
     or one send (``"p2p"``: from the send's start on rank 0 to the receive's end on rank 1,
     the receiver waiting; both read the same monotonic clock; trimmed mean)."""
@@ -220,21 +245,7 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     receive (:func:`p2p_handshake_ns`; medians over the sizes up to :data:`P2P_POST_MAX_BYTES`) and
     the extra cost of posts that collide (:func:`_p2p_collision_pts`):
     ``((bytes/s, latency ns), (send ns, receive ns), handshake ns, ((gap ns, extra ns), ...))``."""
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_gloo_worker, args=(r, port, sizes, q, kind)) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        pts = q.get(timeout=120)
-    finally:
-        for p in procs:
-            p.join(timeout=30)
+    pts = first_result(_gloo_worker, 2, (sizes, kind))
     if kind == "p2p":
         pts, collision = pts
         small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]

@@ -222,7 +222,7 @@ def test_gloo_all_reduce_calibration_pins_each_rank_to_a_core(monkeypatch):
     monkeypatch.setattr(runner, "pin_rank", pin_rank)
     monkeypatch.setattr(torch.distributed, "init_process_group", not_reached)
     with pytest.raises(Pinned) as got:
-        _gloo_worker(1, 0, [1024], None, "allreduce")
+        _gloo_worker(1, 0, [1024], "allreduce", None)
     assert got.value.args == ((1, 2),)
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import time
 
@@ -40,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
+from ..calibrate_procs import free_port
 from ..collect.runner import pin_rank
 from . import mlp
 from .common import shut_down_distributed
@@ -298,12 +298,6 @@ def _worker(rank, args, port, world):
     shut_down_distributed()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(argv=None):
     """Entry point: spawn one process per device, run the rounds, print the makespans."""
     p = argparse.ArgumentParser(prog="python -m daydream.workloads.hydra", description=__doc__.split("\n")[0])
@@ -332,7 +326,7 @@ def main(argv=None):
 
     # fork where possible: the parent has run no torch op yet, and the children start at once
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    mp.start_processes(_worker, args=(args, _free_port(), args.devices), nprocs=args.devices, join=True,
+    mp.start_processes(_worker, args=(args, free_port(), args.devices), nprocs=args.devices, join=True,
                        start_method=method)
 
 

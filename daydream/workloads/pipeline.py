@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..calibrate_procs import free_port
 from ..collect.runner import pin_rank
 from . import mlp
 from .common import shut_down_distributed
@@ -139,7 +139,7 @@ def _probe(args) -> None:
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
     torch.set_num_threads(args.threads)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     (model,) = stage_modules(args, 1)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
@@ -220,12 +220,6 @@ def _worker(rank: int, world: int, args) -> None:
     shut_down_distributed()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spawned(rank, world, args, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if args.pin_cores:
@@ -249,7 +243,7 @@ def main(argv=None) -> None:
         return
     import torch.multiprocessing as mp
 
-    mp.spawn(_spawned, args=(args.nproc, args, _free_port()), nprocs=args.nproc, join=True)
+    mp.spawn(_spawned, args=(args.nproc, args, free_port()), nprocs=args.nproc, join=True)
 
 
 if __name__ == "__main__":

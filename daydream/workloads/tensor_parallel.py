@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..calibrate_procs import first_result
 from ..optimizations.tensor_parallel import API_MESH_RANKS
 from .common import Workload, add_common_args, make_loader, make_optimizer, resolve_device, shut_down_distributed, train
 from .transformer import TinyGPT, _loss
@@ -156,24 +157,7 @@ def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 5, p
     pay the profiler's per-op cost, as the traced baseline's ops did).
     Starts its own processes.
     """
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    args = (port, API_MESH_RANKS, threads, calls, repeats, profiled, q)
-    procs = [ctx.Process(target=_api_overhead_worker, args=(r, *args)) for r in range(API_MESH_RANKS)]
-    for p in procs:
-        p.start()
-    try:
-        res = q.get(timeout=300)
-    finally:
-        for p in procs:
-            p.join(timeout=60)
+    res = first_result(_api_overhead_worker, API_MESH_RANKS, (API_MESH_RANKS, threads, calls, repeats, profiled), 300)
     fwd = max(0.0, res["split"][0] - res["plain"][0])
     both = max(0.0, res["split"][1] - res["plain"][1])
     return {"forward_ns": fwd, "backward_ns": max(0.0, both - fwd),
