@@ -16,7 +16,8 @@ that runs around them (input copies to the first, the loss to the last);
 data loading to the first shard's forward; the optimizer step to the shards
 in proportion to their parameter bytes (module table).  The layers are split
 into D contiguous shards of balanced forward + backward time (the split that
-minimises the largest shard).
+minimises the largest shard), or as ``layers=`` says (``4:2``: the first
+four layers on device 0, the next two on device 1).
 
 The schedule is a graph of shard tasks on D device lanes simulated by the
 project's simulator: per model, forward shards in order, backward shards in
@@ -71,8 +72,8 @@ from ._common import module_table
 from ._corun import SOURCES, corun_rate, corun_stretch
 from .base import NotApplicable, Optimization, OptionError, Param
 
-__all__ = ["Hydra", "OPTIMIZATION", "Unit", "ShardCosts", "layer_units", "balanced_split", "shard_costs",
-           "schedule_graph", "device_lanes", "Schedule", "MAX_MODELS"]
+__all__ = ["Hydra", "OPTIMIZATION", "Unit", "ShardCosts", "layer_units", "balanced_split", "parse_layers",
+           "shard_costs", "schedule_graph", "device_lanes", "Schedule", "MAX_MODELS"]
 
 #: More models than this would only make a long, uninformative schedule.
 MAX_MODELS = 4096
@@ -199,9 +200,30 @@ def balanced_split(costs, parts: int) -> list:
     return sizes[::-1]
 
 
-def shard_costs(units, head_ns: float, opt_ns: float, devices: int) -> ShardCosts:
-    """Split the layers into ``devices`` balanced shards and total each shard's costs."""
-    sizes = balanced_split([u.fwd_ns + u.bwd_ns for u in units], devices)
+def parse_layers(spec: str, devices: int, n_layers: int) -> list:
+    """Layers per shard from ``"4:2"`` (one count per device, adding up to the model's layers).
+
+    >>> parse_layers("4:2", 2, 6)
+    [4, 2]
+    >>> parse_layers("", 2, 6)
+    []
+    """
+    if not spec:
+        return []
+    try:
+        sizes = [int(x) for x in str(spec).split(":")]
+    except ValueError:
+        raise OptionError(f"hydra: layers={spec!r} is not a list of layer counts such as 4:2") from None
+    if len(sizes) != devices or min(sizes) < 1 or sum(sizes) != n_layers:
+        raise OptionError(f"hydra: layers={spec} must give each of the {devices} shard(s) at least one layer "
+                          f"and add up to the model's {n_layers} layer(s)")
+    return sizes
+
+
+def shard_costs(units, head_ns: float, opt_ns: float, devices: int, sizes=()) -> ShardCosts:
+    """Split the layers into ``devices`` shards (``sizes`` layers each; by default balanced)
+    and total each shard's costs."""
+    sizes = list(sizes) or balanced_split([u.fwd_ns + u.bwd_ns for u in units], devices)
     groups, i = [], 0
     for s in sizes:
         groups.append(units[i:i + s])
@@ -311,6 +333,8 @@ class Hydra(Optimization):
               Param("devices", 2, "devices each model is split over (one shard per device)", int),
               Param("schedule", Schedule.SHARD_PARALLEL, "schedule whose makespan is the predicted time", str,
                     (Schedule.SHARD_PARALLEL, Schedule.MODEL_PARALLEL)),
+              Param("layers", "", "layers per shard, one count per device (e.g. 4:2); default: the split that "
+                    "balances the shards' forward + backward time", str),
               Param("corun", "trace", "CPU: devices that are one host's cores run their shards at the co-run rate "
                     "of the trace's ops while another is busy (trace: measured beside a twin; profile: the device "
                     "profile's; off)", str, SOURCES))
@@ -326,7 +350,7 @@ class Hydra(Optimization):
         units, head_ns, opt_ns = layer_units(ctx.graph, table)
         if D > len(units):
             raise OptionError(f"hydra: devices={D} means more shards than the model's {len(units)} layer(s)")
-        costs = shard_costs(units, head_ns, opt_ns, D)
+        costs = shard_costs(units, head_ns, opt_ns, D, parse_layers(self.layers, D, len(units)))
         dev = ctx.device
         if D > 1 and not (dev.p2p or dev.collective):
             raise NotApplicable(f"hydra: device profile {dev.name!r} has no transfer figures; run daydream calibrate")

@@ -9,7 +9,7 @@ import pytest
 
 from daydream.graph import build_graph
 from daydream.optimizations import NotApplicable, OptionError
-from daydream.optimizations.hydra import (Schedule, ShardCosts, balanced_split, layer_units, schedule_graph)
+from daydream.optimizations.hydra import Schedule, ShardCosts, balanced_split, layer_units, schedule_graph, shard_costs
 from daydream.sim import simulate
 from daydream.whatif import predict
 
@@ -95,6 +95,25 @@ def test_whatif_on_mlp_trace(own_trace):
     assert m["shard0_layers"] + m["shard1_layers"] == len(units)
     mp, _ = predict(trace, ["hydra:models=4,devices=2,schedule=model-parallel,corun=off"], device=dev)
     assert mp.predicted_ms == pytest.approx(m["model_parallel_makespan_ms"])
+
+
+def test_layers_fixes_the_split_and_the_shards_costs_follow_it(own_trace):
+    dev = flat_profile(allreduce=(1e9, 10_000.0))
+    trace = own_trace("mlp")
+    g = build_graph(trace)
+    units, head, opt = layer_units(g, {m["path"]: m for m in trace.ranks[0].meta["daydream"]["modules"]})
+    n = len(units)
+    rep, _ = predict(trace, [f"hydra:models=2,devices=2,corun=off,layers=1:{n - 1}"], device=dev)
+    assert (rep.metrics["shard0_layers"], rep.metrics["shard1_layers"]) == (1, n - 1)
+    costs = shard_costs(units, head, opt, 2, [1, n - 1])
+    assert costs.fwd_ns[0] == pytest.approx(units[0].fwd_ns + head)
+    assert costs.bwd_ns[1] == pytest.approx(sum(u.bwd_ns for u in units[1:]))
+    assert costs.send_bytes == (units[0].output_bytes,)
+    one, _ = predict(trace, [f"hydra:models=1,devices=2,corun=off,layers=1:{n - 1}"], device=dev)
+    assert one.metrics["model_parallel_makespan_ms"] * 1e6 >= sum(costs.fwd_ns) + sum(costs.bwd_ns)
+    for bad in ("1:1", f"{n}:0", "2", "a:b", f"1:{n - 2}:1"):
+        with pytest.raises(OptionError, match="hydra: layers="):
+            predict(trace, [f"hydra:devices=2,layers={bad}"], device=dev)
 
 
 def test_cores_that_share_a_host_slow_each_other_only_while_both_work(own_trace):
@@ -211,3 +230,39 @@ def test_real_run_logs_every_task_and_arrival(tmp_path):
                 task = "backward" if needs == "gradient" else "forward"
                 assert set(arrived) == {0, 1}
                 assert all(arrived[r["model"]] <= r["start_ns"] for r in tasks if r["what"] == task)
+
+
+def test_validation_rows_are_means_over_rounds_with_the_first_rounds_split(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import daydream.validation.hydra as vh
+
+    traced, real_calls, specs = [], [], []
+    monkeypatch.setattr(vh, "trace_workload", lambda w, p, args, iterations: traced.append(p) or p)
+
+    def run_real(k, shard0):
+        real_calls.append((k, shard0))
+        r = len(real_calls)                                   # 1, 2, ... : one per (round, K)
+        return {"model-parallel": 10.0 * k + r, "shard-parallel": 6.0 * k + r}
+
+    def predict(path, spec, profile_path):
+        specs.append(spec[0])
+        r = traced.index(path)
+        if "models=1," in spec[0]:                            # the split: 3 layers, then 6
+            return SimpleNamespace(metrics={"shard0_layers": 3 + r, "shard1_layers": 6 - r}), None
+        k = int(spec[0].split("models=")[1].split(",")[0])
+        base = 8.0 + r
+        return SimpleNamespace(optimizations=[spec[0]], baseline_ms=base, predicted_ms=base * k), None
+
+    monkeypatch.setattr(vh, "run_real", run_real)
+    monkeypatch.setattr(vh, "predict", predict)
+    rows = vh.validate_rows(tmp_path, "prof.json", progress=lambda m: None, repeat=3)
+    assert len(traced) == 3 and real_calls == [(k, 3) for _ in range(3) for k in vh.MODELS]
+    assert all("layers=3:6" in sp for sp in specs if "models=1," not in sp)
+    by = {(r.workload, r.optimization.split("schedule=")[1].split(",")[0]): r for r in rows}
+    # K = 2 ran in calls 1, 3, 5 and K = 4 in calls 2, 4, 6; baselines 8, 9, 10
+    assert by[("mlp x2 on 2 procs", "model-parallel")].measured_ms == 20 + 3
+    assert by[("mlp x4 on 2 procs", "shard-parallel")].measured_ms == 24 + 4
+    assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_ms == 4 * 9
+    assert by[("mlp x2 on 2 procs", "model-parallel")].baseline_ms == 9
+

@@ -7,20 +7,26 @@ chose, over two gloo processes with one thread each, and measures the
 makespan of one training step of all K models, one model at a time
 (model-parallel) and shard-parallel, in alternating rounds (median over
 rounds).  With ``repeat`` > 1, baseline trace and real runs alternate,
-``repeat`` rounds, and each keeps its fastest.
+``repeat`` rounds, all with the split chosen from the first round's trace;
+a row is the mean over the rounds of the prediction from each round's trace
+(with that split, ``layers=``) and of the real makespan measured in that
+round, as the other validations' rows (:func:`daydream.validate.rounds_row`).
+Until session 16 each side kept its fastest: the fastest of a few
+5-iteration one-process traces is further below its typical run than the
+fastest of the 2-process jobs, so that under-predicted.
 
 Run with ``daydream validate --workload "" --opt hydra -o DIR --no-public``.
 """
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from ..errors import DaydreamError
-from ..analysis import replay
 from ..validate import WORKLOAD_ARGS, ValidationRow, run_env, trace_workload
 from ..whatif import predict
 
@@ -52,49 +58,49 @@ def run_real(models: int, shard0_layers: int, rounds: int = 6) -> dict:
 
 def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
                   iterations: int = ITERATIONS) -> list:
-    """Trace one MLP and run each K for real, ``repeat`` rounds in alternation (each keeps its
-    fastest); predict both schedules from the fastest trace; two rows per K."""
+    """Trace one MLP and run each K for real, ``repeat`` rounds in alternation; two rows per K,
+    each the means over the rounds of the prediction from that round's trace and of the real
+    makespan (the split chosen from the first round's trace throughout)."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     repeat = max(1, repeat)
-    base = None
-    measured = {k: {} for k in MODELS}
+    bases, split = [], None
+    measured = {k: {s: [] for s in SCHEDULES} for k in MODELS}
     try:
         for r in range(repeat):
             progress(f"hydra: run {r + 1}/{repeat}: tracing the single-model mlp baseline")
             p = tdir / (f"hydra.mlp.base.r{r}.json.gz" if repeat > 1 else "hydra.mlp.base.json.gz")
-            p = trace_workload("mlp", p, (), iterations=iterations)
-            rep = replay(p)[0]
-            if base is None or rep.measured_ms < base[1].measured_ms:
-                base = (p, rep)
-            cut = _cut(base[0], profile_path)
+            bases.append(trace_workload("mlp", p, (), iterations=iterations))
+            split = split or _split(bases[0], profile_path)
             for k in MODELS:
                 progress(f"hydra: run {r + 1}/{repeat}: {k} models x {DEVICES} shards for real "
-                         f"(first shard: {cut} layers)")
-                for s, v in run_real(k, cut).items():
-                    measured[k][s] = min(measured[k].get(s, float("inf")), v)
+                         f"(first shard: {split[0]} layers)")
+                for s, v in run_real(k, split[0]).items():
+                    measured[k][s].append(v)
     except DaydreamError as exc:
         progress(f"hydra: skipped ({exc})")
         return []
     rows = []
     for k in MODELS:
-        reps = {s: predict(base[0], [f"hydra:models={k},devices={DEVICES},schedule={s}"], profile_path=profile_path)[0]
-                for s in SCHEDULES}
-        for s, rep in reps.items():
-            row = ValidationRow(f"mlp x{k} on {DEVICES} procs", rep.optimizations[0], rep.baseline_ms,
-                                rep.predicted_ms, measured[k][s])
+        for s in SCHEDULES:
+            spec = f"hydra:models={k},devices={DEVICES},schedule={s},layers={':'.join(map(str, split))}"
+            reps = [predict(b, [spec], profile_path=profile_path)[0] for b in bases]
+            row = ValidationRow(f"mlp x{k} on {DEVICES} procs", reps[0].optimizations[0],
+                                statistics.fmean(x.baseline_ms for x in reps),
+                                statistics.fmean(x.predicted_ms for x in reps), statistics.fmean(measured[k][s]))
             rows.append(row)
             progress(f"hydra: models={k} {s}: predicted {row.predicted_ms:.2f} ms, measured "
-                     f"{row.measured_ms:.2f} ms, error {row.error_pct:.1f}%")
-        m = measured[k]
-        progress(f"hydra: models={k}: speedup predicted {reps[SCHEDULES[1]].metrics['shard_parallel_speedup']:.2f}x, "
-                 f"measured {m[SCHEDULES[0]] / m[SCHEDULES[1]]:.2f}x")
+                     f"{row.measured_ms:.2f} ms, error {row.error_pct:.1f}% (rounds: measured "
+                     + " / ".join(f"{v:.2f}" for v in measured[k][s]) + ")")
+        mp, sp = rows[-2], rows[-1]
+        progress(f"hydra: models={k}: speedup predicted {mp.predicted_ms / sp.predicted_ms:.2f}x, "
+                 f"measured {mp.measured_ms / sp.measured_ms:.2f}x")
     progress(f"hydra: {time.time() - t0:.0f} s")
     return rows
 
 
-def _cut(trace_path, profile_path) -> int:
-    """Layers of the first shard in the split the what-if chooses (the real run uses the same)."""
+def _split(trace_path, profile_path) -> tuple:
+    """Layers per shard in the split the what-if chooses (the real runs use the same)."""
     rep, _ = predict(trace_path, [f"hydra:models=1,devices={DEVICES}"], profile_path=profile_path)
-    return int(rep.metrics["shard0_layers"])
+    return tuple(int(rep.metrics[f"shard{d}_layers"]) for d in range(DEVICES))
