@@ -150,8 +150,10 @@ def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 5, p
     bookkeeping (and, for a momentum SGD step over the pair's parameters,
     DTensor's dispatch of the optimizer's foreach ops).  A one-rank mesh
     leaves out the redistributions (there: 1.1 / 1.4 ms per pair forward /
-    backward on this machine; on two ranks 1.3-1.5 / 2.3-2.8 ms; the real
-    2-rank run's trace shows about 1.8 / 2.6 ms per pair).
+    backward on this machine; on two ranks 1.0-1.8 / 1.4-2.8 ms in six
+    measurements, as the machine's speed moved; the real 2-rank run's trace
+    showed about 1.8 / 2.6 ms per pair beside the 1.3-1.8 / 2.1-2.8 measured
+    then).
     With ``profiled`` both run under ``torch.profiler`` with shapes recorded,
     as in a ``daydream trace`` (the many small ops of DTensor's dispatch each
     pay the profiler's per-op cost, as the traced baseline's ops did).
