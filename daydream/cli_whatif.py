@@ -135,8 +135,12 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     """Predict each optimization, apply it for real, measure, and compare.
 
     Writes OUTPUT/results.csv (workload, optimization, predicted_ms,
-    measured_ms, error_pct, untouched_ratio), OUTPUT/accuracy.png/.svg and
-    the device profile the predictions used.
+    measured_ms, error_pct, untouched_ratio, measured_spread_pct),
+    OUTPUT/accuracy.png/.svg and the device profile the predictions used.
+
+    measured_spread_pct is how far the rounds' measurements of the variant
+    lie apart ((max - min) / mean, with --repeat 2 or more): an error well
+    inside it cannot be told from the machine's noise.
 
     untouched_ratio is a control: the real run's time of the ops the
     prediction left unchanged over their baseline time.  Away from 1 it
@@ -185,8 +189,9 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     errs = sorted(r.error_pct for r in rows)
     for r in rows:
         untouched = "" if r.untouched_ratio != r.untouched_ratio else f"   untouched ops x{r.untouched_ratio:.2f}"
+        spread = "" if r.measured_spread_pct != r.measured_spread_pct else f"   rounds {r.measured_spread_pct:.0f}% apart"
         click.echo(f"{r.workload:<28}{r.optimization:<40}{r.predicted_ms:10.2f}{r.measured_ms:10.2f}"
-                   f"{r.error_pct:8.1f}%{untouched}")
+                   f"{r.error_pct:8.1f}%{untouched}{spread}")
     if errs:
         click.echo(f"{len(rows)} cases: median error {errs[len(errs) // 2]:.1f}%, worst {errs[-1]:.1f}%; {path}")
 

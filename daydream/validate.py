@@ -124,10 +124,23 @@ class ValidationRow:
     #: the real run's time of the ops the prediction left unchanged over their baseline time
     #: (:func:`untouched_ratio`); NaN where not measured
     untouched_ratio: float = float("nan")
+    #: the variant's time in each round that ``measured_ms`` summarises
+    measured_rounds_ms: tuple = ()
 
     @property
     def error_pct(self) -> float:
         return abs(self.predicted_ms - self.measured_ms) / self.measured_ms * 100.0
+
+    @property
+    def measured_spread_pct(self) -> float:
+        """How far the rounds' measurements lie apart: ``(max - min) / mean``, in percent; NaN
+        with fewer than two rounds.  An error well inside it is not told apart from the noise.
+
+        >>> ValidationRow("w", "o", 10.0, 10.0, 11.0, measured_rounds_ms=(10.0, 12.0)).measured_spread_pct
+        18.181818181818183
+        """
+        r = self.measured_rounds_ms
+        return (max(r) - min(r)) / statistics.fmean(r) * 100.0 if len(r) >= 2 else float("nan")
 
 
 #: glibc malloc settings for every measured run: keep freed memory in the
@@ -287,7 +300,8 @@ def rounds_row(workload: str, label: str, rounds, spec: str, profile_path, varia
     row = ValidationRow(workload, label, statistics.fmean(r.baseline_ms for r in reports),
                         statistics.fmean(r.predicted_ms for r in reports),
                         statistics.fmean(r[variant][1].measured_ms for r in rounds),
-                        statistics.fmean(ratios) if ratios else float("nan"))
+                        statistics.fmean(ratios) if ratios else float("nan"),
+                        tuple(r[variant][1].measured_ms for r in rounds))
     return row, reports
 
 
@@ -360,10 +374,11 @@ def write_results(rows, out_dir: Path, force: bool = True) -> Path:
     f.write("# daydream: " + json.dumps(provenance("validate"), separators=(",", ":")) + "\n")
     w = csv.writer(f)
     w.writerow(["workload", "optimization", "baseline_ms", "predicted_ms", "measured_ms", "error_pct",
-                "untouched_ratio"])
+                "untouched_ratio", "measured_spread_pct"])
+    blank = lambda x, fmt: "" if x != x else format(x, fmt)   # noqa: E731 - NaN: not measured
     for r in rows:
         w.writerow([r.workload, r.optimization, f"{r.baseline_ms:.4f}", f"{r.predicted_ms:.4f}",
-                    f"{r.measured_ms:.4f}", f"{r.error_pct:.3f}",
-                    "" if r.untouched_ratio != r.untouched_ratio else f"{r.untouched_ratio:.4f}"])
+                    f"{r.measured_ms:.4f}", f"{r.error_pct:.3f}", blank(r.untouched_ratio, ".4f"),
+                    blank(r.measured_spread_pct, ".2f")])
     atomic_write_bytes(path, f.getvalue().encode())
     return path

@@ -262,6 +262,7 @@ def test_validation_rows_are_means_over_rounds_with_the_first_rounds_split(tmp_p
     by = {(r.workload, r.optimization.split("schedule=")[1].split(",")[0]): r for r in rows}
     # K = 2 ran in calls 1, 3, 5 and K = 4 in calls 2, 4, 6; baselines 8, 9, 10
     assert by[("mlp x2 on 2 procs", "model-parallel")].measured_ms == 20 + 3
+    assert by[("mlp x2 on 2 procs", "model-parallel")].measured_rounds_ms == (21, 23, 25)
     assert by[("mlp x4 on 2 procs", "shard-parallel")].measured_ms == 24 + 4
     assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_ms == 4 * 9
     assert by[("mlp x2 on 2 procs", "model-parallel")].baseline_ms == 9

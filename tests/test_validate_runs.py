@@ -78,7 +78,7 @@ def test_pipeline_rounds_keep_the_median_of_each_side(monkeypatch, tmp_path):
                                    iterations=12)
     assert paths == [f"mlp.tessel-base.r{k}.json.gz" for k in range(3)]
     assert base.name == "mlp.tessel-base.r2.json.gz"       # 40 ms: the median of 30 / 50 / 40
-    assert got == {"gpipe": 70.0}                           # median of 70 / 90 / 60
+    assert got == {"gpipe": [70.0, 90.0, 60.0]}             # every round's, in order (callers take the median)
 
 
 def test_a_failing_runner_loses_no_other_rows(monkeypatch, tmp_path):
@@ -206,7 +206,7 @@ def test_untouched_ratio_compares_the_ops_the_prediction_left_alone(monkeypatch)
     assert validate.untouched_ratio("b", "p", "r") != validate.untouched_ratio("b", "p", "r")   # NaN
 
 
-def test_a_row_carries_the_mean_untouched_ratio_and_the_csv_writes_it(monkeypatch, tmp_path):
+def test_a_row_carries_the_mean_untouched_ratio_and_the_rounds_and_the_csv_writes_them(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
     monkeypatch.setattr(validate, "predict", lambda base, specs, profile_path=None: (
@@ -216,10 +216,11 @@ def test_a_row_carries_the_mean_untouched_ratio_and_the_csv_writes_it(monkeypatc
     rounds = [[run("b0", 9.0), run("v0", 21.0)], [run("b1", 11.0), run("v1", 25.0)]]
     row, _ = validate.rounds_row("mlp", "label", rounds, "opt", "p.json")
     assert row.untouched_ratio == pytest.approx(1.0) and row.measured_ms == 23.0
+    assert row.measured_rounds_ms == (21.0, 25.0) and row.measured_spread_pct == pytest.approx(4 / 23 * 100)
     text = validate.write_results([row, validate.ValidationRow("cnn", "x", 1.0, 2.0, 2.0)], tmp_path).read_text()
     lines = text.splitlines()
-    assert lines[1].endswith(",error_pct,untouched_ratio")
-    assert lines[2].endswith(",1.0000") and lines[3].endswith(",0.000,")
+    assert lines[1].endswith(",error_pct,untouched_ratio,measured_spread_pct")
+    assert lines[2].endswith(",1.0000,17.39") and lines[3].endswith(",0.000,,")
 
 
 def test_device_validation_predicts_with_two_profiles_measured_now(monkeypatch, tmp_path):

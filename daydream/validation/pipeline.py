@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -80,8 +81,6 @@ def action_overhead_us(repeat: int = 1, progress=print) -> float:
     runs.)  Measured once per process (the pipeline and Tessel validations
     share it).
     """
-    import statistics
-
     got = []
     for _ in range(2 * max(repeat, 1)):
         out = _run("probe", steps=60, warmup=8, microbatches=OVERHEAD_MB, model=TINY_ARGS)
@@ -104,10 +103,8 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
     measured iteration is the median, and per run its median measurement.  (The
     fastest of each is biased here: a 5-iteration 1-process trace catches a
     quiet spell of this machine far more often than a 14-step 2-process run.)
-    Returns ``(baseline trace path, {name: ms})``.
+    Returns ``(baseline trace path, {name: [ms of each round]})``.
     """
-    import statistics
-
     from ..analysis import replay
     from ..validate import trace_workload
 
@@ -120,7 +117,7 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
             progress(f"{tag}: round {k + 1}/{max(repeat, 1)}: running {name}")
             got[name].append(fn())
     bases.sort()
-    return Path(bases[(len(bases) - 1) // 2][1]), {k: statistics.median(v) for k, v in got.items()}
+    return Path(bases[(len(bases) - 1) // 2][1]), got
 
 
 def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS) -> list:
@@ -131,14 +128,15 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
     overhead = action_overhead_us(repeat, progress)
     runs = {s: (lambda s=s: measure_pipeline(s, steps=iterations)) for s in SCHEDULES}
     runs["1-stage"] = lambda: measure_pipeline("gpipe", ("--nproc", "1"), steps=iterations)
-    base, best = alternate(repeat, tdir, runs, progress, iterations=iterations)
+    base, got = alternate(repeat, tdir, runs, progress, iterations=iterations)
     rows = []
     for s in runs:
         spec = (f"pipeline:stages=2,microbatches={MICROBATCHES},schedule={s},partition={PARTITION},"
                 f"action_overhead_us={overhead:.0f}" if s != "1-stage" else
                 f"pipeline:stages=1,microbatches={MICROBATCHES},schedule=gpipe,action_overhead_us={overhead:.0f}")
         rep, _ = predict(base, [spec], profile_path=profile_path)
-        row = ValidationRow("mlp", spec, rep.baseline_ms, rep.predicted_ms, best[s])
+        row = ValidationRow("mlp", spec, rep.baseline_ms, rep.predicted_ms, statistics.median(got[s]),
+                            measured_rounds_ms=tuple(got[s]))
         progress(f"pipeline: {s}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
                  f"error {row.error_pct:.1f}%")
         rows.append(row)

@@ -13,6 +13,7 @@ is marked "other schedule" if the search on that baseline picks another).
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from ..validate import ValidationRow
@@ -49,13 +50,14 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
     runs = {tag: (lambda tag=tag: measure_pipeline("csv", ("--csv", str(out_dir / f"tessel-{tag}.csv")),
                                                    steps=iterations))
             for tag in specs}
-    base, best = alternate(repeat, tdir, runs, progress, tag="tessel", iterations=iterations)
+    base, got = alternate(repeat, tdir, runs, progress, tag="tessel", iterations=iterations)
     rows = []
     for tag, spec in specs.items():
         again = out_dir / f"tessel-{tag}.check.csv"
         rep, _ = predict(base, [f"{spec},csv={again}"], profile_path=profile_path)
         name = spec if again.read_text() == (out_dir / f"tessel-{tag}.csv").read_text() else spec + " (other schedule)"
-        row = ValidationRow("mlp", name, rep.baseline_ms, rep.predicted_ms, best[tag])
+        row = ValidationRow("mlp", name, rep.baseline_ms, rep.predicted_ms, statistics.median(got[tag]),
+                            measured_rounds_ms=tuple(got[tag]))
         progress(f"tessel: {name}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
                  f"error {row.error_pct:.1f}%")
         rows.append(row)
