@@ -172,6 +172,45 @@ def _loader_fetch(torch, sizes=(2 ** 12, 2 ** 18), batches: int = 40, busy_s: fl
     return (max(y0 - per_byte * x0, 0.0), per_byte)
 
 
+#: Gaps (ms) after which :func:`_resume_points` times resumed work, and its tries per gap.
+RESUME_GAPS_MS, RESUME_TRIES = (0.5, 1.0, 2.0, 4.0, 8.0), 40
+
+
+def _resume_points(torch, tries: int = RESUME_TRIES) -> tuple:
+    """``((gap ns, factor), ...)``: a small training shard's backward and momentum-SGD step (two
+    Linear(512)+ReLU blocks, batch 64) after its thread slept ``gap`` following the forward, over
+    their time with no gap; the median of ``tries`` per gap, gaps shuffled per try.  Below 1
+    (noise) counts as 1: no slow-down.  ``benchmarks/post_gap.py`` is the longer measurement."""
+    import random
+
+    from torch import nn
+
+    h = 512
+    shard = nn.Sequential(nn.Linear(h, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU())
+    opt = torch.optim.SGD(shard.parameters(), lr=1e-3, momentum=0.9)
+    x, grad = torch.randn(64, h), torch.randn(64, h)
+
+    def one(gap_ms):
+        out = shard(x)
+        if gap_ms:
+            time.sleep(gap_ms / 1e3)
+        t0 = time.perf_counter_ns()
+        out.backward(grad)
+        opt.step()
+        opt.zero_grad()
+        return time.perf_counter_ns() - t0
+
+    for _ in range(20):
+        one(0)
+    gaps = (0.0,) + RESUME_GAPS_MS
+    got = {g: [] for g in gaps}
+    for _ in range(tries):
+        for g in random.sample(gaps, len(gaps)):
+            got[g].append(one(g))
+    base = statistics.median(got[0.0])
+    return tuple((g * 1e6, max(statistics.median(got[g]) / base, 1.0)) for g in RESUME_GAPS_MS)
+
+
 #: Layers (a ``Linear`` and a ``ReLU`` each) of the larger module timed by :func:`_checkpoint_ns`.
 CHECKPOINT_LAYERS = 8
 #: Rounds of :func:`_checkpoint_extra_ns`: each times the five calls once, in turn, and the
@@ -380,6 +419,10 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     if not quick:
         say("torch.compile call overhead (compiles two tiny models, ~20 s)")
         compiled, compiled_tensor = _compiled_call_ns(torch, dev)
+    resume = ()
+    if dev.type == "cpu":
+        say("work resumed after an idle gap")
+        resume = _resume_points(torch, 8 if quick else RESUME_TRIES)
     coll, p2p, post, handshake, collision, corun, spread = {}, {}, {}, {}, {}, 1.0, ()
     if collectives:
         say("compute beside a second busy process")
@@ -398,6 +441,7 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
                          bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, p2p=p2p,
                          p2p_post=post, p2p_handshake=handshake, p2p_collision=collision, corun=corun, process_spread=spread,
+                         resume=resume,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
                          compiled_tensor_ns=compiled_tensor,
                          checkpoint_call_ns=ckpt, checkpoint_op_ns=ckpt_op,

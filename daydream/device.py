@@ -171,6 +171,11 @@ class DeviceProfile:
     #: one job differ in speed for their whole run; a synchronous job goes at its slowest
     #: (:func:`optimizations._stragglers.slowest_of_factor`).
     process_spread: tuple = ()
+    #: CPU: work resumed after its thread sat idle, ``((gap ns, factor), ...)`` with increasing
+    #: gaps: a small training shard's backward and optimizer step after the thread slept that
+    #: long, over their time right after its forward (caches and predictors gone cold while it
+    #: waited); empty: not measured (see :meth:`resume_factor`).
+    resume: tuple = ()
 
     @property
     def measured_here(self) -> bool:
@@ -301,6 +306,24 @@ class DeviceProfile:
             return 0.0
         return float(_for_backend(self.p2p_collision, backend)[-1][0])
 
+    def resume_factor(self, gap_ns: float) -> float:
+        """How much longer work takes when its thread was idle ``gap_ns`` before it: 1.0 at no
+        gap and where not calibrated, interpolated between the calibrated gaps (from 1.0 at 0),
+        flat past the last.
+
+        >>> dev = DeviceProfile("x", "cpu", {}, {}, 0, resume=((1e6, 1.04), (4e6, 1.16)))
+        >>> [round(dev.resume_factor(g), 3) for g in (0, 5e5, 2.5e6, 9e6)]
+        [1.0, 1.02, 1.1, 1.16]
+        """
+        if not self.resume or gap_ns <= 0:
+            return 1.0
+        (x0, y0) = (0.0, 1.0)
+        for x1, y1 in self.resume:
+            if gap_ns <= x1:
+                return float(y0 + (y1 - y0) * (gap_ns - x0) / (x1 - x0))
+            x0, y0 = x1, y1
+        return float(y0)
+
     # ------------------------------------------------------------ persistence
     def to_json(self) -> dict:
         d = asdict(self)
@@ -335,7 +358,8 @@ class DeviceProfile:
                    checkpoint_call_ns=tuple(int(x) for x in d.get("checkpoint_call_ns", (0, 0))),
                    checkpoint_op_ns=tuple(int(x) for x in d.get("checkpoint_op_ns", (0, 0))),
                    corun=float(d.get("corun", 1.0)),
-                   process_spread=tuple(float(x) for x in d.get("process_spread", ())), **curves)
+                   process_spread=tuple(float(x) for x in d.get("process_spread", ())),
+                   resume=tuple(tuple(float(x) for x in p) for p in d.get("resume", ())), **curves)
 
 
 def _fwd_bwd(v) -> tuple:
@@ -475,6 +499,10 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
         return "corun must be in (0, 1]"
     if not all(_positive(x) for x in prof.process_spread):
         return "process_spread needs relative times > 0"
+    if not all(len(p) == 2 and _positive(p[0]) and _positive(p[1]) and p[1] >= 1 for p in prof.resume):
+        return "resume needs (gap ns > 0, factor >= 1) points"
+    if any(a[0] >= b[0] for a, b in zip(prof.resume, prof.resume[1:])):
+        return "resume: gaps must increase"
     if prof.op_overhead_ns < 0:
         return "op_overhead_ns must be >= 0"
     for name in ("checkpoint_call_ns", "checkpoint_op_ns", "compiled_call_ns", "compiled_tensor_ns"):

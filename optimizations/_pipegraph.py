@@ -54,6 +54,7 @@ from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.sim import simulate
 
 from ._corun import corun_rate
+from ._resume import add_resume_costs
 from ._schedules import Action, Kind, ScheduleError
 from .base import NotApplicable
 
@@ -494,11 +495,18 @@ def add_post_collisions(pg: PipeGraph, device) -> tuple:
 
 
 def simulate_pipeline(pg: PipeGraph, device, ctx=None):
-    """:func:`daydream.sim.simulate` of ``pg.graph`` after :func:`add_post_collisions` (noted on
-    ``ctx`` where given and any collide)."""
+    """:func:`daydream.sim.simulate` of ``pg.graph`` after :func:`add_post_collisions` and
+    :func:`~optimizations._resume.add_resume_costs` on the ranks' compute lanes (each noted on
+    ``ctx`` where given and it adds anything)."""
     n, added = add_post_collisions(pg, device)
     if ctx is not None and n:
         ctx.note(f"pipeline: {n} posts of a send or receive collide with a post of their peer (within "
                  f"{device.p2p_collision_window_ns() / 1e3:.0f} us): +{added / 1e6:.2f} ms of posting over the "
                  f"simulated iterations (p2p_collision)")
-    return simulate(pg.graph)
+    g = pg.graph
+    compute = [i for i, ln in enumerate(g.lanes) if ln.kind != LaneKind.COMM]
+    n, added = add_resume_costs(g, compute, simulate(g), device)
+    if ctx is not None and n:
+        ctx.note(f"pipeline: {n} tasks start after their rank sat idle: +{added / 1e6:.2f} ms over the simulated "
+                 "iterations (the profile's resume factors)")
+    return simulate(g)

@@ -70,6 +70,7 @@ from daydream.primitives import LanePolicy, set_policy
 
 from ._common import module_table
 from ._corun import SOURCES, corun_rate, corun_stretch
+from ._resume import add_resume_costs
 from .base import NotApplicable, Optimization, OptionError, Param
 
 __all__ = ["Hydra", "OPTIMIZATION", "Unit", "ShardCosts", "layer_units", "balanced_split", "parse_layers",
@@ -357,9 +358,16 @@ class Hydra(Optimization):
         transfer_ns, (send_post_ns, _) = dev.p2p_ns, dev.p2p_post_ns()
         rate = corun_rate(ctx, 1.0, self.corun) if D > 1 else 1.0
         graphs, results = {}, {}
+        resumed = {}
         for sched in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL):
             graphs[sched] = g = schedule_graph(costs, K, transfer_ns, sched, send_post_ns)
+            work = g.tasks["dur_ns"].copy()
             results[sched] = corun_stretch(g, device_lanes(g), rate)
+            resumed[sched] = (0, 0)
+            if dev.resume:       # the co-run schedule's idle gaps lengthen the work resumed after them
+                g.tasks["dur_ns"][:] = work
+                resumed[sched] = add_resume_costs(g, device_lanes(g), results[sched], dev)
+                results[sched] = corun_stretch(g, device_lanes(g), rate)
         mp, sp = (results[s].makespan_ns / 1e6 for s in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL))
         ctx.metrics.update({"model_parallel_makespan_ms": mp, "shard_parallel_makespan_ms": sp,
                             "shard_parallel_speedup": mp / sp if sp else float("inf"),
@@ -367,6 +375,10 @@ class Hydra(Optimization):
                             "shard_parallel_utilisation": _utilisation(results[Schedule.SHARD_PARALLEL], D)})
         ctx.metrics.update({f"shard{s}_layers": n for s, n in enumerate(costs.layers)})
         ctx.graph = graphs[self.schedule]
+        n, added = resumed[self.schedule]
+        if n:
+            ctx.note(f"hydra: {n} shard tasks start after their device sat idle: +{added / 1e6:.2f} ms of work "
+                     "(the profile's resume factors)")
         if rate < 1.0:
             ctx.note(f"hydra: a device's shard runs at {rate:.2f}x its speed alone while another device is busy "
                      f"(corun={self.corun}; `corun=off` leaves it out)")

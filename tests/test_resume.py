@@ -1,0 +1,63 @@
+"""Work resumed after its lane sat idle: the profile's factors and where the what-ifs use them."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from conftest import flat_profile
+from daydream.device import load_profile, save_profile
+from daydream.errors import DaydreamError
+from daydream.optimizations._resume import add_resume_costs
+from daydream.optimizations.hydra import Schedule, ShardCosts, device_lanes, schedule_graph
+from daydream.sim import simulate
+from daydream.whatif import predict
+
+#: forward, backward, optimizer per shard; 1 ns transfers (see test_hydra's chain)
+COSTS = ShardCosts((10, 12), (20, 20), (5, 5), (100,), (2, 2))
+
+
+def test_hydra_chain_the_backward_after_the_wait_takes_the_factor_exact():
+    # F0 0-10, act 10-11, F1 11-23, B1 23-43, grad 43-44, B0 44-64, O0 64-69: device 0 sits idle
+    # 34 ns before B0 (factor 1.5: 20 -> 30); device 1's tasks follow each other, its first has no gap
+    g = schedule_graph(COSTS, 1, lambda _b: 1, Schedule.MODEL_PARALLEL)
+    dev = dataclasses.replace(flat_profile(), resume=((34.0, 1.5),))
+    assert add_resume_costs(g, device_lanes(g), simulate(g), dev) == (1, 10)
+    res = simulate(g)
+    start = {g.task_name(t): int(res.start_ns[t]) for t in range(g.n_tasks)}
+    assert start["model 0 optimizer shard 0"] == 74 and res.makespan_ns == 79
+    assert add_resume_costs(g, device_lanes(g), res, flat_profile()) == (0, 0)     # no figures: nothing
+
+
+def test_profile_keeps_resume_points_and_refuses_bad_ones(tmp_path):
+    path = save_profile(dataclasses.replace(flat_profile(), resume=((1e6, 1.05), (4e6, 1.2))), str(tmp_path / "p.json"))
+    assert load_profile(path).resume_factor(2.5e6) == pytest.approx(1.125)
+    doc = json.loads(open(path).read())
+    for bad, why in (([[4e6, 1.2], [1e6, 1.05]], "resume: gaps must increase"),
+                     ([[1e6, 0.9]], "resume needs"), ([[0.0, 1.1]], "resume needs")):
+        doc["resume"] = bad
+        open(path, "w").write(json.dumps(doc))
+        with pytest.raises(DaydreamError, match=why):
+            load_profile(path)
+
+
+@pytest.mark.parametrize("spec", ["hydra:models=2,devices=2,schedule=model-parallel,corun=off",
+                                  "pipeline:stages=2,microbatches=4,schedule=gpipe,corun=off"])
+def test_whatifs_of_ranks_that_wait_lengthen_the_resumed_work(own_trace, spec):
+    base = flat_profile(allreduce=(1e9, 10_000.0))
+    base = dataclasses.replace(base, p2p={"gloo": (1e9, 10_000.0)})
+    plain, _ = predict(own_trace("mlp"), [spec], device=base)
+    resumed, _ = predict(own_trace("mlp"), [spec], device=dataclasses.replace(base, resume=((1e5, 1.2),)))
+    assert resumed.predicted_ms > plain.predicted_ms
+    assert any("sat idle" in n and "resume factors" in n for n in resumed.notes)
+    assert not any("sat idle" in n for n in plain.notes)
+
+
+def test_calibration_measures_factors_by_gap():
+    torch = pytest.importorskip("torch")
+    from daydream.calibrate import RESUME_GAPS_MS, _resume_points
+
+    pts = _resume_points(torch, tries=3)
+    assert [g for g, _ in pts] == [g * 1e6 for g in RESUME_GAPS_MS]
+    assert all(1.0 <= f < 5.0 for _, f in pts)
