@@ -29,7 +29,9 @@ with the device profile's point-to-point figures
 the all-reduce model); the sending device first spends the profile's host
 cost of posting a send (``p2p_post``), which the transfer time includes.
 Receives are posted before a step starts (as the real runtime does) and
-cost the step nothing.
+cost the step nothing.  A shard that starts after its device sat idle takes
+the profile's calibrated factor for work resumed after that gap
+(``resume``, :mod:`optimizations._resume`).
 
 * ``model-parallel``: the models one after another (each device runs its
   shards in model order).

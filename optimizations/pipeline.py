@@ -27,7 +27,10 @@ traced step split by parameter bytes).  Where the device profile has the
 host cost of posting sends and receives (gloo on CPU), each post runs on its
 rank's compute lane, and two posts the ranks make to each other at about the
 same moment both pay the profile's calibrated collision cost
-(:func:`optimizations._pipegraph.add_post_collisions`).  Schedules:
+(:func:`optimizations._pipegraph.add_post_collisions`); an action that
+starts after its rank sat idle takes the profile's calibrated factor for
+work resumed after that gap (``resume``, :mod:`optimizations._resume`).
+Schedules:
 
 * ``gpipe``: all forwards, then all backwards, flush, step;
 * ``1f1b``: PipeDream-Flush / torch ``Schedule1F1B`` (needs ``M >= S``);
