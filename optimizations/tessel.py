@@ -25,6 +25,9 @@ stderr; Ctrl-C stops the search and keeps the best schedule so far.
 The winner is reported against GPipe and 1F1B on the same stages (when each
 device holds one stage) and, with ``csv=PATH``, written as the per-rank
 action list that torch's ``_PipelineScheduleRuntime._load_csv`` executes.
+``schedule_csv=PATH`` costs the schedule in such a file (one written by an
+earlier search, or by hand) instead of searching: what a schedule found
+from one trace takes with another.
 
 Assumptions and limits: those of ``pipeline`` (identical devices, chain
 models, no pipeline-framework overhead per action), full backward only (no
@@ -44,7 +47,7 @@ from ._pipegraph import build_graph, parse_partition, partition, simulate_pipeli
 from .base import Optimization, OptionError, Param
 from .pipeline import ITERATIONS, bubble_fraction
 
-__all__ = ["Tessel", "OPTIMIZATION", "parse_placement", "repetends", "search", "PROGRESS_EVERY"]
+__all__ = ["Tessel", "OPTIMIZATION", "parse_placement", "repetends", "search", "given_schedule", "PROGRESS_EVERY"]
 
 #: Candidates enumerated between two progress lines on stderr.
 PROGRESS_EVERY = 1000
@@ -117,8 +120,7 @@ def search(sc, placement, microbatches, device, max_lag, budget=20000, memory_by
             if key in seen or sch.blocked(acts, n_stages):
                 continue
             seen.add(key)
-            act = max(sum(sch.in_flight(acts, s) * sc.stash_bytes[s] for s in range(n_stages) if placement[s] == d)
-                      for d in range(max(placement) + 1))
+            act = _stashed_bytes(sc, placement, acts)
             if memory_bytes and act > memory_bytes:
                 continue
             t = simulate_pipeline(build_graph(sc, acts, ITERATIONS, device, True, microbatches),
@@ -129,6 +131,34 @@ def search(sc, placement, microbatches, device, max_lag, budget=20000, memory_by
     except KeyboardInterrupt:
         cut = "interrupted (Ctrl-C)"
     return best, costed, cut
+
+
+def _stashed_bytes(sc, placement, acts) -> int:
+    """Largest stashed activation bytes of a device under ``acts``."""
+    return max(sum(sch.in_flight(acts, s) * sc.stash_bytes[s] for s in range(len(placement)) if placement[s] == d)
+               for d in range(max(placement) + 1))
+
+
+def given_schedule(path, sc, placement, microbatches, device):
+    """``(time_ns, act_bytes, actions, ((), {}))`` of the schedule in CSV file ``path``, as
+    :func:`search` reports its best; refused (:class:`ScheduleError`, naming the file) unless every
+    stage runs each micro-batch's forward and backward once on the device ``placement`` puts it
+    on (:func:`~optimizations._schedules.validate`) without a cyclic wait."""
+    from pathlib import Path
+
+    try:
+        acts = sch.from_csv(Path(path).read_text())
+        sch.validate(acts, len(placement), microbatches)
+        wrong = {s: r for s, r in sch.stage_rank(acts).items() if placement[s] != r}
+        if wrong or len(acts) != max(placement) + 1:
+            raise sch.ScheduleError(f"its stages are not placed {':'.join(map(str, placement))}")
+        stuck = sch.blocked(acts, len(placement))
+        if stuck:
+            raise sch.ScheduleError(f"the ranks would wait on each other forever at {', '.join(stuck)}")
+    except (OSError, ValueError, sch.ScheduleError) as exc:
+        raise sch.ScheduleError(f"tessel: {path}: not a schedule to cost ({exc})") from None
+    t = simulate_pipeline(build_graph(sc, acts, ITERATIONS, device, True, microbatches), device).mean_iteration_ns()[1]
+    return t, _stashed_bytes(sc, placement, acts), acts, ((), {})
 
 
 def _describe(orders, lags) -> str:
@@ -151,6 +181,8 @@ class Tessel(Optimization):
               Param("memory_mb", 0.0, "limit on stashed activations per device, MB (0: none)"),
               Param("budget", 20000, "most candidates to enumerate", int),
               Param("csv", "", "write the best schedule here (torch _load_csv format)", str),
+              Param("schedule_csv", "", "cost the schedule in this file (torch _load_csv format, as csv= writes) "
+                    "instead of searching", str),
               Param("scale_grads", True, "each stage divides its gradients by M after its last backward, as torch's "
                     "pipelining runtime does by default (scale_grads=True): one pass over them", bool))
     assumptions = __doc__
@@ -172,8 +204,11 @@ class Tessel(Optimization):
         sc = stage_costs(units, bounds, ctx.device, self.action_overhead_us * 1e3, comm_actions=True,
                          scale_grads=self.scale_grads and self.microbatches > 1)
         max_lag = self.max_lag or 2 * n
-        best, costed, cut = search(sc, place, self.microbatches, ctx.device, max_lag, self.budget,
-                                   int(self.memory_mb * 1e6), lambda m: print(m, file=sys.stderr, flush=True))
+        if self.schedule_csv:
+            best, costed, cut = given_schedule(self.schedule_csv, sc, place, self.microbatches, ctx.device), 1, ""
+        else:
+            best, costed, cut = search(sc, place, self.microbatches, ctx.device, max_lag, self.budget,
+                                       int(self.memory_mb * 1e6), lambda m: print(m, file=sys.stderr, flush=True))
         if best is None:
             raise sch.ScheduleError("tessel: no schedule in the search space runs"
                                     + (" within memory_mb" if self.memory_mb else "") + (f" ({cut})" if cut else ""))
@@ -193,15 +228,16 @@ class Tessel(Optimization):
         m["bubble_fraction"] = bubble_fraction(res)
         m["max_activations_bytes"] = act
         m["schedule"] = " / ".join(" ".join(map(str, seq)) for seq in acts)
-        m["repetend"] = _describe(orders, lags)
+        m["repetend"] = _describe(orders, lags) if orders else f"given ({self.schedule_csv})"
         m["candidates_costed"] = costed
         if self.csv:
             from daydream.fileio import atomic_write_bytes
 
             atomic_write_bytes(self.csv, sch.to_csv(acts).encode())
             ctx.note(f"tessel: wrote the schedule to {self.csv} (torch _PipelineScheduleRuntime._load_csv)")
-        ctx.note(f"tessel: {costed} distinct schedules costed, lags 0..{max_lag}"
-                 + (f"; search stopped early: {cut}" if cut else ""))
+        if not self.schedule_csv:
+            ctx.note(f"tessel: {costed} distinct schedules costed, lags 0..{max_lag}"
+                     + (f"; search stopped early: {cut}" if cut else ""))
 
 
 OPTIMIZATION = Tessel

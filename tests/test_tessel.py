@@ -91,6 +91,33 @@ def test_whatif_reports_against_gpipe_and_1f1b_and_writes_runnable_csv(tmp_path)
     assert " / ".join(" ".join(map(str, r)) for r in acts) == m["schedule"]
 
 
+def test_a_given_schedule_is_costed_as_the_search_costed_it(tmp_path):
+    path = tmp_path / "best.csv"
+    searched = whatif(f"tessel:stages=2,microbatches=2,max_lag=3,csv={path}").metrics
+    given = whatif(f"tessel:stages=2,microbatches=2,schedule_csv={path}").metrics
+    assert given["tessel_ms"] == searched["tessel_ms"] and given["schedule"] == searched["schedule"]
+    assert given["candidates_costed"] == 1 and given["repetend"].startswith("given")
+    (tmp_path / "gpipe.csv").write_text(sch.to_csv(sch.make_schedule("gpipe", 2, 2)))
+    gpipe = whatif(f"tessel:stages=2,microbatches=2,schedule_csv={tmp_path / 'gpipe.csv'}").metrics
+    assert gpipe["tessel_ms"] == pytest.approx(gpipe["gpipe_ms"])
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("0F0,0B0\n1F0,1B0\n", "0F1 appears 0 times"),                          # micro-batch 1 missing
+    ("1F0,1F1,1B0,1B1\n0F0,0F1,0B0,0B1\n", "not placed 0:1"),                # stages on the wrong ranks
+    ("0F0,0B0,0F1,0B1\n1B0,1F0,1F1,1B1\n", "runs before"),
+    ("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n", "wait on each other forever"),
+    ("0X0\n", "bad action"),
+])
+def test_a_given_schedule_that_cannot_run_is_refused_naming_the_file(tmp_path, text, msg):
+    path = tmp_path / "s.csv"
+    path.write_text(text)
+    with pytest.raises(OptionError, match=f"tessel: {path}: not a schedule to cost .*{msg}"):
+        whatif(f"tessel:stages=2,microbatches=2,schedule_csv={path}")
+    with pytest.raises(OptionError, match="not a schedule to cost"):
+        whatif(f"tessel:stages=2,microbatches=2,schedule_csv={tmp_path / 'absent.csv'}")
+
+
 def test_v_placement_searches_two_stages_per_device():
     ctx = whatif("tessel:stages=2,microbatches=2,placement=0:1:1:0,max_lag=2,budget=500")
     acts = sch.from_csv(ctx.metrics["schedule"].replace(" / ", "\n").replace(" ", ","))
