@@ -17,7 +17,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import time
 
@@ -71,22 +70,11 @@ def main(argv=None) -> None:
     p.add_argument("--tries", type=int, default=35)
     p.add_argument("--busy-ms", type=float, default=5.0, help="compute before each call (the last two modes)")
     a = p.parse_args(argv)
-    import torch.multiprocessing as mp
-
+    from daydream.calibrate_procs import first_result
     from daydream.cpuidle import polling_idle
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with polling_idle():
-        ctx = mp.get_context("spawn")
-        q = ctx.Queue()
-        procs = [ctx.Process(target=_worker, args=(r, port, a, q)) for r in range(2)]
-        for pr in procs:
-            pr.start()
-        out = q.get(timeout=600)
-        for pr in procs:
-            pr.join()
+        out = first_result(_worker, 2, (a,), 600)
     print("gloo all-reduce, 2 pinned processes, idle CPUs polling:")
     for (kb, mode), (med, mean, mx) in out.items():
         print(f"  {kb:6d} KiB  {mode:16s} median {med:6.2f}  mean {mean:6.2f}  max {mx:6.2f} ms")

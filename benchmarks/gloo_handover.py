@@ -4,9 +4,10 @@ Both ranks compute (spin) before posting, as pipeline stages do; rank 1 posts it
 ``offset`` ms after rank 0 posts its send (negative: before) and waits; rank 0 computes
 ``--after-ms`` more after posting, then waits for its send. Printed per offset: the median time
 from the end of the send's post to the receive's completion (both ranks read one host clock), and
-the share of tries over 1 ms. One run, 2026-11-23 20:12, 64 KiB, ``--after-ms 2``: 0.010-0.013 ms
-at -2 / -1 / -0.6 / -0.3 ms (10-30 % of tries over 1 ms), 2.085 ms at 0 (92 %: the data left when
-rank 0 stopped computing), 0.338 ms at +0.3.
+the share of tries over 1 ms. Two runs, 2026-11-23, 64 KiB: with ``--after-ms 2`` 0.006-0.008 ms
+at -2 / -1 / -0.6 / -0.3 ms (20-28 % of tries over 1 ms), 2.069 ms at 0 (85 %: the data left when
+rank 0 stopped computing), 0.348 ms at +0.3; with ``--after-ms 0.5`` 0.011-0.161 ms, 0.619 ms at
+0 (42 %), 0.346 ms at +0.3.
 
 Usage::
 
@@ -70,23 +71,13 @@ def main(argv=None) -> None:
     p.add_argument("--offsets", default="-2,-1,-0.6,-0.3,0,0.3", help="receive post - send post, ms")
     args = p.parse_args(argv)
 
-    import torch.multiprocessing as mp
-
-    from daydream.calibrate_procs import free_port
+    from daydream.calibrate_procs import first_result
     from daydream.cpuidle import polling_idle
 
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("gloo_handover: needs two cores")
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
     with polling_idle() as held:
-        port = free_port()
-        procs = [ctx.Process(target=_worker, args=(r, port, args, q)) for r in range(2)]
-        for proc in procs:
-            proc.start()
-        out = q.get(timeout=600)
-        for proc in procs:
-            proc.join()
+        out = first_result(_worker, 2, (args,), 600)
     print(f"{args.kb} KiB, rank 0 computing {args.after_ms} ms after its post; idle CPUs polling: {held}")
     for o, (med, slow) in out.items():
         print(f"receive posted {o:+.1f} ms from the send: arrival {med:.3f} ms after the send's post (median), "

@@ -317,7 +317,7 @@ class DeviceProfile:
         """
         if not self.resume or gap_ns <= 0:
             return 1.0
-        (x0, y0) = (0.0, 1.0)
+        x0, y0 = 0.0, 1.0
         for x1, y1 in self.resume:
             if gap_ns <= x1:
                 return float(y0 + (y1 - y0) * (gap_ns - x0) / (x1 - x0))
