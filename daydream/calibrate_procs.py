@@ -3,8 +3,8 @@
 gloo between two local processes, each pinned to a core of its own where
 there are two (as ``--pin-cores`` runs are): all-reduce bandwidth and
 latency; one send's transfer, the host cost of posting a send and a
-receive, a late receive's handshake and the extra cost of posts that
-collide.  On a CPU host, a matmul's throughput beside a second busy process
+receive, a late receive's handshake, and the extra cost of posts that
+collide and the data's delay then.  On a CPU host, a matmul's throughput beside a second busy process
 (co-run) and how far processes started together differ in speed for a whole
 run (process spread).
 """
@@ -83,7 +83,8 @@ def _gloo_worker(rank, port, sizes, kind, q):
             out.append((nbytes, _p2p_one_way_ns(torch, dist, rank, t), *_p2p_post_ns(torch, dist, rank, t),
                         _p2p_late_recv_ns(torch, dist, rank, t)))
     if kind == "p2p":
-        out = (out, _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)))
+        out = (out, _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)),
+               _p2p_hold_pts(torch, dist, rank, torch.zeros(P2P_HOLD_ELEMENTS)))
     if rank == 0:
         q.put(out)
     dist.destroy_process_group()
@@ -214,6 +215,72 @@ def _p2p_collision_pts(torch, dist, rank, t) -> tuple:
     return tuple(pts)
 
 
+#: Nominal gaps (us) between a send's post and its receive's (either first) at which
+#: :func:`_p2p_hold_pts` times the delivery; tries at least the last apart are the reference.
+P2P_HOLD_GAPS_US = (0, 10, 25, 50, 100, 200, 400, 800)
+#: Tries per gap (half with each side posting first), and how long the sender computes after its post.
+P2P_HOLD_TRIES, P2P_HOLD_BUSY_S = 40, 0.002
+#: Elements of the tensor sent (64 KiB: a pipeline hand-over of the validated size).
+P2P_HOLD_ELEMENTS = 2 ** 14
+
+
+def _p2p_hold_pts(torch, dist, rank, t) -> tuple:
+    """Rank 0: ``((gap ns, extra ns), ...)``, the mean delay of a send's data beyond the later of
+    the two posts' ends when its receive is posted ``gap`` from it (by the gaps the two posts'
+    starts really had: tries binned at :data:`P2P_HOLD_GAPS_US`), over that of the tries at
+    least the last gap apart (at least 0; 0 at the last gap).  Rank 1: ``()``.
+
+    Each try leaves a barrier; one side waits ``gap``; rank 0 posts a send and computes (spins)
+    :data:`P2P_HOLD_BUSY_S` before waiting for it, rank 1 posts the receive and waits for the
+    data, as pipeline stages do.  Posts within some tens of microseconds of each other hold the
+    data back in a share of tries by milliseconds (gloo's pair lock and a scheduler slice,
+    see ``benchmarks/gloo_handover.py``); the mean carries how often.
+    """
+    rec = []    # (send post start, its end) on rank 0; (receive post start, its end, arrival) on rank 1
+    for k in range(P2P_HOLD_TRIES + 2):
+        for gap in P2P_HOLD_GAPS_US:
+            dist.barrier()
+            if rank == k % 2:
+                _spin(gap * 1e-6)
+            t0 = time.perf_counter_ns()
+            work = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0)
+            t1 = time.perf_counter_ns()
+            if rank == 0:
+                _spin(P2P_HOLD_BUSY_S)
+            work.wait()
+            if k >= 2:
+                rec.append((t0, t1, time.perf_counter_ns()))
+    mine = torch.tensor(rec, dtype=torch.int64)
+    if rank == 0:
+        dist.send(mine, 1)
+        got = torch.zeros(len(P2P_HOLD_GAPS_US), dtype=torch.float64)
+        dist.recv(got, 1)
+        return tuple((g * 1e3, float(x)) for g, x in zip(P2P_HOLD_GAPS_US, got.tolist()))
+    send = torch.zeros_like(mine)
+    dist.recv(send, 0)
+    gap_us = ((mine[:, 0] - send[:, 0]).abs().double() / 1e3).tolist()
+    delay = (mine[:, 2] - torch.maximum(mine[:, 1], send[:, 1])).double().tolist()
+    dist.send(torch.tensor(_mean_by_gap(gap_us, delay, P2P_HOLD_GAPS_US), dtype=torch.float64), 0)
+    return ()
+
+
+def _mean_by_gap(gaps, values, edges) -> list:
+    """Per edge of ``edges`` (increasing), the mean of the ``values`` whose gap lies from it to the
+    next edge, less the mean of those at or past the last edge (at least 0; 0 at the last edge); an
+    edge without values takes the next edge's figure.
+
+    >>> _mean_by_gap([0, 5, 12, 30, 31], [9.0, 7.0, 4.0, 1.0, 3.0], (0, 10, 30))
+    [6.0, 2.0, 0.0]
+    """
+    far = [v for g, v in zip(gaps, values) if g >= edges[-1]]
+    ref = statistics.fmean(far) if far else 0.0
+    out = [0.0]
+    for lo, hi in reversed(list(zip(edges, edges[1:]))):
+        got = [v for g, v in zip(gaps, values) if lo <= g < hi]
+        out.append(max(statistics.fmean(got) - ref, 0.0) if got else out[-1])
+    return out[::-1]
+
+
 def p2p_handshake_ns(one_way_ns: float, send_post_ns: float, recv_post_ns: float, late_wait_ns: float) -> float:
     """What a late receive waits beyond posting it and the transfer as :meth:`DeviceProfile.p2p_ns`
     counts it (from the send's post): ``late - recv_post - (one_way - send_post)``, at least 0.
@@ -225,10 +292,10 @@ def p2p_handshake_ns(one_way_ns: float, send_post_ns: float, recv_post_ns: float
 
 
 def gloo_p2p(sizes=None) -> tuple:
-    """``((bytes/s, latency ns), (send post ns, receive post ns), handshake ns, collision points)`` of
-    one gloo send between two local processes (idle CPUs polling): the ``p2p``, ``p2p_post``,
-    ``p2p_handshake`` and ``p2p_collision`` figures of a CPU profile, measured alone to complete an
-    older profile."""
+    """``((bytes/s, latency ns), (send post ns, receive post ns), handshake ns, collision points, hold
+    points)`` of one gloo send between two local processes (idle CPUs polling): the ``p2p``,
+    ``p2p_post``, ``p2p_handshake``, ``p2p_collision`` and ``p2p_hold`` figures of a CPU profile,
+    measured alone to complete an older profile."""
     from .cpuidle import polling_idle
 
     with polling_idle():
@@ -242,16 +309,17 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     the ring model for 2 workers (``a = 2 latency``) for ``"allreduce"``; one send
     (``a = latency``) for ``"p2p"``, which
     also returns the host cost of posting a send and a receive, the handshake of a late
-    receive (:func:`p2p_handshake_ns`; medians over the sizes up to :data:`P2P_POST_MAX_BYTES`) and
-    the extra cost of posts that collide (:func:`_p2p_collision_pts`):
-    ``((bytes/s, latency ns), (send ns, receive ns), handshake ns, ((gap ns, extra ns), ...))``."""
+    receive (:func:`p2p_handshake_ns`; medians over the sizes up to :data:`P2P_POST_MAX_BYTES`),
+    the extra cost of posts that collide (:func:`_p2p_collision_pts`) and the data's extra delay
+    then (:func:`_p2p_hold_pts`): ``((bytes/s, latency ns), (send ns, receive ns), handshake ns,
+    ((gap ns, extra ns), ...), ((gap ns, extra ns), ...))``."""
     pts = first_result(_gloo_worker, 2, (sizes, kind))
     if kind == "p2p":
-        pts, collision = pts
+        pts, collision, hold = pts
         small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]
         post = tuple(statistics.median(p[k] for p in small) for k in (2, 3))
         handshake = statistics.median(p2p_handshake_ns(p[1], p[2], p[3], p[4]) for p in small)
-        return _fit_relative([p[:2] for p in pts]), post, handshake, collision
+        return _fit_relative([p[:2] for p in pts]), post, handshake, collision, hold
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)

@@ -129,6 +129,11 @@ class DeviceProfile:
         post holds the pair's lock; the peer's notice arriving meanwhile wakes the
         receiving thread, which can preempt the poster on its core and spin for
         the lock for a scheduler slice.  Where absent, 0.
+    p2p_hold : dict of str to tuple of (offset_ns, extra_ns)
+        Per backend: the mean extra delay of a send's data, beyond both posts' ends,
+        when its receive is posted about when the send is, by the gap between the two
+        posts' starts (increasing offsets; 0 past the last), the sender computing on
+        after its post.  Where absent, 0.
     """
 
     name: str
@@ -144,6 +149,7 @@ class DeviceProfile:
     p2p_post: dict = field(default_factory=dict)
     p2p_handshake: dict = field(default_factory=dict)
     p2p_collision: dict = field(default_factory=dict)
+    p2p_hold: dict = field(default_factory=dict)
     threads: int = 0
     source: str = "published"
     #: DataLoader: main-process cost of receiving one batch from a worker
@@ -289,22 +295,27 @@ class DeviceProfile:
         >>> dev.p2p_collision_ns(0), dev.p2p_collision_ns(-50e3), dev.p2p_collision_ns(300e3)
         (2000000.0, 1000000.0, 0.0)
         """
-        if not self.p2p_collision:
-            return 0.0
-        pts = _for_backend(self.p2p_collision, backend)
-        gap = abs(gap_ns)
-        if gap <= pts[0][0]:
-            return float(pts[0][1])
-        for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-            if gap <= x1:
-                return float(y0 + (y1 - y0) * (gap - x0) / (x1 - x0))
-        return 0.0
+        return _by_gap(_for_backend(self.p2p_collision, backend), gap_ns) if self.p2p_collision else 0.0
 
     def p2p_collision_window_ns(self, backend: str | None = None) -> float:
         """The largest gap between two posts at which :meth:`p2p_collision_ns` can be above 0."""
         if not self.p2p_collision:
             return 0.0
         return float(_for_backend(self.p2p_collision, backend)[-1][0])
+
+    def p2p_hold_ns(self, gap_ns: float, backend: str | None = None) -> float:
+        """Mean extra ns before a send's data leaves when its receive is posted ``gap_ns`` before or
+        after it (0.0 where not calibrated, and past the last calibrated gap).
+
+        >>> dev = DeviceProfile("x", "cpu", {}, {}, 0, p2p_hold={"gloo": ((0, 1e6), (10e3, 6e5), (800e3, 0))})
+        >>> dev.p2p_hold_ns(5e3), dev.p2p_hold_ns(900e3), DeviceProfile("x", "cpu", {}, {}, 0).p2p_hold_ns(0)
+        (800000.0, 0.0, 0.0)
+        """
+        return _by_gap(_for_backend(self.p2p_hold, backend), gap_ns) if self.p2p_hold else 0.0
+
+    def p2p_hold_window_ns(self, backend: str | None = None) -> float:
+        """The largest gap between two posts at which :meth:`p2p_hold_ns` can be above 0."""
+        return float(_for_backend(self.p2p_hold, backend)[-1][0]) if self.p2p_hold else 0.0
 
     def resume_factor(self, gap_ns: float) -> float:
         """How much longer work takes when its thread was idle ``gap_ns`` before it: 1.0 at no
@@ -333,6 +344,7 @@ class DeviceProfile:
         d["p2p"] = {k: list(v) for k, v in self.p2p.items()}
         d["p2p_post"] = {k: list(v) for k, v in self.p2p_post.items()}
         d["p2p_collision"] = {k: [list(p) for p in v] for k, v in self.p2p_collision.items()}
+        d["p2p_hold"] = {k: [list(p) for p in v] for k, v in self.p2p_hold.items()}
         d["loader_fetch"] = list(self.loader_fetch)
         d["compiled_call_ns"] = list(self.compiled_call_ns)
         d["compiled_tensor_ns"] = list(self.compiled_tensor_ns)
@@ -351,6 +363,7 @@ class DeviceProfile:
                    p2p_handshake={k: float(v) for k, v in d.get("p2p_handshake", {}).items()},
                    p2p_collision={k: tuple(tuple(float(x) for x in p) for p in v)
                                   for k, v in d.get("p2p_collision", {}).items()},
+                   p2p_hold={k: tuple(tuple(float(x) for x in p) for p in v) for k, v in d.get("p2p_hold", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
                    compiled_call_ns=_fwd_bwd(d.get("compiled_call_ns", (0, 0))),
@@ -377,6 +390,18 @@ def _fwd_bwd(v) -> tuple:
 def _for_backend(figures: dict, backend: str | None):
     """``figures[backend]``, or the first backend's figures where that one is not given."""
     return figures[backend] if backend in figures else next(iter(figures.values()))
+
+
+def _by_gap(pts, gap_ns: float) -> float:
+    """The extra ns at ``|gap_ns|`` on ``((gap ns, extra ns), ...)`` (increasing gaps): linear between
+    points, the first point's below it, 0.0 past the last."""
+    gap = abs(gap_ns)
+    if gap <= pts[0][0]:
+        return float(pts[0][1])
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if gap <= x1:
+            return float(y0 + (y1 - y0) * (gap - x0) / (x1 - x0))
+    return 0.0
 
 
 def _gpu(name, fp32_tflops, tensor_tflops, bw_gbs, link_gbs, launch_us=4.0):
@@ -487,12 +512,13 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
     for name, v in prof.p2p_handshake.items():
         if not (_positive(v) or v == 0):
             return f"p2p_handshake {name}: needs ns >= 0"
-    for name, pts in prof.p2p_collision.items():
-        if not pts or not all(len(p) == 2 and (_positive(p[0]) or p[0] == 0) and (_positive(p[1]) or p[1] == 0)
-                              for p in pts):
-            return f"p2p_collision {name}: needs (gap ns >= 0, extra ns >= 0) points"
-        if any(a[0] >= b[0] for a, b in zip(pts, pts[1:])):
-            return f"p2p_collision {name}: gaps must increase"
+    for kind in ("p2p_collision", "p2p_hold"):
+        for name, pts in getattr(prof, kind).items():
+            if not pts or not all(len(p) == 2 and (_positive(p[0]) or p[0] == 0) and (_positive(p[1]) or p[1] == 0)
+                                  for p in pts):
+                return f"{kind} {name}: needs (gap ns >= 0, extra ns >= 0) points"
+            if any(a[0] >= b[0] for a, b in zip(pts, pts[1:])):
+                return f"{kind} {name}: gaps must increase"
     if len(prof.loader_fetch) != 2 or not all(_positive(x) or x == 0 for x in prof.loader_fetch):
         return "loader_fetch needs two non-negative numbers"
     if not (isinstance(prof.corun, (int, float)) and 0 < prof.corun <= 1):

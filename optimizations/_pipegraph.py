@@ -24,8 +24,10 @@
   about the same moment cost more (``p2p_collision``, calibrated).  In gloo a
   post holds the pair's lock while the peer's notice can arrive; the thread
   that reads it wakes, may preempt the poster on its core and spins for the
-  lock for a scheduler slice, milliseconds on Linux (both posts stall).  One
-  pass: the gaps are those of the schedule without the stalls.
+  lock for a scheduler slice, milliseconds on Linux (both posts stall); the
+  data of such a send leaves later still (``p2p_hold``, calibrated: its
+  transfer is lengthened).  One pass: the gaps are those of the schedule
+  without the stalls.
 
 Time attribution
 ----------------
@@ -335,6 +337,7 @@ class PipeGraph:
     task: dict = field(default_factory=dict)     # (iteration, Action) -> task id
     extra: dict = field(default_factory=dict)    # (rank, iteration) -> [pre, (gradient scaling,) optimizer] task ids
     posts: list = field(default_factory=list)    # (task id, peer rank) of each posting of a send or a receive
+    sent: dict = field(default_factory=dict)     # task id of a send's posting -> its transfer's
 
 
 def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush: bool = True,
@@ -425,7 +428,7 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                     x = add(link(r, where[nxt], a), max(device.p2p_ns(nb) - send_post_ns, 0.0), f"send {a}", ph, i,
                             nbytes=nb, kind_=EventKind.COLLECTIVE)
                     deps.append((src, x))
-                    sends[(it, a)] = x
+                    sends[(it, a)] = out.sent[src] = x
                 if not flush and a.kind is Kind.B and a.microbatch % M == M - 1 and a.stage == first_stage[r]:
                     opt = add(comp[r], sum(sc.optimizer_ns[s] for s in where if where[s] == r),
                               "optimizer step", Phase.OPTIMIZER, i)
@@ -467,42 +470,53 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
 
 def add_post_collisions(pg: PipeGraph, device) -> tuple:
     """Lengthen the posts that collide with a post of the peer they address (see the module
-    docstring): each by :meth:`~daydream.device.DeviceProfile.p2p_collision_ns` of the gap to the
-    nearest such post, as ``pg.graph`` simulates now.  Returns ``(posts lengthened, ns added)``.
+    docstring), each by :meth:`~daydream.device.DeviceProfile.p2p_collision_ns` of the gap to the
+    nearest such post, and hold back the data of each such send by
+    :meth:`~daydream.device.DeviceProfile.p2p_hold_ns` (its transfer lengthened), as ``pg.graph``
+    simulates now.  Returns ``(posts lengthened, ns added, transfers held, ns held)``.
 
-    Nothing to do (``(0, 0)``) without posts or a calibrated ``p2p_collision``.
+    Nothing to do (zeros) without posts or a calibrated ``p2p_collision`` / ``p2p_hold``.
     """
-    window = device.p2p_collision_window_ns()
+    window = max(device.p2p_collision_window_ns(), device.p2p_hold_window_ns())
     if not pg.posts or window <= 0:
-        return 0, 0
+        return 0, 0, 0, 0
     ids = np.array([t for t, _ in pg.posts], np.int64)
     peer = np.array([p for _, p in pg.posts], np.int64)
     rank = pg.graph.tasks["rank"][ids].astype(np.int64)
     start = simulate(pg.graph).start_ns[ids]
     order = np.argsort(start, kind="stable").tolist()
-    extra = np.zeros(len(ids))
+    extra, hold = np.zeros(len(ids)), np.zeros(len(ids))
     for k, i in enumerate(order):
         for j in order[k + 1:]:
             gap = start[j] - start[i]
             if gap >= window:
                 break
             if rank[j] == peer[i] and rank[i] == peer[j]:
-                e = device.p2p_collision_ns(gap)
+                e, h = device.p2p_collision_ns(gap), device.p2p_hold_ns(gap)
                 extra[i], extra[j] = max(extra[i], e), max(extra[j], e)
+                hold[i], hold[j] = max(hold[i], h), max(hold[j], h)
+    dur = pg.graph.tasks["dur_ns"]
     hit = extra > 0
-    pg.graph.tasks["dur_ns"][ids[hit]] += np.round(extra[hit]).astype(np.int64)
-    return int(hit.sum()), int(np.round(extra[hit]).sum())
+    dur[ids[hit]] += np.round(extra[hit]).astype(np.int64)
+    held = [(pg.sent[int(t)], h) for t, h in zip(ids, hold) if h > 0 and int(t) in pg.sent]
+    for x, h in held:
+        dur[x] += int(round(h))
+    return int(hit.sum()), int(np.round(extra[hit]).sum()), len(held), int(round(sum(h for _, h in held)))
 
 
 def simulate_pipeline(pg: PipeGraph, device, ctx=None):
     """:func:`daydream.sim.simulate` of ``pg.graph`` after :func:`add_post_collisions` and
     :func:`~optimizations._resume.add_resume_costs` on the ranks' compute lanes (each noted on
     ``ctx`` where given and it adds anything)."""
-    n, added = add_post_collisions(pg, device)
+    n, added, n_held, held = add_post_collisions(pg, device)
     if ctx is not None and n:
         ctx.note(f"pipeline: {n} posts of a send or receive collide with a post of their peer (within "
                  f"{device.p2p_collision_window_ns() / 1e3:.0f} us): +{added / 1e6:.2f} ms of posting over the "
                  f"simulated iterations (p2p_collision)")
+    if ctx is not None and n_held:
+        ctx.note(f"pipeline: {n_held} sends posted near a post of their peer (within "
+                 f"{device.p2p_hold_window_ns() / 1e3:.0f} us) hold their data back: +{held / 1e6:.2f} ms of "
+                 f"transfer over the simulated iterations (p2p_hold)")
     g = pg.graph
     compute = [i for i, ln in enumerate(g.lanes) if ln.kind != LaneKind.COMM]
     n, added = add_resume_costs(g, compute, simulate(g), device)

@@ -172,16 +172,40 @@ def test_posts_to_each_other_close_together_both_pay_the_calibrated_collision(ma
     maker.task(r1, 820)
     b2 = maker.task(r1, 50)
     pg = PipeGraph(maker.g, posts=[(a, 1), (a2, 1), (b, 0), (b2, 2)])
-    assert add_post_collisions(pg, dev) == (2, 1400)
+    assert add_post_collisions(pg, dev) == (2, 1400, 0, 0)
     assert maker.g.tasks["dur_ns"][[a, b, a2, b2]].tolist() == [750, 750, 50, 50]
     assert simulate(maker.g).start_ns[a2] == 100 + 750 + 850
+
+
+def test_a_send_posted_near_its_peers_post_holds_its_data_back(maker):
+    # rank 0 posts a send at t=100 (transfer x, 40 ns, after the post) and another at t=1000 (x2);
+    # rank 1 posts a receive at t=120 and another at t=1000 + 300.  Hold curve: 500 ns at a gap of
+    # 0, 100 at 50, 0 from 200.  The first pair is 20 apart: x is held 500 - 400 * 20 / 50 = 340 ns;
+    # the second 300 apart: nothing.  No collision curve: the posts keep their lengths.
+    dev = DeviceProfile("t", "cpu", {}, {}, 0, p2p_hold={"gloo": ((0.0, 500.0), (50.0, 100.0), (200.0, 0.0))})
+    r0, r1, link = maker.lane(rank=0), maker.lane(rank=1), maker.lane(LaneKind.COMM, rank=0)
+    maker.task(r0, 100)
+    a = maker.task(r0, 50)
+    maker.task(r0, 850)
+    a2 = maker.task(r0, 50)
+    x, x2 = maker.task(link, 40), maker.task(link, 40)
+    maker.edge(a, x)
+    maker.edge(a2, x2)
+    maker.task(r1, 120)
+    b = maker.task(r1, 50)
+    maker.task(r1, 1130)
+    b2 = maker.task(r1, 50)
+    pg = PipeGraph(maker.g, posts=[(a, 1), (a2, 1), (b, 0), (b2, 0)], sent={a: x, a2: x2})
+    assert add_post_collisions(pg, dev) == (0, 0, 1, 340)
+    assert maker.g.tasks["dur_ns"][[a, b, x, x2]].tolist() == [50, 50, 380, 40]
+    assert simulate(maker.g).end_ns[x] == 150 + 380
 
 
 def test_no_collision_figures_leave_the_posts_alone(maker):
     r0, r1 = maker.lane(rank=0), maker.lane(rank=1)
     a, b = maker.task(r0, 50), maker.task(r1, 50)
     pg = PipeGraph(maker.g, posts=[(a, 1), (b, 0)])
-    assert add_post_collisions(pg, device()) == (0, 0)
+    assert add_post_collisions(pg, device()) == (0, 0, 0, 0)
     assert maker.g.tasks["dur_ns"][[a, b]].tolist() == [50, 50]
 
 
@@ -195,8 +219,8 @@ def test_the_pipeline_what_if_notes_colliding_posts():
     plain = dataclasses.replace(dev, p2p_collision={})
     pg, ref = build_graph(costs(2, 100, 200, send=1000), acts, 3, dev, True, 4), \
         build_graph(costs(2, 100, 200, send=1000), acts, 3, plain, True, 4)
-    n, added = add_post_collisions(pg, dev)
-    assert n == 8 * 3 and added > 0 and add_post_collisions(ref, plain) == (0, 0)
+    n, added, _, _ = add_post_collisions(pg, dev)
+    assert n == 8 * 3 and added > 0 and add_post_collisions(ref, plain) == (0, 0, 0, 0)
     assert iteration_ns(pg) > iteration_ns(ref)
 
 
