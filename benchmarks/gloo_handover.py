@@ -7,7 +7,9 @@ from the end of the send's post to the receive's completion (both ranks read one
 the share of tries over 1 ms. Two runs, 2026-11-23, 64 KiB: with ``--after-ms 2`` 0.006-0.008 ms
 at -2 / -1 / -0.6 / -0.3 ms (20-28 % of tries over 1 ms), 2.069 ms at 0 (85 %: the data left when
 rank 0 stopped computing), 0.348 ms at +0.3; with ``--after-ms 0.5`` 0.011-0.161 ms, 0.619 ms at
-0 (42 %), 0.346 ms at +0.3.
+0 (42 %), 0.346 ms at +0.3. The means carry a tail the medians hide (2026-11-23 21:20-21:30,
+``--after-ms 0 / 2 / 6 --offsets=-2,-0.6,-0.15,0.15,1``): 0.19-0.38 / 0.15-0.82 / 0.35-0.69 ms
+after the send's post at the offsets before +1 (5-28 % of tries over 1 ms).
 
 Usage::
 
