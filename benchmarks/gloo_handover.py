@@ -26,10 +26,12 @@ import time
 __all__ = ["main"]
 
 
-def _spin(seconds: float) -> None:
+def _spin(seconds: float, work=None) -> None:
+    """Keep this thread busy for ``seconds``: a Python loop, or ``work()`` (torch ops) repeated."""
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        pass
+        if work is not None:
+            work()
 
 
 def _worker(rank, port, args, q):
@@ -40,6 +42,8 @@ def _worker(rank, port, args, q):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     t = torch.zeros(args.kb * 256)
+    a, b = torch.randn(64, 512), torch.randn(512, 512)
+    compute = (lambda: torch.mm(a, b)) if args.compute == "mm" else None
     offsets = [float(x) for x in args.offsets.split(",")]
     got = {o: [] for o in offsets}
     before = 0.003
@@ -47,14 +51,14 @@ def _worker(rank, port, args, q):
         for o in offsets:
             dist.barrier()
             if rank == 0:
-                _spin(before)
+                _spin(before, compute)
                 work = dist.isend(t, 1)
                 posted = time.perf_counter_ns()
-                _spin(args.after_ms / 1e3)
+                _spin(args.after_ms / 1e3, compute)
                 work.wait()
                 dist.send(torch.tensor([posted], dtype=torch.int64), 1)
             else:
-                _spin(max(before + o / 1e3, 0.0))
+                _spin(max(before + o / 1e3, 0.0), compute)
                 dist.irecv(t, 0).wait()
                 arrived = time.perf_counter_ns()
                 stamp = torch.zeros(1, dtype=torch.int64)
@@ -70,6 +74,8 @@ def main(argv=None) -> None:
     p.add_argument("--kb", type=int, default=64)
     p.add_argument("--after-ms", type=float, default=2.0, help="rank 0 computes this long after posting its send")
     p.add_argument("--tries", type=int, default=40)
+    p.add_argument("--compute", choices=("spin", "mm"), default="spin",
+                   help="what the ranks compute: a Python loop, or torch matmuls (64x512 by 512x512, ~0.1 ms each)")
     p.add_argument("--offsets", default="-2,-1,-0.6,-0.3,0,0.3", help="receive post - send post, ms")
     args = p.parse_args(argv)
 
@@ -80,7 +86,7 @@ def main(argv=None) -> None:
         raise SystemExit("gloo_handover: needs two cores")
     with polling_idle() as held:
         out = first_result(_worker, 2, (args,), 600)
-    print(f"{args.kb} KiB, rank 0 computing {args.after_ms} ms after its post; idle CPUs polling: {held}")
+    print(f"{args.kb} KiB, rank 0 computing ({args.compute}) {args.after_ms} ms after its post; idle CPUs polling: {held}")
     for o, (med, mean, slow) in out.items():
         print(f"receive posted {o:+.2f} ms from the send: arrival {med:.3f} ms after the send's post (median), "
               f"mean {mean:.3f} ms, {slow * 100:.0f} % of tries over 1 ms")

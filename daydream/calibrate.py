@@ -423,7 +423,7 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     if dev.type == "cpu":
         say("work resumed after an idle gap")
         resume = _resume_points(torch, 8 if quick else RESUME_TRIES)
-    coll, p2p, post, handshake, collision, hold, corun, spread = {}, {}, {}, {}, {}, {}, 1.0, ()
+    coll, p2p, corun, spread = {}, {}, 1.0, ()
     if collectives:
         say("compute beside a second busy process")
         corun = corun_factor(torch) if dev.type == "cpu" else 1.0
@@ -433,16 +433,14 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
         say("all-reduce (gloo, 2 processes)")
         coll["gloo"] = gloo_fit(sizes["allreduce"])
         say("point-to-point send (gloo, 2 processes)")
-        p2p["gloo"], post["gloo"], handshake["gloo"], collision["gloo"], hold["gloo"] = gloo_fit(sizes["allreduce"],
-                                                                                                 "p2p")
+        p2p = {k: {"gloo": v} for k, v in gloo_fit(sizes["allreduce"], "p2p").items()}
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
     else:
         name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
-                         bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, p2p=p2p,
-                         p2p_post=post, p2p_handshake=handshake, p2p_collision=collision, p2p_hold=hold, corun=corun,
-                         process_spread=spread, resume=resume,
+                         bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, **p2p,
+                         corun=corun, process_spread=spread, resume=resume,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
                          compiled_tensor_ns=compiled_tensor,
                          checkpoint_call_ns=ckpt, checkpoint_op_ns=ckpt_op,

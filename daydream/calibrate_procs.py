@@ -83,8 +83,9 @@ def _gloo_worker(rank, port, sizes, kind, q):
             out.append((nbytes, _p2p_one_way_ns(torch, dist, rank, t), *_p2p_post_ns(torch, dist, rank, t),
                         _p2p_late_recv_ns(torch, dist, rank, t)))
     if kind == "p2p":
+        held = torch.zeros(P2P_HOLD_ELEMENTS)
         out = (out, _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)),
-               _p2p_hold_pts(torch, dist, rank, torch.zeros(P2P_HOLD_ELEMENTS)))
+               _p2p_hold_pts(torch, dist, rank, held), _p2p_late_hold_pts(torch, dist, rank, held))
     if rank == 0:
         q.put(out)
     dist.destroy_process_group()
@@ -264,6 +265,61 @@ def _p2p_hold_pts(torch, dist, rank, t) -> tuple:
     return ()
 
 
+#: Late receives: how long (ms) the sender has computed when it posts the send, how long after the
+#: send the receive is posted, how long the sender computes after its post; tries per setting.
+P2P_LATE_HOLD_BEFORE_MS, P2P_LATE_HOLD_OFFSETS_MS, P2P_LATE_HOLD_BUSY_S = (0.5, 1.0, 2.0, 4.0), (0.5, 1.0, 2.0), 0.003
+P2P_LATE_HOLD_TRIES = 24
+
+
+def _p2p_late_hold_pts(torch, dist, rank, t) -> tuple:
+    """Rank 0: ``((busy ns, share), ...)``: per time the sender has computed before posting a send
+    (:data:`P2P_LATE_HOLD_BEFORE_MS`), the share of the time from a late receive's post until the
+    sender stops computing that the data waits (0 to 1).  Rank 1: ``()``.
+
+    Each try leaves a barrier; both ranks compute (matmuls) that long; rank 0 posts a send and
+    computes :data:`P2P_LATE_HOLD_BUSY_S` more before waiting; rank 1 computes an offset of
+    :data:`P2P_LATE_HOLD_OFFSETS_MS` more, posts the receive and waits.  The data's waits beyond
+    the fastest tenth of tries, summed, over the times from the receive's post to the end of the
+    sender's compute, summed.  With the sender running torch ops (not a Python loop) a share of
+    such sends leave only when it stops, more of them the longer it has run (see
+    ``benchmarks/gloo_handover.py --compute mm``).
+    """
+    a, b = torch.randn(64, 512), torch.randn(512, 512)
+
+    def compute(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            torch.mm(a, b)
+
+    rec = []    # rank 0: (the sender's compute end, its send done); rank 1: (receive post end, arrival)
+    for before in P2P_LATE_HOLD_BEFORE_MS:
+        for k in range(P2P_LATE_HOLD_TRIES + 1):
+            for off in P2P_LATE_HOLD_OFFSETS_MS:
+                dist.barrier()
+                compute(before / 1e3)
+                if rank == 0:
+                    work = dist.isend(t, 1)
+                    compute(P2P_LATE_HOLD_BUSY_S)
+                else:
+                    compute(off / 1e3)
+                    work = dist.irecv(t, 0)
+                stamp = time.perf_counter_ns()
+                work.wait()
+                if k:
+                    rec.append((stamp, time.perf_counter_ns()))
+    mine = torch.tensor(rec, dtype=torch.int64).reshape(len(P2P_LATE_HOLD_BEFORE_MS), -1, 2)
+    if rank == 1:
+        dist.send(mine, 0)
+        return ()
+    recv = torch.zeros_like(mine)
+    dist.recv(recv, 1)
+    took = (recv[..., 1] - recv[..., 0]).double()
+    held = (took - took.quantile(0.1, dim=1, keepdim=True)).clamp(min=0).sum(dim=1)
+    room = (mine[..., 0] - recv[..., 0]).double().clamp(min=0).sum(dim=1)
+    share = torch.where(room > 0, held / room.clamp(min=1), torch.zeros_like(room)).clamp(max=1.0)
+    return tuple((x * 1e6, float(y)) for x, y in zip(P2P_LATE_HOLD_BEFORE_MS, share.tolist()))
+
+
 def _mean_by_gap(gaps, values, edges) -> list:
     """Per edge of ``edges`` (increasing), the mean of the ``values`` whose gap lies from it to the
     next edge, less the mean of those at or past the last edge (at least 0; 0 at the last edge); an
@@ -292,10 +348,8 @@ def p2p_handshake_ns(one_way_ns: float, send_post_ns: float, recv_post_ns: float
 
 
 def gloo_p2p(sizes=None) -> tuple:
-    """``((bytes/s, latency ns), (send post ns, receive post ns), handshake ns, collision points, hold
-    points)`` of one gloo send between two local processes (idle CPUs polling): the ``p2p``,
-    ``p2p_post``, ``p2p_handshake``, ``p2p_collision`` and ``p2p_hold`` figures of a CPU profile,
-    measured alone to complete an older profile."""
+    """The point-to-point figures of a CPU profile (``gloo_fit(sizes, "p2p")``) measured alone (idle
+    CPUs polling), to complete an older profile."""
     from .cpuidle import polling_idle
 
     with polling_idle():
@@ -310,16 +364,20 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     (``a = latency``) for ``"p2p"``, which
     also returns the host cost of posting a send and a receive, the handshake of a late
     receive (:func:`p2p_handshake_ns`; medians over the sizes up to :data:`P2P_POST_MAX_BYTES`),
-    the extra cost of posts that collide (:func:`_p2p_collision_pts`) and the data's extra delay
-    then (:func:`_p2p_hold_pts`): ``((bytes/s, latency ns), (send ns, receive ns), handshake ns,
-    ((gap ns, extra ns), ...), ((gap ns, extra ns), ...))``."""
+    the extra cost of posts that collide (:func:`_p2p_collision_pts`), the data's extra delay
+    then (:func:`_p2p_hold_pts`) and the share of a late receive's wait for a busy sender
+    (:func:`_p2p_late_hold_pts`), as a dict of :class:`~daydream.device.DeviceProfile` field
+    name to figure: ``{"p2p": (bytes/s, latency ns), "p2p_post": (send ns, receive ns),
+    "p2p_handshake": ns, "p2p_collision": ((gap ns, extra ns), ...), "p2p_hold": ((gap ns, extra
+    ns), ...), "p2p_late_hold": ((busy ns, share), ...)}``."""
     pts = first_result(_gloo_worker, 2, (sizes, kind))
     if kind == "p2p":
-        pts, collision, hold = pts
+        pts, collision, hold, late = pts
         small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]
         post = tuple(statistics.median(p[k] for p in small) for k in (2, 3))
         handshake = statistics.median(p2p_handshake_ns(p[1], p[2], p[3], p[4]) for p in small)
-        return _fit_relative([p[:2] for p in pts]), post, handshake, collision, hold
+        return {"p2p": _fit_relative([p[:2] for p in pts]), "p2p_post": post, "p2p_handshake": handshake,
+                "p2p_collision": collision, "p2p_hold": hold, "p2p_late_hold": late}
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)

@@ -134,6 +134,11 @@ class DeviceProfile:
         when its receive is posted about when the send is, by the gap between the two
         posts' starts (increasing offsets; 0 past the last), the sender computing on
         after its post.  Where absent, 0.
+    p2p_late_hold : dict of str to tuple of (busy_ns, share)
+        Per backend: the share (0 to 1) of the time from a receive's post, made after its
+        send's, until the sender stops computing that the data waits on average (the
+        sender's thread running torch ops), by how long the sender had computed when it
+        posted the send (increasing; flat past both ends).  Where absent, 0.
     """
 
     name: str
@@ -150,6 +155,7 @@ class DeviceProfile:
     p2p_handshake: dict = field(default_factory=dict)
     p2p_collision: dict = field(default_factory=dict)
     p2p_hold: dict = field(default_factory=dict)
+    p2p_late_hold: dict = field(default_factory=dict)
     threads: int = 0
     source: str = "published"
     #: DataLoader: main-process cost of receiving one batch from a worker
@@ -317,6 +323,24 @@ class DeviceProfile:
         """The largest gap between two posts at which :meth:`p2p_hold_ns` can be above 0."""
         return float(_for_backend(self.p2p_hold, backend)[-1][0]) if self.p2p_hold else 0.0
 
+    def p2p_late_hold_share(self, busy_ns: float, backend: str | None = None) -> float:
+        """Share of a late receive's time until its sender stops computing that the data waits,
+        the sender having computed ``busy_ns`` when it posted the send.
+
+        >>> dev = DeviceProfile("x", "cpu", {}, {}, 0, p2p_late_hold={"gloo": ((1e6, 0.1), (3e6, 0.3))})
+        >>> [round(dev.p2p_late_hold_share(b), 3) for b in (0, 2e6, 9e6)]
+        [0.1, 0.2, 0.3]
+        """
+        if not self.p2p_late_hold:
+            return 0.0
+        pts = _for_backend(self.p2p_late_hold, backend)
+        if busy_ns <= pts[0][0]:
+            return float(pts[0][1])
+        for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+            if busy_ns <= x1:
+                return float(y0 + (y1 - y0) * (busy_ns - x0) / (x1 - x0))
+        return float(pts[-1][1])
+
     def resume_factor(self, gap_ns: float) -> float:
         """How much longer work takes when its thread was idle ``gap_ns`` before it: 1.0 at no
         gap and where not calibrated, interpolated between the calibrated gaps (from 1.0 at 0),
@@ -345,6 +369,7 @@ class DeviceProfile:
         d["p2p_post"] = {k: list(v) for k, v in self.p2p_post.items()}
         d["p2p_collision"] = {k: [list(p) for p in v] for k, v in self.p2p_collision.items()}
         d["p2p_hold"] = {k: [list(p) for p in v] for k, v in self.p2p_hold.items()}
+        d["p2p_late_hold"] = {k: [list(p) for p in v] for k, v in self.p2p_late_hold.items()}
         d["loader_fetch"] = list(self.loader_fetch)
         d["compiled_call_ns"] = list(self.compiled_call_ns)
         d["compiled_tensor_ns"] = list(self.compiled_tensor_ns)
@@ -364,6 +389,8 @@ class DeviceProfile:
                    p2p_collision={k: tuple(tuple(float(x) for x in p) for p in v)
                                   for k, v in d.get("p2p_collision", {}).items()},
                    p2p_hold={k: tuple(tuple(float(x) for x in p) for p in v) for k, v in d.get("p2p_hold", {}).items()},
+                   p2p_late_hold={k: tuple(tuple(float(x) for x in p) for p in v)
+                                  for k, v in d.get("p2p_late_hold", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
                    compiled_call_ns=_fwd_bwd(d.get("compiled_call_ns", (0, 0))),
@@ -512,6 +539,11 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
     for name, v in prof.p2p_handshake.items():
         if not (_positive(v) or v == 0):
             return f"p2p_handshake {name}: needs ns >= 0"
+    for name, pts in prof.p2p_late_hold.items():
+        if not pts or not all(len(p) == 2 and _positive(p[0]) and 0 <= p[1] <= 1 for p in pts):
+            return f"p2p_late_hold {name}: needs (busy ns > 0, share from 0 to 1) points"
+        if any(a[0] >= b[0] for a, b in zip(pts, pts[1:])):
+            return f"p2p_late_hold {name}: busy times must increase"
     for kind in ("p2p_collision", "p2p_hold"):
         for name, pts in getattr(prof, kind).items():
             if not pts or not all(len(p) == 2 and (_positive(p[0]) or p[0] == 0) and (_positive(p[1]) or p[1] == 0)

@@ -106,13 +106,10 @@ def ensure_profile(profile_path=None, progress=print) -> str:
     if prof is not None and prof.kind == "cpu" and prof.collective and not (prof.p2p and prof.p2p_post
                                                                              and prof.p2p_handshake
                                                                              and prof.p2p_collision
-                                                                             and prof.p2p_hold):
+                                                                             and prof.p2p_hold
+                                                                             and prof.p2p_late_hold):
         progress(f"calibrating: point-to-point send (gloo, 2 processes), added to {path}")
-        link, post, handshake, collision, hold = gloo_p2p()
-        save_profile(dataclasses.replace(prof, p2p={"gloo": link}, p2p_post={"gloo": post},
-                                         p2p_handshake={"gloo": handshake}, p2p_collision={"gloo": collision},
-                                         p2p_hold={"gloo": hold}),
-                     path)
+        save_profile(dataclasses.replace(prof, **{k: {"gloo": v} for k, v in gloo_p2p().items()}), path)
     return path
 
 

@@ -26,7 +26,9 @@
   that reads it wakes, may preempt the poster on its core and spins for the
   lock for a scheduler slice, milliseconds on Linux (both posts stall); the
   data of such a send leaves later still (``p2p_hold``, calibrated: its
-  transfer is lengthened).  One pass: the gaps are those of the schedule
+  transfer is lengthened).  A send whose receive is posted while its sender
+  computes waits part of that compute (:func:`add_late_holds`,
+  ``p2p_late_hold``).  One pass each: the gaps are those of the schedule
   without the stalls.
 
 Time attribution
@@ -50,6 +52,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from daydream.calibrate_procs import P2P_LATE_HOLD_BUSY_S
 from daydream.cost import cold_pass_ns
 from daydream.graph.graph import DependencyGraph, EdgeKind
 from daydream.model import EventKind, Lane, LaneKind, Phase
@@ -61,8 +64,8 @@ from ._schedules import Action, Kind, ScheduleError
 from .base import NotApplicable
 
 __all__ = ["UnitCosts", "StageCosts", "unit_costs", "attribute", "partition", "parse_partition",
-           "stage_costs", "build_graph", "PipeGraph", "simulate_pipeline", "add_post_collisions", "accumulate_ns",
-           "scale_grads_ns", "ACCUMULATE_BYTES_PER_BYTE"]
+           "stage_costs", "build_graph", "PipeGraph", "simulate_pipeline", "add_post_collisions", "add_late_holds",
+           "accumulate_ns", "scale_grads_ns", "ACCUMULATE_BYTES_PER_BYTE"]
 
 
 @dataclass(frozen=True)
@@ -338,6 +341,7 @@ class PipeGraph:
     extra: dict = field(default_factory=dict)    # (rank, iteration) -> [pre, (gradient scaling,) optimizer] task ids
     posts: list = field(default_factory=list)    # (task id, peer rank) of each posting of a send or a receive
     sent: dict = field(default_factory=dict)     # task id of a send's posting -> its transfer's
+    received: dict = field(default_factory=dict)  # task id of a transfer -> its receive's posting
 
 
 def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush: bool = True,
@@ -451,6 +455,7 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
             deps.append((sends.get((it, src), out.task[(it, src)]), t))
         if (it, a) in recv_posts and (it, src) in sends:     # the transfer waits for the receive's post
             post, x = recv_posts[(it, a)], sends[(it, src)]
+            out.received[x] = post
             if handshake_ns:
                 r, s_ = int(g.tasks["rank"][post]), int(g.tasks["rank"][x])
                 post_ = add(handshake(r, s_), handshake_ns, f"handshake {a}", g.tasks["phase"][post],
@@ -504,19 +509,67 @@ def add_post_collisions(pg: PipeGraph, device) -> tuple:
     return int(hit.sum()), int(np.round(extra[hit]).sum()), len(held), int(round(sum(h for _, h in held)))
 
 
+#: The longest wait for a busy sender :func:`add_late_holds` counts: as long as the calibration's
+#: sender computes after its post (:data:`daydream.calibrate_procs.P2P_LATE_HOLD_BUSY_S`); past a
+#: scheduler slice or two the data leaves anyway (``benchmarks/gloo_handover.py --compute mm
+#: --after-ms 6``: receives 2 and 4 ms late waited 0.8 and 0.3 ms on average).
+LATE_HOLD_ROOM_MAX_NS = int(P2P_LATE_HOLD_BUSY_S * 1e9)
+
+
+def add_late_holds(pg: PipeGraph, device) -> tuple:
+    """Lengthen the transfer of each send whose receive is posted after the send's post ends, as
+    ``pg.graph`` simulates now, by :meth:`~daydream.device.DeviceProfile.p2p_late_hold_share` (of
+    how long the sender had computed without a break when its post ended) of the time from the
+    receive's post's end until the sender's compute lane next sits idle (at most
+    :data:`LATE_HOLD_ROOM_MAX_NS`): with the sender busy
+    with torch ops, a share of such sends leave only then.  Returns ``(transfers lengthened, ns
+    added)``; nothing without calibrated shares.
+    """
+    if not device.p2p_late_hold or not pg.received:
+        return 0, 0
+    g = pg.graph
+    res = simulate(g)
+    send_of = {x: s for s, x in pg.sent.items()}
+    stretches = {}      # compute lane -> (starts, ends) of its stretches without a break
+    n = added = 0
+    for x, r in pg.received.items():
+        s = send_of.get(x)
+        if s is None or res.start_ns[r] < res.end_ns[s]:
+            continue
+        lane = int(g.tasks["lane"][s])
+        if lane not in stretches:
+            tasks = np.asarray(g.lane_tasks[lane])
+            start, end = res.start_ns[tasks], res.end_ns[tasks]
+            brk = np.flatnonzero(start[1:] > end[:-1])
+            stretches[lane] = start[np.r_[0, brk + 1]], end[np.r_[brk, len(tasks) - 1]]
+        first, last = stretches[lane]
+        k = np.searchsorted(first, res.end_ns[s], side="right") - 1
+        if k + 1 < len(first) and last[k] > res.end_ns[r]:    # the lane idles after this stretch
+            room = min(last[k] - res.end_ns[r], LATE_HOLD_ROOM_MAX_NS)
+            h = int(round(device.p2p_late_hold_share(res.end_ns[s] - first[k]) * room))
+            g.tasks["dur_ns"][x] += h
+            n, added = n + 1, added + h
+    return n, added
+
+
 def simulate_pipeline(pg: PipeGraph, device, ctx=None):
-    """:func:`daydream.sim.simulate` of ``pg.graph`` after :func:`add_post_collisions` and
-    :func:`~optimizations._resume.add_resume_costs` on the ranks' compute lanes (each noted on
-    ``ctx`` where given and it adds anything)."""
+    """:func:`daydream.sim.simulate` of ``pg.graph`` after :func:`add_late_holds`,
+    :func:`add_post_collisions` and :func:`~optimizations._resume.add_resume_costs` on the ranks'
+    compute lanes (each noted on ``ctx`` where given and it adds anything)."""
+    n_late, late = add_late_holds(pg, device)
     n, added, n_held, held = add_post_collisions(pg, device)
-    if ctx is not None and n:
-        ctx.note(f"pipeline: {n} posts of a send or receive collide with a post of their peer (within "
+    notes = [(n_late, f"{n_late} sends whose receive is posted after them wait part of the time until their "
+                      f"sender stops computing: +{late / 1e6:.2f} ms of transfer over the simulated iterations "
+                      "(p2p_late_hold)"),
+             (n, f"{n} posts of a send or receive collide with a post of their peer (within "
                  f"{device.p2p_collision_window_ns() / 1e3:.0f} us): +{added / 1e6:.2f} ms of posting over the "
-                 f"simulated iterations (p2p_collision)")
-    if ctx is not None and n_held:
-        ctx.note(f"pipeline: {n_held} sends posted near a post of their peer (within "
-                 f"{device.p2p_hold_window_ns() / 1e3:.0f} us) hold their data back: +{held / 1e6:.2f} ms of "
-                 f"transfer over the simulated iterations (p2p_hold)")
+                 "simulated iterations (p2p_collision)"),
+             (n_held, f"{n_held} sends posted near a post of their peer (within "
+                      f"{device.p2p_hold_window_ns() / 1e3:.0f} us) hold their data back: +{held / 1e6:.2f} ms of "
+                      "transfer over the simulated iterations (p2p_hold)")]
+    for k, text in notes:
+        if ctx is not None and k:
+            ctx.note(f"pipeline: {text}")
     g = pg.graph
     compute = [i for i, ln in enumerate(g.lanes) if ln.kind != LaneKind.COMM]
     n, added = add_resume_costs(g, compute, simulate(g), device)

@@ -122,8 +122,9 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
     from daydream.device import default_profile_path
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: ((3e9, 50_000.0), (40_000.0, 30_000.0), 9_000.0,
-                                                              ((0.0, 2e6), (1e5, 0.0)), ((0.0, 1e6), (8e5, 0.0))))
+    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: {
+        "p2p": (3e9, 50_000.0), "p2p_post": (40_000.0, 30_000.0), "p2p_handshake": 9_000.0,
+        "p2p_collision": ((0.0, 2e6), (1e5, 0.0)), "p2p_hold": ((0.0, 1e6), (8e5, 0.0)), "p2p_late_hold": ((1e6, 0.1),)})
     cached = save_profile(flat_profile(), default_profile_path("cpu", validate.THREADS))
     given = save_profile(flat_profile(), str(tmp_path / "mine.json"))
     before = open(given).read()
@@ -132,18 +133,20 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
     got = load_profile(cached)
     assert got.p2p == {"gloo": (3e9, 50_000.0)} and got.p2p_post == {"gloo": (40_000.0, 30_000.0)}
     assert got.p2p_handshake_ns("gloo") == 9_000.0 and got.p2p_collision_ns(5e4, "gloo") == 1e6
-    assert got.p2p_hold_ns(4e5, "gloo") == 5e5
+    assert got.p2p_hold_ns(4e5, "gloo") == 5e5 and got.p2p_late_hold_share(3e6, "gloo") == 0.1
     assert "point-to-point" in said[0]
     assert validate.ensure_profile(given, progress=said.append) == given
     assert open(given).read() == before and len(said) == 1
 
 
-def test_gloo_p2p_measures_two_processes():
+def test_gloo_p2p_measures_two_processes(tmp_path):
     """Two spawned gloo processes, two sizes: a few seconds."""
     pytest.importorskip("torch")
-    from daydream.calibrate_procs import P2P_COLLIDE_GAPS_US, P2P_HOLD_GAPS_US, gloo_p2p
+    from daydream.calibrate_procs import P2P_COLLIDE_GAPS_US, P2P_HOLD_GAPS_US, P2P_LATE_HOLD_BEFORE_MS, gloo_p2p
 
-    (bw, lat), (send, recv), handshake, collision, hold = gloo_p2p([2 ** 10, 2 ** 16])
+    got = gloo_p2p([2 ** 10, 2 ** 16])
+    (bw, lat), (send, recv), handshake = got["p2p"], got["p2p_post"], got["p2p_handshake"]
+    collision, hold, late = got["p2p_collision"], got["p2p_hold"], got["p2p_late_hold"]
     assert bw > 1e6 and 0 <= lat < 1e9
     assert 0 < send < 1e8 and 0 < recv < 1e8     # a posting call returns in well under 0.1 s
     assert 0 <= handshake < 1e8
@@ -152,6 +155,9 @@ def test_gloo_p2p_measures_two_processes():
     assert all(0 <= extra < 1e8 for _, extra in collision)
     assert [g for g, _ in hold] == [g * 1e3 for g in P2P_HOLD_GAPS_US] and hold[-1][1] == 0.0
     assert all(0 <= extra < 1e8 for _, extra in hold)     # a held send leaves within 0.1 s
+    assert [b for b, _ in late] == [b * 1e6 for b in P2P_LATE_HOLD_BEFORE_MS] and all(0 <= x <= 1 for _, x in late)
+    assert load_profile(save_profile(dataclasses.replace(flat_profile(), **{k: {"gloo": v} for k, v in got.items()}),
+                                     str(tmp_path / "p.json"))).p2p_late_hold
 
 
 def test_hydra_runtime_runs_the_first_task_whose_input_has_arrived():
@@ -248,4 +254,8 @@ def test_profile_keeps_hold_points_and_refuses_negative_ones(tmp_path):
     doc["p2p_hold"] = {"gloo": [[0.0, -1.0], [2e5, 0.0]]}
     open(path, "w").write(json.dumps(doc))
     with pytest.raises(DaydreamError, match="p2p_hold gloo: needs"):
+        load_profile(path)
+    doc["p2p_hold"], doc["p2p_late_hold"] = {}, {"gloo": [[1e6, 1.5]]}
+    open(path, "w").write(json.dumps(doc))
+    with pytest.raises(DaydreamError, match="p2p_late_hold gloo: needs"):
         load_profile(path)

@@ -13,7 +13,8 @@ from daydream.graph.graph import DependencyGraph
 from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.optimizations import WhatIfContext, get
 from daydream.optimizations import _schedules as sch
-from daydream.optimizations._pipegraph import PipeGraph, StageCosts, add_post_collisions, build_graph, partition
+from daydream.optimizations._pipegraph import (PipeGraph, StageCosts, add_late_holds, add_post_collisions, build_graph,
+                                              partition)
 from daydream.optimizations.base import OptionError
 from daydream.optimizations.pipeline import bubble_fraction
 from daydream.primitives import select
@@ -199,6 +200,31 @@ def test_a_send_posted_near_its_peers_post_holds_its_data_back(maker):
     assert add_post_collisions(pg, dev) == (0, 0, 1, 340)
     assert maker.g.tasks["dur_ns"][[a, b, x, x2]].tolist() == [50, 50, 380, 40]
     assert simulate(maker.g).end_ns[x] == 150 + 380
+
+
+def test_a_late_receive_waits_a_share_of_its_busy_senders_compute(maker):
+    # rank 0: 1000 ns of work, a send's post (50), 2000 more, then waits for rank 1 (a break);
+    # rank 1: 1500, the receive's post (50), 3000.  The receive's post ends at 1550, after the
+    # send's (1050): the sender, busy 1050 ns without a break when it posted, computes on until
+    # 3050.  Share at 1050 ns busy on ((500, 0.1), (2000, 0.4)): 0.21; the transfer waits
+    # 0.21 x (3050 - 1550) = 315 ns more.
+    dev = DeviceProfile("t", "cpu", {}, {}, 0, p2p_late_hold={"gloo": ((500.0, 0.1), (2000.0, 0.4))})
+    r0, r1, link = maker.lane(rank=0), maker.lane(rank=1), maker.lane(LaneKind.COMM, rank=0)
+    maker.task(r0, 1000)
+    s = maker.task(r0, 50)
+    maker.task(r0, 2000)
+    d = maker.task(r0, 10)
+    maker.task(r1, 1500)
+    r = maker.task(r1, 50)
+    last = maker.task(r1, 3000)
+    x = maker.task(link, 40)
+    for a, b in ((s, x), (r, x), (last, d)):
+        maker.edge(a, b)
+    pg = PipeGraph(maker.g, sent={s: x}, received={x: r})
+    assert add_late_holds(pg, dev) == (1, 315)
+    assert maker.g.tasks["dur_ns"][x] == 355 and simulate(maker.g).end_ns[x] == 1550 + 355
+    early = PipeGraph(maker.g, sent={r: x}, received={x: s})     # receive before the send: nothing
+    assert add_late_holds(early, dev) == (0, 0)
 
 
 def test_no_collision_figures_leave_the_posts_alone(maker):
