@@ -237,7 +237,7 @@ def _p2p_hold_pts(torch, dist, rank, t) -> tuple:
     data back in a share of tries by milliseconds (gloo's pair lock and a scheduler slice,
     see ``benchmarks/gloo_handover.py``); the mean carries how often.
     """
-    rec = []    # (send post start, its end) on rank 0; (receive post start, its end, arrival) on rank 1
+    rec = []    # (post start, post end, wait end): rank 1's wait ends with the data's arrival
     for k in range(P2P_HOLD_TRIES + 2):
         for gap in P2P_HOLD_GAPS_US:
             dist.barrier()
