@@ -521,9 +521,9 @@ def add_late_holds(pg: PipeGraph, device) -> tuple:
     ``pg.graph`` simulates now, by :meth:`~daydream.device.DeviceProfile.p2p_late_hold_share` (of
     how long the sender had computed without a break when its post ended) of the time from the
     receive's post's end until the sender's compute lane next sits idle (at most
-    :data:`LATE_HOLD_ROOM_MAX_NS`): with the sender busy
-    with torch ops, a share of such sends leave only then.  Returns ``(transfers lengthened, ns
-    added)``; nothing without calibrated shares.
+    :data:`LATE_HOLD_ROOM_MAX_NS`): with the sender busy with torch ops, a share of such sends
+    leave only then.  Returns ``(transfers lengthened, ns added)``; nothing without calibrated
+    shares.
     """
     if not device.p2p_late_hold or not pg.received:
         return 0, 0
