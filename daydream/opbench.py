@@ -35,8 +35,10 @@ def _scalar(text):
 
 
 #: Inputs (positions) that keep their traced dtype when an op is re-run in another one: the
-#: attention backward's logsumexp stays in the accumulation type (float32) under bf16/fp16.
+#: attention backward's logsumexp stays in the accumulation type (float32) under bf16/fp16;
+#: under autocast, batch norm's weight, bias and running statistics stay float32.
 KEEP_DTYPE_INPUTS = {
+    "aten::native_batch_norm": (1, 2, 3, 4),
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (5,),
     "aten::_scaled_dot_product_flash_attention_backward": (5,),
     "aten::_scaled_dot_product_efficient_attention_backward": (6,),

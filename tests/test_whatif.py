@@ -118,6 +118,40 @@ def test_attention_is_a_compute_op_that_amp_reruns_in_bf16(own_trace):
     assert [a.dtype for a in args[:6]] == [torch.bfloat16] * 5 + [torch.float32]
 
 
+def test_amp_reruns_batch_norms_after_convolutions_with_low_precision_input(own_trace, profile, monkeypatch):
+    """The CNN's batch norms take their convolution's bf16 output under autocast: each is re-run so
+    (the re-run's difference, here 20 us faster, shared by its slices), with its weight, bias and
+    running statistics left float32."""
+    import torch
+
+    import daydream.optimizations.amp as amp_module
+    from daydream.opbench import call_for
+
+    def pairs(sigs, dtype, threads=None):
+        return {s: (100_000.0, 80_000.0) if "native_batch_norm" in s else (100_000.0, 100_000.0) for s in sigs}
+
+    monkeypatch.setattr(amp_module, "dtype_time_pairs", pairs)
+    trace = own_trace("cnn")
+    g0 = build_graph(trace)
+    g1 = predict(trace, ["amp:dtype=bfloat16,cast_overhead=false"], device=profile)[1].graph
+    T = g0.tasks
+    bn = select(g0, name="^aten::native_batch_norm$")
+    fwd = bn[T["phase"][bn] == Phase.FORWARD]
+    events = {(int(T["rank"][t]), int(T["event"][t])) for t in fwd}
+    assert len(events) >= 5
+    for r, ev in events:
+        part = np.flatnonzero((T["rank"] == r) & (T["event"] == ev))
+        change = int(g1.tasks["dur_ns"][part].sum()) - int(T["dur_ns"][part].sum())
+        assert abs(change + 20_000) <= len(part)           # rounding: at most 1 ns a slice
+    bwd = bn[T["phase"][bn] == Phase.BACKWARD]
+    assert (g1.tasks["dur_ns"][bwd] == T["dur_ns"][bwd]).all()
+    sig = json.dumps(["aten::native_batch_norm", [[2, 4, 3, 3], [4], [4], [4], [4], [], [], []],
+                      ["float"] * 5 + ["Scalar"] * 3, None, [""] * 5 + ["True", "0.1", "1e-05"]])
+    op, args = call_for(sig, "bfloat16")
+    assert [a.dtype for a in args[:5]] == [torch.bfloat16] + [torch.float32] * 4
+    assert op(*args)[0].dtype == torch.bfloat16
+
+
 def test_backend_convolutions_are_rerun_as_the_portable_op(own_trace):
     from types import SimpleNamespace
 

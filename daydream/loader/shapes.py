@@ -142,8 +142,9 @@ def _attention_flops(name: str, dims: list, concrete) -> int:
 
 
 #: Ops without FLOPs whose call signature is kept all the same: ``fusion``
-#: recognises layout conversions (NCHW <-> channels-last copies) by it.
-SIGNED_OPS = frozenset({"aten::copy_"})
+#: recognises layout conversions (NCHW <-> channels-last copies) by it; ``amp``
+#: re-runs batch norms that take a convolution's low-precision output.
+SIGNED_OPS = frozenset({"aten::copy_", "aten::native_batch_norm"})
 
 
 def keeps_signature(name: str, flops: int) -> bool:
