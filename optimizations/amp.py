@@ -87,8 +87,8 @@ class AMP(Optimization):
 
     def _rerun_norms(self, ctx, fwd_compute) -> None:
         """Re-time the batch norms that take a convolution's low-precision output (module docstring)."""
-        norms = _norms_after_convs(ctx, fwd_compute)
-        if not norms or not self.remeasure:
+        norms = _norms_after_convs(ctx, fwd_compute) if self.remeasure else []
+        if not norms:
             return
         got = rerun_ratios(ctx, np.asarray(norms), lambda sigs: dtype_time_pairs(sigs, self.dtype,
                                                                                   ctx.device.threads or None),
@@ -97,7 +97,8 @@ class AMP(Optimization):
         for t, (old, new) in got.items():     # the op's slices (around nested calls) share the change
             part = np.flatnonzero((T["rank"] == T["rank"][t]) & (T["event"] == T["event"][t]))
             dur = T["dur_ns"][part].astype(float)
-            T["dur_ns"][part] = np.maximum(np.rint(dur + (new - old) * dur / max(dur.sum(), 1.0)), 1).astype(np.int64)
+            new_dur = dur + (new - old) * dur / max(dur.sum(), 1.0)
+            T["dur_ns"][part] = np.maximum(np.rint(new_dur), 1).astype(np.int64)
 
     @staticmethod
     def _is_conv(g, tasks):
@@ -222,7 +223,7 @@ def _norms_after_convs(ctx, fwd_compute) -> list:
         return []
     comp = np.zeros(g.n_tasks, bool)
     comp[fwd_compute] = True
-    sig = signatures_of(ctx, np.concatenate([convs, np.flatnonzero(T["phase"] == Phase.FORWARD)]))
+    sig = signatures_of(ctx, np.flatnonzero(T["phase"] == Phase.FORWARD))
     out, is_conv = [], set(convs.tolist())
     for lane in {int(T["lane"][t]) for t in convs}:
         channels = None     # output channels of the last convolution, until another compute op

@@ -124,7 +124,8 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: {
         "p2p": (3e9, 50_000.0), "p2p_post": (40_000.0, 30_000.0), "p2p_handshake": 9_000.0,
-        "p2p_collision": ((0.0, 2e6), (1e5, 0.0)), "p2p_hold": ((0.0, 1e6), (8e5, 0.0)), "p2p_late_hold": ((1e6, 0.1),)})
+        "p2p_collision": ((0.0, 2e6), (1e5, 0.0)), "p2p_hold": ((0.0, 1e6), (8e5, 0.0)),
+        "p2p_late_hold": ((1e6, 0.1),)})
     cached = save_profile(flat_profile(), default_profile_path("cpu", validate.THREADS))
     given = save_profile(flat_profile(), str(tmp_path / "mine.json"))
     before = open(given).read()
