@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import click
 
@@ -193,7 +194,7 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
         click.echo(f"{r.workload:<28}{r.optimization:<40}{r.predicted_ms:10.2f}{r.measured_ms:10.2f}"
                    f"{r.error_pct:8.1f}%{untouched}{spread}")
     if errs:
-        click.echo(f"{len(rows)} cases: median error {errs[len(errs) // 2]:.1f}%, worst {errs[-1]:.1f}%; {path}")
+        click.echo(f"{len(rows)} cases: median error {statistics.median(errs):.1f}%, worst {errs[-1]:.1f}%; {path}")
 
 
 def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat, public, shared) -> list:
