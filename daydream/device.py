@@ -301,7 +301,7 @@ class DeviceProfile:
         >>> dev.p2p_collision_ns(0), dev.p2p_collision_ns(-50e3), dev.p2p_collision_ns(300e3)
         (2000000.0, 1000000.0, 0.0)
         """
-        return _by_gap(_for_backend(self.p2p_collision, backend), gap_ns) if self.p2p_collision else 0.0
+        return _interp(_for_backend(self.p2p_collision, backend), abs(gap_ns)) if self.p2p_collision else 0.0
 
     def p2p_collision_window_ns(self, backend: str | None = None) -> float:
         """The largest gap between two posts at which :meth:`p2p_collision_ns` can be above 0."""
@@ -317,7 +317,7 @@ class DeviceProfile:
         >>> dev.p2p_hold_ns(5e3), dev.p2p_hold_ns(900e3), DeviceProfile("x", "cpu", {}, {}, 0).p2p_hold_ns(0)
         (800000.0, 0.0, 0.0)
         """
-        return _by_gap(_for_backend(self.p2p_hold, backend), gap_ns) if self.p2p_hold else 0.0
+        return _interp(_for_backend(self.p2p_hold, backend), abs(gap_ns)) if self.p2p_hold else 0.0
 
     def p2p_hold_window_ns(self, backend: str | None = None) -> float:
         """The largest gap between two posts at which :meth:`p2p_hold_ns` can be above 0."""
@@ -331,15 +331,7 @@ class DeviceProfile:
         >>> [round(dev.p2p_late_hold_share(b), 3) for b in (0, 2e6, 9e6)]
         [0.1, 0.2, 0.3]
         """
-        if not self.p2p_late_hold:
-            return 0.0
-        pts = _for_backend(self.p2p_late_hold, backend)
-        if busy_ns <= pts[0][0]:
-            return float(pts[0][1])
-        for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-            if busy_ns <= x1:
-                return float(y0 + (y1 - y0) * (busy_ns - x0) / (x1 - x0))
-        return float(pts[-1][1])
+        return _interp(_for_backend(self.p2p_late_hold, backend), busy_ns, flat=True) if self.p2p_late_hold else 0.0
 
     def resume_factor(self, gap_ns: float) -> float:
         """How much longer work takes when its thread was idle ``gap_ns`` before it: 1.0 at no
@@ -350,14 +342,7 @@ class DeviceProfile:
         >>> [round(dev.resume_factor(g), 3) for g in (0, 5e5, 2.5e6, 9e6)]
         [1.0, 1.02, 1.1, 1.16]
         """
-        if not self.resume or gap_ns <= 0:
-            return 1.0
-        x0, y0 = 0.0, 1.0
-        for x1, y1 in self.resume:
-            if gap_ns <= x1:
-                return float(y0 + (y1 - y0) * (gap_ns - x0) / (x1 - x0))
-            x0, y0 = x1, y1
-        return float(y0)
+        return _interp(((0.0, 1.0), *self.resume), gap_ns, flat=True) if self.resume else 1.0
 
     # ------------------------------------------------------------ persistence
     def to_json(self) -> dict:
@@ -419,16 +404,19 @@ def _for_backend(figures: dict, backend: str | None):
     return figures[backend] if backend in figures else next(iter(figures.values()))
 
 
-def _by_gap(pts, gap_ns: float) -> float:
-    """The extra ns at ``|gap_ns|`` on ``((gap ns, extra ns), ...)`` (increasing gaps): linear between
-    points, the first point's below it, 0.0 past the last."""
-    gap = abs(gap_ns)
-    if gap <= pts[0][0]:
+def _interp(pts, x: float, flat: bool = False) -> float:
+    """``y`` at ``x`` on the points ``((x, y), ...)`` (increasing x): linear between points, the
+    first point's ``y`` below it; past the last, its ``y`` if ``flat``, else 0.0.
+
+    >>> [_interp(((1, 10), (3, 30)), x) for x in (0, 2, 4)], _interp(((1, 10), (3, 30)), 4, flat=True)
+    ([10.0, 20.0, 0.0], 30.0)
+    """
+    if x <= pts[0][0]:
         return float(pts[0][1])
     for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
-        if gap <= x1:
-            return float(y0 + (y1 - y0) * (gap - x0) / (x1 - x0))
-    return 0.0
+        if x <= x1:
+            return float(y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+    return float(pts[-1][1]) if flat else 0.0
 
 
 def _gpu(name, fp32_tflops, tensor_tflops, bw_gbs, link_gbs, launch_us=4.0):
