@@ -16,7 +16,7 @@ from .errors import DaydreamError
 
 __all__ = ["call_for", "KEEP_DTYPE_INPUTS", "time_signature_ns", "dtype_time_ratios", "dtype_time_pairs", "channels_last_time_pairs",
            "thread_time_ratios", "float_inputs", "cast_ns", "scaled_signature", "batch_time_ratios",
-           "fused_signature", "fused_time_ratios", "PAIR_ROUNDS", "PAIR_SPAN_S"]
+           "fused_signature", "fused_time_ratios", "inductor_ns", "inductor_time_ratios", "PAIR_ROUNDS", "PAIR_SPAN_S"]
 
 _TENSOR_TYPES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
                  "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8",
@@ -221,6 +221,61 @@ def channels_last_time_pairs(signatures, threads: int | None = None) -> dict:
     """Per signature: ``(t(as traced), t(4-D inputs channels-last))`` in ns, each the median of its
     rounds, measured now (:func:`_pairs`); failures left out."""
     return _pairs(signatures, lambda sig: time_signature_ns(sig, channels_last=True), threads, typical=True)
+
+
+_INDUCTOR: dict = {}
+
+
+def inductor_ns(signature: str, channels_last: bool = False) -> float:
+    """Typical time of one traced call compiled alone by Inductor, re-run on this machine.
+
+    The op's aten graph (``make_fx``) goes to ``torch._inductor.compile``: the
+    generated code only, without Dynamo's frame and guards (``fusion``
+    accounts those once per compiled graph).  Compiled once per signature,
+    layout and thread count.  ``channels_last``: 4-D inputs in NHWC, as
+    Inductor lays out a CPU convolution's output.
+
+    Raises
+    ------
+    DaydreamError
+        If the call cannot be rebuilt or Inductor cannot compile it (no C++ compiler, say).
+    """
+    import torch
+
+    from .calibrate import time_call_ns
+
+    key = (signature, channels_last, torch.get_num_threads())
+    if key not in _INDUCTOR:
+        _INDUCTOR[key] = _inductor_compile(signature, channels_last)
+    fn, tensors = _INDUCTOR[key]
+    return time_call_ns(lambda: fn(*tensors), torch.device("cpu"), 0.02, typical=True)
+
+
+def _inductor_compile(signature: str, channels_last: bool):
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    op, args = call_for(signature, channels_last=channels_last)
+    at = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+
+    def work(*tensors):
+        a = list(args)
+        for i, t in zip(at, tensors):
+            a[i] = t
+        return op(*a)
+
+    tensors = [args[i] for i in at]
+    try:
+        return torch._inductor.compile(make_fx(work)(*tensors), tensors), tensors
+    except Exception as exc:    # Inductor's failures have many types (compiler missing, lowering, ...)
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise DaydreamError(f"cannot compile {json.loads(signature)[0]} with Inductor: {first}") from None
+
+
+def inductor_time_ratios(signatures, threads: int | None = None, channels_last: bool = False) -> dict:
+    """Per signature: ``t(compiled alone by Inductor) / t(eager, as traced)``, both re-run now
+    (:func:`_pairs`); signatures that fail are left out."""
+    return _ratios(signatures, lambda sig: inductor_ns(sig, channels_last), threads)
 
 
 def _layout_strides(dims, strides) -> list:
