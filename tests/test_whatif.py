@@ -82,7 +82,7 @@ def test_checkpointing_adds_the_calibrated_call_bookkeeping_per_module(own_trace
     assert per_op.predicted_ms - base.predicted_ms == pytest.approx(blocks * 2 * 0.015, rel=0.01)
 
 
-def test_amp_adds_the_remeasured_time_difference_to_each_traced_op(own_trace, profile, monkeypatch):
+def test_amp_times_each_op_from_its_reruns_and_its_surplus_in_training(own_trace, profile, monkeypatch):
     import daydream.optimizations.amp as amp_module
 
     def predicted_durations(bf16_ns):
@@ -96,6 +96,13 @@ def test_amp_adds_the_remeasured_time_difference_to_each_traced_op(own_trace, pr
     assert len(comp)
     # an op re-run 0.2 ms slower in bf16 gains exactly 0.2 ms, however long it took in the trace
     assert (slower.tasks["dur_ns"][comp] - same.tasks["dur_ns"][comp]).tolist() == [200_000] * len(comp)
+    # re-runs equal in both dtypes: what the op took beyond its 0.1 ms re-run halves with the bytes,
+    # and an op faster than its re-run keeps its traced time
+    traced = g0.tasks["dur_ns"][comp]
+    surplus = traced - 100_000
+    expected = 100_000 + np.maximum(surplus, 0) / 2 + np.minimum(surplus, 0)
+    assert (traced > 100_000).any() and (traced < 100_000).any()
+    assert np.abs(same.tasks["dur_ns"][comp] - expected).max() <= 0.5
 
 
 def test_attention_is_a_compute_op_that_amp_reruns_in_bf16(own_trace):
