@@ -3,8 +3,8 @@
 gloo between two local processes, each pinned to a core of its own where
 there are two (as ``--pin-cores`` runs are): all-reduce bandwidth and
 latency; one send's transfer, the host cost of posting a send and a
-receive, a late receive's handshake, and the extra cost of posts that
-collide and the data's delay then.  On a CPU host, a matmul's throughput beside a second busy process
+receive, a late receive's handshake, the extra cost of posts that
+collide and the data's delay then, and what data landing on a busy core costs it.  On a CPU host, a matmul's throughput beside a second busy process
 (co-run) and how far processes started together differ in speed for a whole
 run (process spread).
 """
@@ -85,7 +85,8 @@ def _gloo_worker(rank, port, sizes, kind, q):
     if kind == "p2p":
         held = torch.zeros(P2P_HOLD_ELEMENTS)
         out = (out, _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)),
-               _p2p_hold_pts(torch, dist, rank, held), _p2p_late_hold_pts(torch, dist, rank, held))
+               _p2p_hold_pts(torch, dist, rank, held), _p2p_late_hold_pts(torch, dist, rank, held),
+               _p2p_land_pts(torch, dist, rank))
     if rank == 0:
         q.put(out)
     dist.destroy_process_group()
@@ -320,6 +321,62 @@ def _p2p_late_hold_pts(torch, dist, rank, t) -> tuple:
     return tuple((x * 1e6, float(y)) for x, y in zip(P2P_LATE_HOLD_BEFORE_MS, share.tolist()))
 
 
+#: Message sizes (bytes) landing on a busy receiver, messages per try, tries with and without
+#: them, and the receiver's compute per try (matmuls; its count fixed once, about this long).
+P2P_LAND_SIZES, P2P_LAND_MESSAGES, P2P_LAND_TRIES, P2P_LAND_WORK_S = (2 ** 14, 2 ** 17, 2 ** 19), 4, 24, 0.004
+
+
+def _p2p_land_pts(torch, dist, rank) -> tuple:
+    """Rank 0: ``((bytes, extra ns), ...)``: per message size (:data:`P2P_LAND_SIZES`), how much
+    longer rank 1's compute takes for each message that lands on its core meanwhile.  Rank 1: ``()``.
+
+    Tries alternate with and without messages.  Each leaves a barrier; rank 1 posts its
+    receives (:data:`P2P_LAND_MESSAGES`, each waited on by a thread of its own, as the Hydra
+    runtime does) and runs a fixed count of matmuls (about 4 ms); rank 0 waits 1 ms, so that they land
+    while it computes, and sends them.  The
+    median over pairs of tries (one quiet, the next with messages) of the difference of rank 1's
+    compute times, per message (at least 0): pairs, as the machine's speed drifts over the tries.
+    """
+    import threading
+
+    a, b = torch.randn(64, 512), torch.randn(512, 512)
+    t0 = time.perf_counter()
+    for _ in range(10):
+        torch.mm(a, b)
+    reps = max(1, int(P2P_LAND_WORK_S / max((time.perf_counter() - t0) / 10, 1e-9)))
+    reps = torch.tensor([reps])
+    dist.broadcast(reps, 1)       # rank 1's count; rank 0 only needs the loop to match
+    took = []      # rank 1: per size, (quiet, landing) compute times
+    for nbytes in P2P_LAND_SIZES:
+        buf, got = torch.zeros(nbytes // 4), ([], [])
+        for k in range(2 * P2P_LAND_TRIES + 2):
+            landing = k % 2
+            dist.barrier()
+            if rank == 0:
+                if landing:
+                    _spin(1e-3)
+                    for w in [dist.isend(buf, 1, tag=m) for m in range(P2P_LAND_MESSAGES)]:
+                        w.wait()
+                continue
+            waiters = [threading.Thread(target=dist.irecv(torch.empty_like(buf), 0, tag=m).wait)
+                       for m in range(P2P_LAND_MESSAGES)] if landing else []
+            for w in waiters:
+                w.start()
+            start = time.perf_counter_ns()
+            for _ in range(int(reps)):
+                torch.mm(a, b)
+            end = time.perf_counter_ns()
+            for w in waiters:
+                w.join()
+            if k >= 2:
+                got[landing].append(end - start)
+        took.append(got)
+    out = torch.tensor([max(statistics.median(b - a for a, b in zip(quiet, land)), 0.0) / P2P_LAND_MESSAGES
+                        for quiet, land in took] if rank == 1 else [0.0] * len(P2P_LAND_SIZES), dtype=torch.float64)
+    dist.broadcast(out, 1)
+    return tuple((float(n), float(x)) for n, x in zip(P2P_LAND_SIZES, out.tolist())) if rank == 0 else ()
+
+
 def _mean_by_gap(gaps, values, edges) -> list:
     """Per edge of ``edges`` (increasing), the mean of the ``values`` whose gap lies from it to the
     next edge, less the mean of those at or past the last edge (at least 0; 0 at the last edge); an
@@ -366,18 +423,19 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     receive (:func:`p2p_handshake_ns`; medians over the sizes up to :data:`P2P_POST_MAX_BYTES`),
     the extra cost of posts that collide (:func:`_p2p_collision_pts`), the data's extra delay
     then (:func:`_p2p_hold_pts`) and the share of a late receive's wait for a busy sender
-    (:func:`_p2p_late_hold_pts`), as a dict of :class:`~daydream.device.DeviceProfile` field
+    (:func:`_p2p_late_hold_pts`) and the cost of data landing on a busy receiver
+    (:func:`_p2p_land_pts`), as a dict of :class:`~daydream.device.DeviceProfile` field
     name to figure: ``{"p2p": (bytes/s, latency ns), "p2p_post": (send ns, receive ns),
     "p2p_handshake": ns, "p2p_collision": ((gap ns, extra ns), ...), "p2p_hold": ((gap ns, extra
-    ns), ...), "p2p_late_hold": ((busy ns, share), ...)}``."""
+    ns), ...), "p2p_late_hold": ((busy ns, share), ...), "p2p_land": ((bytes, extra ns), ...)}``."""
     pts = first_result(_gloo_worker, 2, (sizes, kind))
     if kind == "p2p":
-        pts, collision, hold, late = pts
+        pts, collision, hold, late, land = pts
         small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]
         post = tuple(statistics.median(p[k] for p in small) for k in (2, 3))
         handshake = statistics.median(p2p_handshake_ns(p[1], p[2], p[3], p[4]) for p in small)
         return {"p2p": _fit_relative([p[:2] for p in pts]), "p2p_post": post, "p2p_handshake": handshake,
-                "p2p_collision": collision, "p2p_hold": hold, "p2p_late_hold": late}
+                "p2p_collision": collision, "p2p_hold": hold, "p2p_late_hold": late, "p2p_land": land}
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)

@@ -139,6 +139,11 @@ class DeviceProfile:
         send's, until the sender stops computing that the data waits on average (the
         sender's thread running torch ops), by how long the sender had computed when it
         posted the send (increasing; flat past both ends).  Where absent, 0.
+    p2p_land : dict of str to tuple of (bytes, extra_ns)
+        Per backend: how much longer a process's compute takes for each message that
+        lands on its core meanwhile (its receive posted before, a thread waiting on
+        it), by message size (increasing sizes; flat past both ends): the backend's
+        threads and the waiter take the core to take the data in.  Where absent, 0.
     """
 
     name: str
@@ -156,6 +161,7 @@ class DeviceProfile:
     p2p_collision: dict = field(default_factory=dict)
     p2p_hold: dict = field(default_factory=dict)
     p2p_late_hold: dict = field(default_factory=dict)
+    p2p_land: dict = field(default_factory=dict)
     threads: int = 0
     source: str = "published"
     #: DataLoader: main-process cost of receiving one batch from a worker
@@ -333,6 +339,15 @@ class DeviceProfile:
         """
         return _interp(_for_backend(self.p2p_late_hold, backend), busy_ns, flat=True) if self.p2p_late_hold else 0.0
 
+    def p2p_land_ns(self, nbytes: float, backend: str | None = None) -> float:
+        """Extra compute time of a process for one message of ``nbytes`` landing on its core.
+
+        >>> dev = DeviceProfile("x", "cpu", {}, {}, 0, p2p_land={"gloo": ((16e3, 2e4), (512e3, 2e5))})
+        >>> [round(dev.p2p_land_ns(b)) for b in (1e3, 264e3, 4e6)], DeviceProfile("x", "cpu", {}, {}, 0).p2p_land_ns(1e6)
+        ([20000, 110000, 200000], 0.0)
+        """
+        return _interp(_for_backend(self.p2p_land, backend), nbytes, flat=True) if self.p2p_land else 0.0
+
     def resume_factor(self, gap_ns: float) -> float:
         """How much longer work takes when its thread was idle ``gap_ns`` before it: 1.0 at no
         gap and where not calibrated, interpolated between the calibrated gaps (from 1.0 at 0),
@@ -355,6 +370,7 @@ class DeviceProfile:
         d["p2p_collision"] = {k: [list(p) for p in v] for k, v in self.p2p_collision.items()}
         d["p2p_hold"] = {k: [list(p) for p in v] for k, v in self.p2p_hold.items()}
         d["p2p_late_hold"] = {k: [list(p) for p in v] for k, v in self.p2p_late_hold.items()}
+        d["p2p_land"] = {k: [list(p) for p in v] for k, v in self.p2p_land.items()}
         d["loader_fetch"] = list(self.loader_fetch)
         d["compiled_call_ns"] = list(self.compiled_call_ns)
         d["compiled_tensor_ns"] = list(self.compiled_tensor_ns)
@@ -376,6 +392,7 @@ class DeviceProfile:
                    p2p_hold={k: tuple(tuple(float(x) for x in p) for p in v) for k, v in d.get("p2p_hold", {}).items()},
                    p2p_late_hold={k: tuple(tuple(float(x) for x in p) for p in v)
                                   for k, v in d.get("p2p_late_hold", {}).items()},
+                   p2p_land={k: tuple(tuple(float(x) for x in p) for p in v) for k, v in d.get("p2p_land", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
                    compiled_call_ns=_fwd_bwd(d.get("compiled_call_ns", (0, 0))),
@@ -532,13 +549,13 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
             return f"p2p_late_hold {name}: needs (busy ns > 0, share from 0 to 1) points"
         if any(a[0] >= b[0] for a, b in zip(pts, pts[1:])):
             return f"p2p_late_hold {name}: busy times must increase"
-    for kind in ("p2p_collision", "p2p_hold"):
+    for kind, x in (("p2p_collision", "gap"), ("p2p_hold", "gap"), ("p2p_land", "bytes")):
         for name, pts in getattr(prof, kind).items():
             if not pts or not all(len(p) == 2 and (_positive(p[0]) or p[0] == 0) and (_positive(p[1]) or p[1] == 0)
                                   for p in pts):
-                return f"{kind} {name}: needs (gap ns >= 0, extra ns >= 0) points"
+                return f"{kind} {name}: needs ({x}{' ns' * (x == 'gap')} >= 0, extra ns >= 0) points"
             if any(a[0] >= b[0] for a, b in zip(pts, pts[1:])):
-                return f"{kind} {name}: gaps must increase"
+                return f"{kind} {name}: {x}{'s' * (x == 'gap')} must increase"
     if len(prof.loader_fetch) != 2 or not all(_positive(x) or x == 0 for x in prof.loader_fetch):
         return "loader_fetch needs two non-negative numbers"
     if not (isinstance(prof.corun, (int, float)) and 0 < prof.corun <= 1):

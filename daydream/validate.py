@@ -107,7 +107,8 @@ def ensure_profile(profile_path=None, progress=print) -> str:
                                                                              and prof.p2p_handshake
                                                                              and prof.p2p_collision
                                                                              and prof.p2p_hold
-                                                                             and prof.p2p_late_hold):
+                                                                             and prof.p2p_late_hold
+                                                                             and prof.p2p_land):
         progress(f"calibrating: point-to-point send (gloo, 2 processes), added to {path}")
         save_profile(dataclasses.replace(prof, **{k: {"gloo": v} for k, v in gloo_p2p().items()}), path)
     return path

@@ -28,8 +28,11 @@ with the device profile's point-to-point figures
 (:meth:`daydream.device.DeviceProfile.p2p_ns`; without them, one step of
 the all-reduce model); the sending device first spends the profile's host
 cost of posting a send (``p2p_post``), which the transfer time includes.
-Receives are posted before a step starts (as the real runtime does) and
-cost the step nothing.  A shard that starts after its device sat idle takes
+Receives are posted before a step starts (as the real runtime does); one
+whose data lands while its device runs another shard lengthens that shard
+by the profile's cost of taking a message in on a busy core (``p2p_land``,
+:mod:`optimizations._landing`), and costs nothing where the device waits
+for it.  A shard that starts after its device sat idle takes
 the profile's calibrated factor for work resumed after that gap
 (``resume``, :mod:`optimizations._resume`).
 
@@ -72,6 +75,7 @@ from daydream.primitives import LanePolicy, set_policy
 
 from ._common import module_table
 from ._corun import SOURCES, corun_rate, corun_stretch
+from ._landing import add_landing_costs
 from ._resume import add_resume_costs
 from .base import NotApplicable, Optimization, OptionError, Param
 
@@ -278,6 +282,7 @@ def schedule_graph(costs: ShardCosts, models: int, transfer_ns, schedule: str,
             g.add_edges(after, post, EdgeKind.DATA)
             after = post
         x = _add(g, link, max(transfer_ns(nbytes) - send_post_ns, 0.0), name, phase, pr)
+        g.tasks["bytes"][x] = nbytes
         g.add_edges(after, x, EdgeKind.DATA)
         return x
 
@@ -359,16 +364,16 @@ class Hydra(Optimization):
             raise NotApplicable(f"hydra: device profile {dev.name!r} has no transfer figures; run daydream calibrate")
         transfer_ns, (send_post_ns, _) = dev.p2p_ns, dev.p2p_post_ns()
         rate = corun_rate(ctx, 1.0, self.corun) if D > 1 else 1.0
-        graphs, results = {}, {}
-        resumed = {}
+        graphs, results, resumed, landed = {}, {}, {}, {}
         for sched in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL):
             graphs[sched] = g = schedule_graph(costs, K, transfer_ns, sched, send_post_ns)
             work = g.tasks["dur_ns"].copy()
-            results[sched] = corun_stretch(g, device_lanes(g), rate)
-            resumed[sched] = (0, 0)
-            if dev.resume:       # the co-run schedule's idle gaps lengthen the work resumed after them
+            results[sched] = res = corun_stretch(g, device_lanes(g), rate)
+            resumed[sched] = landed[sched] = (0, 0)
+            if dev.resume or dev.p2p_land:   # from the co-run schedule: idle gaps before work, data landing
                 g.tasks["dur_ns"][:] = work
-                resumed[sched] = add_resume_costs(g, device_lanes(g), results[sched], dev)
+                resumed[sched] = add_resume_costs(g, device_lanes(g), res, dev)
+                landed[sched] = add_landing_costs(g, res, dev)
                 results[sched] = corun_stretch(g, device_lanes(g), rate)
         mp, sp = (results[s].makespan_ns / 1e6 for s in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL))
         ctx.metrics.update({"model_parallel_makespan_ms": mp, "shard_parallel_makespan_ms": sp,
@@ -381,6 +386,10 @@ class Hydra(Optimization):
         if n:
             ctx.note(f"hydra: {n} shard tasks start after their device sat idle: +{added / 1e6:.2f} ms of work "
                      "(the profile's resume factors)")
+        n, added = landed[self.schedule]
+        if n:
+            ctx.note(f"hydra: {n} transfers land while their device computes: +{added / 1e6:.2f} ms of work "
+                     "(the profile's p2p_land)")
         if rate < 1.0:
             ctx.note(f"hydra: a device's shard runs at {rate:.2f}x its speed alone while another device is busy "
                      f"(corun={self.corun}; `corun=off` leaves it out)")

@@ -11,7 +11,7 @@ MODULES = ["daydream", "daydream.model", "daydream.errors", "daydream.primitives
            "daydream.graph.graph", "daydream.sim.result", "daydream.plots", "daydream.optimizations",
            "daydream.optimizations.data_parallel", "daydream.optimizations.tensor_parallel",
            "daydream.optimizations.ptdp", "daydream.optimizations.device", "daydream.optimizations.amp",
-           "daydream.optimizations.fusion", "daydream.opbench", "daydream.optimizations._stragglers",
+           "daydream.optimizations.fusion", "daydream.opbench", "daydream.optimizations._stragglers", "daydream.optimizations._landing",
            "daydream.loader.fast", "daydream.fileio", "daydream.collect.runner", "daydream.collect.heap",
            "daydream.collect.shapes", "daydream.loader.iterations", "daydream.calibrate", "daydream.calibrate_procs"]
 # hfta, hydra, pipeline, tessel and _schedules run their examples in their own test files

@@ -132,6 +132,27 @@ def test_cores_that_share_a_host_slow_each_other_only_while_both_work(own_trace)
     assert 1.0 < mp < 1.03 and mp + 0.05 < sp < 1 / 0.8
 
 
+def test_data_landing_on_a_busy_device_lengthens_its_shard(own_trace):
+    """With receives posted ahead, shard-parallel lands activations and gradients on devices busy
+    with another model's shard, each of which then takes the profile's p2p_land longer;
+    model-parallel's devices wait for their data, which costs them nothing more."""
+    import dataclasses
+
+    from daydream.primitives import select
+
+    base = flat_profile(allreduce=(1e9, 10_000.0))
+    land = dataclasses.replace(base, p2p_land={"gloo": ((1.0, 50_000.0),)})     # 50 us a message, any size
+    trace = own_trace("mlp")
+    spec = "hydra:models=4,devices=2,corun=off"
+    (off, g_off), (on, g_on) = ((r, res.graph) for r, res in (predict(trace, [spec], device=d) for d in (base, land)))
+    (n,) = [int(x.split()[1]) for x in on.notes if "transfers land" in x]
+    assert n > 0 and not any("transfers land" in x for x in off.notes)
+    shards = lambda g: g.tasks["dur_ns"][select(g, name="^model ")].sum()     # noqa: E731  (shards, posts, transfers)
+    assert shards(g_on) - shards(g_off) == n * 50_000
+    assert on.metrics["model_parallel_makespan_ms"] == off.metrics["model_parallel_makespan_ms"]
+    assert on.metrics["shard_parallel_makespan_ms"] > off.metrics["shard_parallel_makespan_ms"]
+
+
 def test_corun_stretch_exact():
     """Two lanes: a (100 ns) then b (100 ns) on one, c (150 ns) on the other, at rate 0.5.  a and
     c overlap all along, so both last twice their work until one ends: a: 200; c: 200 for its

@@ -125,7 +125,7 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
     monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: {
         "p2p": (3e9, 50_000.0), "p2p_post": (40_000.0, 30_000.0), "p2p_handshake": 9_000.0,
         "p2p_collision": ((0.0, 2e6), (1e5, 0.0)), "p2p_hold": ((0.0, 1e6), (8e5, 0.0)),
-        "p2p_late_hold": ((1e6, 0.1),)})
+        "p2p_late_hold": ((1e6, 0.1),), "p2p_land": ((16384.0, 1e5),)})
     cached = save_profile(flat_profile(), default_profile_path("cpu", validate.THREADS))
     given = save_profile(flat_profile(), str(tmp_path / "mine.json"))
     before = open(given).read()
@@ -135,6 +135,7 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
     assert got.p2p == {"gloo": (3e9, 50_000.0)} and got.p2p_post == {"gloo": (40_000.0, 30_000.0)}
     assert got.p2p_handshake_ns("gloo") == 9_000.0 and got.p2p_collision_ns(5e4, "gloo") == 1e6
     assert got.p2p_hold_ns(4e5, "gloo") == 5e5 and got.p2p_late_hold_share(3e6, "gloo") == 0.1
+    assert got.p2p_land_ns(1e6, "gloo") == 1e5
     assert "point-to-point" in said[0]
     assert validate.ensure_profile(given, progress=said.append) == given
     assert open(given).read() == before and len(said) == 1
@@ -143,7 +144,8 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
 def test_gloo_p2p_measures_two_processes(tmp_path):
     """Two spawned gloo processes, two sizes: a few seconds."""
     pytest.importorskip("torch")
-    from daydream.calibrate_procs import P2P_COLLIDE_GAPS_US, P2P_HOLD_GAPS_US, P2P_LATE_HOLD_BEFORE_MS, gloo_p2p
+    from daydream.calibrate_procs import (P2P_COLLIDE_GAPS_US, P2P_HOLD_GAPS_US, P2P_LAND_SIZES,
+                                          P2P_LATE_HOLD_BEFORE_MS, gloo_p2p)
 
     got = gloo_p2p([2 ** 10, 2 ** 16])
     (bw, lat), (send, recv), handshake = got["p2p"], got["p2p_post"], got["p2p_handshake"]
@@ -157,6 +159,8 @@ def test_gloo_p2p_measures_two_processes(tmp_path):
     assert [g for g, _ in hold] == [g * 1e3 for g in P2P_HOLD_GAPS_US] and hold[-1][1] == 0.0
     assert all(0 <= extra < 1e8 for _, extra in hold)     # a held send leaves within 0.1 s
     assert [b for b, _ in late] == [b * 1e6 for b in P2P_LATE_HOLD_BEFORE_MS] and all(0 <= x <= 1 for _, x in late)
+    land = got["p2p_land"]
+    assert [b for b, _ in land] == list(P2P_LAND_SIZES) and all(0 <= x < 1e7 for _, x in land)    # < 10 ms a message
     assert load_profile(save_profile(dataclasses.replace(flat_profile(), **{k: {"gloo": v} for k, v in got.items()}),
                                      str(tmp_path / "p.json"))).p2p_late_hold
 
@@ -244,6 +248,17 @@ def test_profile_refuses_collision_points_out_of_order(tmp_path):
     doc["p2p_collision"] = {"gloo": [[1e5, 0.0], [0.0, 9e5]]}
     open(path, "w").write(json.dumps(doc))
     with pytest.raises(DaydreamError, match="p2p_collision gloo: gaps must increase"):
+        load_profile(path)
+
+
+def test_profile_keeps_landing_points_and_refuses_them_out_of_order(tmp_path):
+    path = save_profile(dataclasses.replace(flat_profile(), p2p_land={"gloo": ((16384.0, 1e5), (524288.0, 3e5))}),
+                        str(tmp_path / "p.json"))
+    assert [load_profile(path).p2p_land_ns(b) for b in (1e3, 270336.0, 1e8)] == [1e5, 2e5, 3e5]
+    doc = json.loads(open(path).read())
+    doc["p2p_land"] = {"gloo": [[524288.0, 3e5], [16384.0, 1e5]]}
+    open(path, "w").write(json.dumps(doc))
+    with pytest.raises(DaydreamError, match="p2p_land gloo: bytes must increase"):
         load_profile(path)
 
 
