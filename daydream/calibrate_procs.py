@@ -4,9 +4,10 @@ gloo between two local processes, each pinned to a core of its own where
 there are two (as ``--pin-cores`` runs are): all-reduce bandwidth and
 latency; one send's transfer, the host cost of posting a send and a
 receive, a late receive's handshake, the extra cost of posts that
-collide and the data's delay then, and what data landing on a busy core costs it.  On a CPU host, a matmul's throughput beside a second busy process
-(co-run) and how far processes started together differ in speed for a whole
-run (process spread).
+collide and the data's delay then, and what data landing on a busy core
+costs it.  On a CPU host, a matmul's throughput beside a second busy
+process (co-run) and how far processes started together differ in speed
+for a whole run (process spread).
 """
 from __future__ import annotations
 
@@ -332,10 +333,10 @@ def _p2p_land_pts(torch, dist, rank) -> tuple:
 
     Tries alternate with and without messages.  Each leaves a barrier; rank 1 posts its
     receives (:data:`P2P_LAND_MESSAGES`, each waited on by a thread of its own, as the Hydra
-    runtime does) and runs a fixed count of matmuls (about 4 ms); rank 0 waits 1 ms, so that they land
-    while it computes, and sends them.  The
-    median over pairs of tries (one quiet, the next with messages) of the difference of rank 1's
-    compute times, per message (at least 0): pairs, as the machine's speed drifts over the tries.
+    runtime does) and runs a fixed count of matmuls (about 4 ms); rank 0 waits 1 ms, so that they
+    land while it computes (sent 0.3 ms in, most landed before), and sends them.  The median over
+    pairs of tries (one quiet, the next with messages) of the difference of rank 1's compute
+    times, per message (at least 0): pairs, as the machine's speed drifts over the tries.
     """
     import threading
 
@@ -343,9 +344,8 @@ def _p2p_land_pts(torch, dist, rank) -> tuple:
     t0 = time.perf_counter()
     for _ in range(10):
         torch.mm(a, b)
-    reps = max(1, int(P2P_LAND_WORK_S / max((time.perf_counter() - t0) / 10, 1e-9)))
-    reps = torch.tensor([reps])
-    dist.broadcast(reps, 1)       # rank 1's count; rank 0 only needs the loop to match
+    reps = torch.tensor([max(1, int(P2P_LAND_WORK_S / max((time.perf_counter() - t0) / 10, 1e-9)))])
+    dist.broadcast(reps, 1)       # rank 1's count (only rank 1 computes)
     took = []      # rank 1: per size, (quiet, landing) compute times
     for nbytes in P2P_LAND_SIZES:
         buf, got = torch.zeros(nbytes // 4), ([], [])

@@ -4,8 +4,9 @@ A Hydra process posts its receives before a step starts, each with a thread
 waiting on it; when a model's activation or gradient arrives while the
 process computes another model's shard, the backend's threads and the
 waiter run on its core to take the data in, and that shard takes longer
-(one-off, two pinned processes, 4 messages landing during 4.5 ms of
-matmuls: +19 / +106 / +186 us per message of 16 / 128 / 512 KiB).  A
+(two pinned processes, 4 messages landing 1 ms into 4 ms of matmuls:
++98-123 / +103-141 / +335-342 us per message of 16 / 128 / 512 KiB in two
+calibrations).  A
 receive whose process is waiting for it costs the transfer time instead,
 which the calibrated point-to-point figures already hold.  Calibration
 measures the cost by message size (``DeviceProfile.p2p_land``,

@@ -50,7 +50,7 @@ from .base import NotApplicable, Optimization, Param
 __all__ = ["Fusion", "OPTIMIZATION", "ELEMENTWISE_RE", "INDUCTOR_RERUN_OPS", "is_layout_conversion"]
 
 #: Ops whose compiled form is re-measured (``mode=compile`` on a CPU): eager training-mode
-#: ``native_batch_norm`` on an NCHW input ran 3-4x slower here than Inductor's code for it
+#: ``native_batch_norm`` on an NCHW input ran 3-6x slower here than Inductor's code for it
 #: (Welford reductions and one normalising pass).  Its backward is left as traced: the eager
 #: kernel is already one fused pass, and its compiled form measured no faster here.  Each
 #: must be in :data:`daydream.loader.shapes.SIGNED_OPS` (the loader keeps their signatures).
