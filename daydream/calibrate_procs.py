@@ -56,7 +56,7 @@ P2P_POST_MAX_BYTES = 2 ** 18
 
 
 def _gloo_worker(rank, port, sizes, kind, q):
-    """Per size, the time of one all-reduce (``kind="allreduce"``: mean of back-to-back ones)
+    """Per size, the time of one all-reduce (``kind="allreduce"``: :func:`_allreduce_pts`)
     or one send (``"p2p"``: from the send's start on rank 0 to the receive's end on rank 1,
     the receiver waiting; both read the same monotonic clock; trimmed mean)."""
     import torch
@@ -68,19 +68,12 @@ def _gloo_worker(rank, port, sizes, kind, q):
         pin_rank(rank, 2)   # as the multi-process runs (--pin-cores): a core per rank
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    out = []
-    for nbytes in sizes:
-        t = torch.zeros(nbytes // 4)
-        if kind == "allreduce":
-            for _ in range(3):
-                dist.all_reduce(t)
-            reps = max(3, min(200, int(2e7 // max(nbytes, 1))))
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                dist.all_reduce(t)
-            out.append((nbytes, (time.perf_counter() - t0) / reps * 1e9))
-        else:
+    if kind == "allreduce":
+        out = _allreduce_pts(torch, dist, sizes)
+    else:
+        out = []
+        for nbytes in sizes:
+            t = torch.zeros(nbytes // 4)
             out.append((nbytes, _p2p_one_way_ns(torch, dist, rank, t), *_p2p_post_ns(torch, dist, rank, t),
                         _p2p_late_recv_ns(torch, dist, rank, t)))
     if kind == "p2p":
@@ -91,6 +84,31 @@ def _gloo_worker(rank, port, sizes, kind, q):
     if rank == 0:
         q.put(out)
     dist.destroy_process_group()
+
+
+#: Rounds of the all-reduce sweep over the sizes; each size's time is the median of its rounds.
+ALLREDUCE_ROUNDS = 7
+
+
+def _allreduce_pts(torch, dist, sizes) -> list:
+    """``[(bytes, ns), ...]``: per size, the median over :data:`ALLREDUCE_ROUNDS` rounds of the mean
+    of back-to-back all-reduces (a round times every size once, so each size's rounds fall in
+    different spells of the machine: one sweep's fitted bandwidth read 0.85-1.91 GB/s in four
+    calibrations within a minute here)."""
+    bufs = [torch.zeros(n // 4) for n in sizes]
+    for t in bufs:
+        for _ in range(3):
+            dist.all_reduce(t)
+    got = [[] for _ in sizes]
+    for _ in range(ALLREDUCE_ROUNDS):
+        for n, t, times in zip(sizes, bufs, got):
+            reps = max(3, min(50, int(2e7 // max(n, 1))))
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                dist.all_reduce(t)
+            times.append((time.perf_counter() - t0) / reps * 1e9)
+    return [(n, statistics.median(times)) for n, times in zip(sizes, got)]
 
 
 def _spin(seconds: float) -> None:

@@ -240,6 +240,29 @@ def test_gloo_all_reduce_calibration_pins_each_rank_to_a_core(monkeypatch):
     assert got.value.args == ((1, 2),)
 
 
+def test_allreduce_calibration_takes_each_size_median_over_rounds(monkeypatch):
+    """Rounds time every size once; a round in a slow spell (10x here) does not move the result."""
+    torch = pytest.importorskip("torch")
+    from daydream import calibrate_procs as cp
+
+    sizes, now, barriers = [1024, 4096], [0.0], [0]
+
+    class Dist:
+        @staticmethod
+        def barrier():
+            barriers[0] += 1
+
+        @staticmethod
+        def all_reduce(t):         # 1 ns a byte, ten times that in the fourth round
+            slow = (barriers[0] - 1) // len(sizes) == 3
+            now[0] += t.numel() * 4 * 1e-9 * (10 if slow else 1)
+
+    monkeypatch.setattr(cp.time, "perf_counter", lambda: now[0])
+    got = cp._allreduce_pts(torch, Dist, sizes)
+    assert barriers[0] == cp.ALLREDUCE_ROUNDS * len(sizes)
+    assert [n for n, _ in got] == sizes and [ns for _, ns in got] == pytest.approx([1024.0, 4096.0])
+
+
 def test_profile_refuses_collision_points_out_of_order(tmp_path):
     path = save_profile(dataclasses.replace(flat_profile(), p2p_collision={"gloo": ((0.0, 9e5), (1e5, 0.0))}),
                         str(tmp_path / "p.json"))
