@@ -148,6 +148,9 @@ class Fusion(Optimization):
                               "fusion: {n} distinct decomposed ops (batch norm) re-measured compiled by Inductor")
         for t, r in ratios.items():
             T["dur_ns"][t] = max(1, int(round(T["dur_ns"][t] * r)))
+        if not ratios and ctx.device.kind == "cpu" and signatures_of(ctx, ops):
+            ctx.note(f"fusion: {len(ops)} batch-norm tasks left as traced: re-running them compiled failed here "
+                     "(torch's Inductor needs a working C++ compiler on a CPU)")
         return len(ratios)
 
     @staticmethod

@@ -307,6 +307,10 @@ def test_compile_scales_batch_norms_by_their_inductor_rerun(own_trace, profile, 
     assert norm_ns(0.25, "fusion:mode=kernel")[0].tolist() == same.tolist()
     norm_ns(0.25, "fusion:channels_last=false")
     assert layouts == [True, True, False]        # compiled in inductor's CPU layout unless told not to
+    monkeypatch.setattr(fusion_module, "inductor_time_ratios", lambda sigs, threads=None, channels_last=False: {})
+    report, res = predict(own_trace("cnn"), ["fusion"], device=profile)
+    assert any("left as traced: re-running them compiled failed" in n for n in report.notes)
+    assert res.graph.tasks["dur_ns"][select(res.graph, name="^aten::native_batch_norm$")].tolist() == same.tolist()
 
 
 def test_inductor_reruns_a_traced_batch_norm(monkeypatch):
