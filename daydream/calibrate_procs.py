@@ -111,11 +111,13 @@ def _allreduce_pts(torch, dist, sizes) -> list:
     return [(n, statistics.median(times)) for n, times in zip(sizes, got)]
 
 
-def _spin(seconds: float) -> None:
-    """Keep this thread busy (not asleep) for ``seconds``: a sender that has been computing."""
+def _spin(seconds: float, work=None) -> None:
+    """Keep this thread busy (not asleep) for ``seconds``: a sender that has been computing, in a
+    Python loop or running ``work()`` (torch ops) again and again."""
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        pass
+        if work is not None:
+            work()
 
 
 def _p2p_one_way_ns(torch, dist, rank, t) -> float:
@@ -307,9 +309,7 @@ def _p2p_late_hold_pts(torch, dist, rank, t) -> tuple:
     a, b = torch.randn(64, 512), torch.randn(512, 512)
 
     def compute(seconds):
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            torch.mm(a, b)
+        _spin(seconds, lambda: torch.mm(a, b))
 
     rec = []    # rank 0: (the sender's compute end, its send done); rank 1: (receive post end, arrival)
     for before in P2P_LATE_HOLD_BEFORE_MS:
@@ -422,7 +422,7 @@ def p2p_handshake_ns(one_way_ns: float, send_post_ns: float, recv_post_ns: float
     return max(late_wait_ns - recv_post_ns - (one_way_ns - send_post_ns), 0.0)
 
 
-def gloo_p2p(sizes=None) -> tuple:
+def gloo_p2p(sizes=None) -> dict:
     """The point-to-point figures of a CPU profile (``gloo_fit(sizes, "p2p")``) measured alone (idle
     CPUs polling), to complete an older profile."""
     from .cpuidle import polling_idle

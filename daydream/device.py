@@ -67,6 +67,8 @@ class Curve:
 BMM_COPIES = 4
 #: The throughput curves of a profile.
 _CURVES = ("matmul", "conv", "bmm", "gconv", "elementwise")
+#: Profile fields holding, per backend, a curve as ``((x, y), ...)`` points.
+_POINTS = ("p2p_collision", "p2p_hold", "p2p_late_hold", "p2p_land")
 
 
 def _nearest_copies(curves: dict, dtype: str, copies: int):
@@ -367,10 +369,8 @@ class DeviceProfile:
         d["collective"] = {k: list(v) for k, v in self.collective.items()}
         d["p2p"] = {k: list(v) for k, v in self.p2p.items()}
         d["p2p_post"] = {k: list(v) for k, v in self.p2p_post.items()}
-        d["p2p_collision"] = {k: [list(p) for p in v] for k, v in self.p2p_collision.items()}
-        d["p2p_hold"] = {k: [list(p) for p in v] for k, v in self.p2p_hold.items()}
-        d["p2p_late_hold"] = {k: [list(p) for p in v] for k, v in self.p2p_late_hold.items()}
-        d["p2p_land"] = {k: [list(p) for p in v] for k, v in self.p2p_land.items()}
+        for k in _POINTS:
+            d[k] = {b: [list(p) for p in v] for b, v in getattr(self, k).items()}
         d["loader_fetch"] = list(self.loader_fetch)
         d["compiled_call_ns"] = list(self.compiled_call_ns)
         d["compiled_tensor_ns"] = list(self.compiled_tensor_ns)
@@ -382,17 +382,13 @@ class DeviceProfile:
     def from_json(cls, d: dict) -> "DeviceProfile":
         curves = {k: {dt: Curve(tuple(tuple(p) for p in pts)) for dt, pts in d.get(k, {}).items()}
                   for k in _CURVES}
+        points = {k: {b: tuple(tuple(float(x) for x in p) for p in v) for b, v in d.get(k, {}).items()}
+                  for k in _POINTS}
         return cls(name=d["name"], kind=d["kind"], op_overhead_ns=int(d["op_overhead_ns"]),
                    collective={k: tuple(v) for k, v in d.get("collective", {}).items()},
                    p2p={k: tuple(v) for k, v in d.get("p2p", {}).items()},
                    p2p_post={k: tuple(v) for k, v in d.get("p2p_post", {}).items()},
                    p2p_handshake={k: float(v) for k, v in d.get("p2p_handshake", {}).items()},
-                   p2p_collision={k: tuple(tuple(float(x) for x in p) for p in v)
-                                  for k, v in d.get("p2p_collision", {}).items()},
-                   p2p_hold={k: tuple(tuple(float(x) for x in p) for p in v) for k, v in d.get("p2p_hold", {}).items()},
-                   p2p_late_hold={k: tuple(tuple(float(x) for x in p) for p in v)
-                                  for k, v in d.get("p2p_late_hold", {}).items()},
-                   p2p_land={k: tuple(tuple(float(x) for x in p) for p in v) for k, v in d.get("p2p_land", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
                    compiled_call_ns=_fwd_bwd(d.get("compiled_call_ns", (0, 0))),
@@ -401,7 +397,7 @@ class DeviceProfile:
                    checkpoint_op_ns=tuple(int(x) for x in d.get("checkpoint_op_ns", (0, 0))),
                    corun=float(d.get("corun", 1.0)),
                    process_spread=tuple(float(x) for x in d.get("process_spread", ())),
-                   resume=tuple(tuple(float(x) for x in p) for p in d.get("resume", ())), **curves)
+                   resume=tuple(tuple(float(x) for x in p) for p in d.get("resume", ())), **curves, **points)
 
 
 def _fwd_bwd(v) -> tuple:
