@@ -188,12 +188,16 @@ def trace_workload(name: str, path: Path, args=(), warmup: int = 2, iterations: 
     return _traced(name, path, args, nproc, proc.returncode, proc.stderr)
 
 
-#: Least length of a turn (s): long enough that starting on caches the other
-#: process left cold is a small share, short against the machine's drift.
-TURN_S = 0.1
+#: Least length of a turn (s): short against the machine's drift (spells of a
+#: tenth of a second), and a few iterations of the validation MLP, so that
+#: starting on caches the other process left cold stays a small share.  0.02 s
+#: turns on one core halved the spread of an A/A pair against 0.1 s ones
+#: (:mod:`daydream.collect.turns`).
+TURN_S = 0.02
 
 
-def trace_in_turns(configs, iterations: int = 5, warmup: int = 2, quantum_s: float = TURN_S) -> list:
+def trace_in_turns(configs, iterations: int = 5, warmup: int = 2, quantum_s: float = TURN_S,
+                   one_core: bool = True) -> list:
     """Trace ``configs`` (``(workload, path, args, nproc)``) at once, iterations taken in turns.
 
     The processes run their recorded iterations alternately (one iteration of
@@ -201,14 +205,18 @@ def trace_in_turns(configs, iterations: int = 5, warmup: int = 2, quantum_s: flo
     together), so all of them see the machine in the same state: on a shared
     machine whose speed drifts by 10-20 % from second to second, runs made
     one after the other are not comparable (:mod:`daydream.collect.turns`).
-    Returns the (rank 0) trace paths.
+    With ``one_core`` and every config a single process, they also record on
+    one and the same core (:func:`daydream.collect.turns.shared_core`; their
+    DataLoader workers keep the other cores).  Returns the (rank 0) trace paths.
     """
     import tempfile
 
-    from .collect.turns import TurnTaker
+    from .collect.turns import TurnTaker, shared_core
 
+    cpu = shared_core() if one_core and all(c[3] == 1 for c in configs) else None
     with tempfile.TemporaryDirectory(prefix="daydream-turns-") as tmp, \
-            TurnTaker(Path(tmp) / "turns", {f"c{i}": c[3] for i, c in enumerate(configs)}, quantum_s) as turns:
+            TurnTaker(Path(tmp) / "turns", {f"c{i}": c[3] for i, c in enumerate(configs)}, quantum_s,
+                      cpu=cpu) as turns:
         errs = [open(Path(tmp) / f"c{i}.stderr", "w+") for i in range(len(configs))]   # no pipe to fill up
         procs = [subprocess.Popen(_trace_cmd(name, path, args, warmup, iterations, nproc), text=True,
                                   stdout=subprocess.DEVNULL, stderr=err, env=run_env(**turns.env(f"c{i}")))

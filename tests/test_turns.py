@@ -111,3 +111,50 @@ def test_two_traced_workloads_in_turns_give_traces_without_the_waits(tmp_path):
         waited_us = sum(e["dur"] for e in pauses)
         cut_us = (rank.boundaries_ns[-2] - rank.boundaries_ns[0]) / 1e3     # first to last iteration start
         assert abs(cut_us - (steps[-1] - steps[0] - waited_us)) < 5
+
+
+_PINNED = textwrap.dedent("""
+    import os, sys
+    from daydream.collect.turns import Turns
+    turns = Turns.from_env()
+    before = sorted(os.sched_getaffinity(0))
+    turns.wait()
+    during = sorted(os.sched_getaffinity(0))
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                       # a DataLoader worker started during the turn
+        os.write(w, repr(sorted(os.sched_getaffinity(0))).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(r, 4096).decode()
+    turns.finish()
+    after = sorted(os.sched_getaffinity(0))
+    turns.leave()
+    print(before, during, child, after, sep="|")
+""")
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity")
+                    or len(__import__("os").sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_participants_record_on_the_shared_core_and_what_they_fork_keeps_every_core(tmp_path):
+    import os
+
+    from daydream.collect.turns import shared_core
+
+    cpu = shared_core()
+    cores = sorted(os.sched_getaffinity(0))
+    with TurnTaker(tmp_path / "turns", {"a": 1}, cpu=cpu) as tt:
+        out = subprocess.run([sys.executable, "-c", _PINNED], env={**os.environ, **tt.env("a")},
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    before, during, child, after = out.stdout.strip().split("|")
+    assert cpu == max(cores) != min(cores)
+    assert eval(before) == cores and eval(during) == [cpu]
+    assert eval(child) == cores and eval(after) == cores
+
+
+def test_a_turn_taker_without_a_core_leaves_the_environment_without_one(tmp_path):
+    from daydream.collect.turns import ENV_CPU
+
+    assert ENV_CPU not in TurnTaker(tmp_path, {"a": 1}).env("a")
+    assert TurnTaker(tmp_path, {"a": 1}, cpu=1).env("a")[ENV_CPU] == "1"

@@ -18,6 +18,16 @@ runs at the same time; groups alternate.  The waits happen between two
 loader cuts out of the timeline (:mod:`daydream.loader.pauses`), so
 iteration times and replays exclude them.
 
+Turns alone do not make two processes see the same machine: each process
+tends to be woken on the core it last ran on, and this VM's two cores differ
+in speed by 5-20 % for seconds at a time.  With ``DAYDREAM_TURNS_CPU`` set,
+every participant runs its recording thread on that one core while it takes
+turns (the waits cost nothing: one process runs at a time).  In an A/A test
+(the validation MLP traced twice in turns, 6 rounds, 20 iterations), the
+spread of the two runs' ratio was 11-12 % with 0.1 s turns on free cores,
+4-6 % pinned, 1.5 % pinned with 0.02 s turns
+(``benchmarks/README.md``, "Turns on one core").
+
 The rendezvous is a directory of named pipes named by ``DAYDREAM_TURNS``
 (``DAYDREAM_TURNS_GROUP`` names the participant's group).  It is POSIX
 only, stdlib only, and never blocks training for good: a participant that
@@ -36,12 +46,14 @@ from pathlib import Path
 
 from ..loader.pauses import PAUSE_NAME
 
-__all__ = ["ENV_DIR", "ENV_GROUP", "PAUSE_RANGE", "Turns", "TurnTaker"]
+__all__ = ["ENV_CPU", "ENV_DIR", "ENV_GROUP", "PAUSE_RANGE", "Turns", "TurnTaker", "shared_core"]
 
 #: Environment variable naming the rendezvous directory.
 ENV_DIR = "DAYDREAM_TURNS"
 #: Environment variable naming the participant's group.
 ENV_GROUP = "DAYDREAM_TURNS_GROUP"
+#: Environment variable naming the core every participant records on (optional).
+ENV_CPU = "DAYDREAM_TURNS_CPU"
 
 #: Name of the range that covers a wait for the turn (cut out by the loader).
 PAUSE_RANGE = PAUSE_NAME
@@ -55,6 +67,48 @@ def _read_ready(fd: int, timeout_s: float) -> bytes:
     """Bytes from ``fd`` once readable, or b"" after ``timeout_s``."""
     ready, _, _ = select.select([fd], [], [], timeout_s)
     return os.read(fd, 4096) if ready else b""
+
+
+def shared_core() -> int | None:
+    """The core participants share (:data:`ENV_CPU`): the highest one this process may use,
+    away from core 0, which takes most interrupts; None with one core or no affinity control.
+
+    >>> shared_core() is None or shared_core() in os.sched_getaffinity(0)
+    True
+    """
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cores = os.sched_getaffinity(0)
+    return max(cores) if len(cores) > 1 else None
+
+
+class _Pin:
+    """The calling thread held on one core, and given its cores back; a process forked
+    meanwhile (a DataLoader worker) gets the cores back at once."""
+
+    _forks_hooked = False
+    _saved = None    # cores before pinning, while pinned
+
+    @classmethod
+    def hold(cls, cpu: int) -> None:
+        try:
+            saved = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, {cpu})   # 0: the calling thread only (Linux)
+        except (AttributeError, OSError, ValueError):
+            return
+        _Pin._saved = saved
+        if not cls._forks_hooked:
+            os.register_at_fork(after_in_child=cls.release)
+            _Pin._forks_hooked = True
+
+    @classmethod
+    def release(cls) -> None:
+        saved, _Pin._saved = cls._saved, None
+        if saved is not None:
+            try:
+                os.sched_setaffinity(0, saved)
+            except OSError:
+                pass
 
 
 def _alive(pid: str) -> bool:
@@ -76,16 +130,20 @@ class Turns:
         Processes of one group run together.
     timeout_s : float
         Give up on turns (run freely) after this long without a turn.
+    cpu : int, optional
+        Run the thread that takes turns on this core from joining until
+        :meth:`finish` (processes forked meanwhile get every core back).
 
     A turn lasts as many iterations as the :class:`TurnTaker` says with it
     (the same for every process of the group, so that ranks which
     synchronise with each other stop at the same boundary).
     """
 
-    def __init__(self, directory, group: str, timeout_s: float = TIMEOUT_S):
+    def __init__(self, directory, group: str, timeout_s: float = TIMEOUT_S, cpu: int | None = None):
         self.dir = Path(directory)
         self.group = group
         self.timeout_s = timeout_s
+        self.cpu = cpu
         self._left = 0
         self.active = False
         self._ctl = self._go = None
@@ -93,8 +151,8 @@ class Turns:
     @classmethod
     def from_env(cls) -> "Turns | None":
         """The participant the environment asks for (``DAYDREAM_TURNS``), or None."""
-        d = os.environ.get(ENV_DIR)
-        return cls(d, os.environ.get(ENV_GROUP, "default")) if d else None
+        d, cpu = os.environ.get(ENV_DIR), os.environ.get(ENV_CPU, "")
+        return cls(d, os.environ.get(ENV_GROUP, "default"), cpu=int(cpu) if cpu.isdigit() else None) if d else None
 
     def due(self) -> bool:
         """Called at each iteration boundary: whether the turn ends here."""
@@ -127,6 +185,8 @@ class Turns:
         self._go = os.open(go, os.O_RDWR | os.O_NONBLOCK)
         self._ctl = os.open(self.dir / _CTL, os.O_WRONLY | os.O_NONBLOCK)
         self.active = True
+        if self.cpu is not None:
+            _Pin.hold(self.cpu)
         self._say("ready")
         return self._await_go()
 
@@ -151,6 +211,7 @@ class Turns:
         except OSError:
             pass
         self.active = False
+        _Pin.release()   # the trace is written on every core
 
     def leave(self) -> None:
         """Give the turn back for good (after the trace is written)."""
@@ -168,6 +229,7 @@ class Turns:
                 pass
         self._ctl = self._go = None
         self.active = False
+        _Pin.release()
 
 
 class TurnTaker:
@@ -188,6 +250,10 @@ class TurnTaker:
     timeout_s : float
         Stop handing out turns when nothing is heard for this long.  A
         process that dies counts as gone.
+    cpu : int, optional
+        The core every participant records on (:data:`ENV_CPU`); None: wherever
+        the system puts them.  Only for groups of one process each: the
+        ranks of a group run at the same time.
 
     Use as a context manager around launching the participants, with
     ``DAYDREAM_TURNS=<directory>`` and ``DAYDREAM_TURNS_GROUP=<name>`` in
@@ -197,8 +263,10 @@ class TurnTaker:
     released together.
     """
 
-    def __init__(self, directory, groups: dict, quantum_s: float = 0.0, timeout_s: float = TIMEOUT_S):
+    def __init__(self, directory, groups: dict, quantum_s: float = 0.0, timeout_s: float = TIMEOUT_S,
+                 cpu: int | None = None):
         self.dir = Path(directory)
+        self.cpu = cpu
         self.groups = dict(groups)
         self.quantum_s = quantum_s
         self.timeout_s = timeout_s
@@ -208,7 +276,8 @@ class TurnTaker:
 
     def env(self, group: str) -> dict:
         """Environment entries that make a traced process a participant of ``group``."""
-        return {ENV_DIR: str(self.dir), ENV_GROUP: group}
+        env = {ENV_DIR: str(self.dir), ENV_GROUP: group}
+        return env if self.cpu is None else {**env, ENV_CPU: str(self.cpu)}
 
     def __enter__(self) -> "TurnTaker":
         self.dir.mkdir(parents=True, exist_ok=True)
