@@ -14,7 +14,8 @@ the compiled call's own host time outside its generated code (Dynamo's frame
 and guards, AOTAutograd's wrappers) before the forward and before the
 backward: a cost per call plus one per parameter tensor of the model (module
 table), both measured by ``daydream calibrate`` on tiny compiled models under
-the profiler, as a trace's iterations run.  On a CPU, inductor runs every
+the profiler, as a trace's iterations run, each call after a sweep of the host's
+caches (the rest of a training step passes through them between two calls).  On a CPU, inductor runs every
 convolution in the channels-last memory format when oneDNN is available
 (``decide_layout_opt`` in ``torch/_inductor/graph.py``): with
 ``channels_last`` (default) each traced convolution, forward and backward,

@@ -604,3 +604,32 @@ def test_checkpoint_calibration_times_its_calls_under_the_profiler(monkeypatch):
     monkeypatch.setattr(cal, "time_call_ns", fake_time)
     assert cal._checkpoint_extra_ns(torch, torch.device("cpu"), 1) == (0.0, 0.0)
     assert profiled and all(profiled)
+
+
+def test_host_cache_size_is_the_largest_cache_in_sysfs(tmp_path):
+    from daydream import calibrate as C
+
+    for name, size in (("index0", "32K"), ("index2", "2048K"), ("index3", "32768K")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "size").write_text(size + "\n")
+    assert C.host_cache_bytes(str(tmp_path)) == 32 << 20
+    assert C.host_cache_bytes(str(tmp_path / "absent")) == C.DEFAULT_LLC_BYTES
+
+
+def test_compiled_calls_are_timed_after_the_caches_are_swept(monkeypatch):
+    """In training the rest of a step passes through the caches between two compiled calls:
+    the calibration writes the sweep buffer once before every forward and every backward."""
+    torch = pytest.importorskip("torch")
+    from daydream import calibrate as C
+
+    m = C._tiny_mlp(torch, 1, torch.device("cpu"))
+    x = torch.randn(4, 8)
+    try:
+        cm = torch.compile(m)
+        cm(x).sum().backward()
+    except Exception as exc:  # noqa: BLE001 - no compiler toolchain here
+        pytest.skip(f"torch.compile does not run here: {exc}")
+    monkeypatch.setattr(C, "COMPILED_CALLS", 3)
+    sweep = torch.zeros(1024)
+    fwd, bwd = C._compiled_round(torch, torch.device("cpu"), cm, x, sweep)
+    assert sweep.eq(6.0).all() and fwd > 0 and bwd > 0
