@@ -385,6 +385,34 @@ def test_fusion_fuses_chains_and_compile_pays_its_call_overhead(own_trace, profi
     assert compiled.predicted_ms - free.predicted_ms == pytest.approx(1.0, abs=1e-6)
 
 
+def test_compile_drops_views_and_autograd_nodes_inside_the_model_only(own_trace, profile):
+    """Generated code computes views inline and runs the backward as one node: in compile mode
+    the model's view ops and autograd-node slices go, gradient accumulation stays; kernel mode
+    (fusing only) keeps them."""
+    import re
+
+    from daydream.model import Phase
+    from optimizations.fusion import AUTOGRAD_NODE_RE, VIEW_OPS
+
+    assert AUTOGRAD_NODE_RE.search("autograd::engine::evaluate_function: AddmmBackward0")
+    assert AUTOGRAD_NODE_RE.search("AddmmBackward0") and not AUTOGRAD_NODE_RE.search("aten::mm")
+    assert not AUTOGRAD_NODE_RE.search("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad")
+
+    def kinds(res):
+        g = res.graph
+        T = g.tasks
+        model = np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)) & (T["iteration"] >= 0) & (T["layer"] >= 0)
+        names = [g.task_name(t) for t in np.flatnonzero(model)]
+        return (sum(n in VIEW_OPS or bool(AUTOGRAD_NODE_RE.search(n)) for n in names),
+                sum(bool(re.search("AccumulateGrad", n)) for n in names))
+
+    kernel, kres = predict(own_trace("transformer"), ["fusion:mode=kernel"], device=profile)
+    compiled, cres = predict(own_trace("transformer"), ["fusion"], device=profile)
+    (before, acc), (after, acc_after) = kinds(kres), kinds(cres)
+    assert before > 50 and after == 0 and acc_after == acc > 0
+    assert any(f"{before} view ops and autograd-node slices" in n for n in compiled.notes)
+
+
 def test_compiled_call_costs_per_parameter_tensor(own_trace, profile):
     """Forward and backward each pay their per-tensor cost for every parameter tensor of the model."""
     from dataclasses import replace
