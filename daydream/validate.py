@@ -264,14 +264,19 @@ def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True)
     baseline, three rounds each), so each round traces the configs one after
     the other instead.  Returns one list per round of (path, report,
     simulated schedule), one per config, in order: the runs of a round are
-    comparable.
+    comparable.  Traced one after the other, every second round goes in reverse order, so
+    that a drift of the machine's speed over the rounds weighs on each config alike.
     """
     rounds = []
     together = turns and all(c[3] == 1 for c in configs)
     for k in range(max(repeat, 1)):
         cfgs = [(n, _round_path(p, k, repeat), a, np_) for n, p, a, np_ in configs]
-        paths = trace_in_turns(cfgs, iterations) if together else \
-            [trace_workload(n, p, a, iterations=iterations, nproc=np_) for n, p, a, np_ in cfgs]
+        if together:
+            paths = trace_in_turns(cfgs, iterations)
+        else:
+            order = range(len(cfgs)) if k % 2 == 0 else reversed(range(len(cfgs)))
+            done = {i: trace_workload(*cfgs[i][:3], iterations=iterations, nproc=cfgs[i][3]) for i in order}
+            paths = [done[i] for i in range(len(cfgs))]
         rounds.append([(p, *replay(p)) for p in paths])
     return rounds
 

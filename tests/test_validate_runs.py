@@ -256,7 +256,8 @@ def test_device_validation_predicts_with_two_profiles_measured_now(monkeypatch, 
 
 
 def test_paired_rounds_without_turns_trace_the_configs_one_after_the_other(monkeypatch, tmp_path):
-    """``turns=False``: each round traces its 1-process configs in order, never in turns."""
+    """``turns=False``: each round traces its 1-process configs one after the other, never in
+    turns, every second round in reverse order; the rounds list them in config order."""
     calls = []
     monkeypatch.setattr(validate, "trace_in_turns", lambda cfgs, iterations: calls.append("turns"))
     monkeypatch.setattr(validate, "trace_workload",
@@ -264,6 +265,6 @@ def test_paired_rounds_without_turns_trace_the_configs_one_after_the_other(monke
     monkeypatch.setattr(validate, "replay", lambda p: ("report", "schedule"))
     configs = [("mlp", tmp_path / "a.json.gz", (), 1), ("mlp", tmp_path / "b.json.gz", ("--threads", "2"), 1)]
     rounds = validate.paired_rounds(2, configs, 9, turns=False)
-    assert calls == [("a.r0.json.gz", 9), ("b.r0.json.gz", 9), ("a.r1.json.gz", 9), ("b.r1.json.gz", 9)]
+    assert calls == [("a.r0.json.gz", 9), ("b.r0.json.gz", 9), ("b.r1.json.gz", 9), ("a.r1.json.gz", 9)]
     assert [[r[0].name for r in rnd] for rnd in rounds] == [["a.r0.json.gz", "b.r0.json.gz"],
                                                              ["a.r1.json.gz", "b.r1.json.gz"]]
