@@ -24,6 +24,8 @@ Usage::
     python benchmarks/trace_overhead_runs.py --workloads cnn --rounds 6 --malloc steady \
         --variant=--no-heap-reserve --variant=--no-shapes -- --batch-size 16 --dataset-batches 64
     python benchmarks/trace_overhead_runs.py --malloc steady      # validate's malloc settings
+    python benchmarks/trace_overhead_runs.py --malloc steady --core 1 --workloads mlp -- \
+        --hidden 512 --batch-size 64 --dataset-batches 64     # every run on core 1
 
 Goal: overhead <= 5 %.
 """
@@ -44,9 +46,11 @@ __all__ = ["run_step_ms", "spans", "measure", "main"]
 _STEPS = re.compile(r"^step times ms: (.*)$", re.M)
 
 
-def run_step_ms(cmd: list[str], env: dict) -> list[float]:
-    """Run one command; the workload's step times (ms), from its ``--step-times`` line."""
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+def run_step_ms(cmd: list[str], env: dict, core: int | None = None) -> list[float]:
+    """Run one command (on one ``core`` if given); the workload's step times (ms), from its
+    ``--step-times`` line."""
+    pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, preexec_fn=pin)
     m = _STEPS.search(out.stdout)
     if out.returncode != 0 or m is None:
         sys.exit(f"error: {' '.join(cmd)} failed (exit {out.returncode}): {out.stderr.strip()[-300:]}")
@@ -73,7 +77,7 @@ def spans(warmup: int, iterations: int, steps: int) -> dict:
 
 
 def measure(name: str, rounds: int, warmup: int, iterations: int, after: int, extra: list[str],
-            env: dict, variants: list[str] = ()) -> dict:
+            env: dict, variants: list[str] = (), core: int | None = None) -> dict:
     """Per traced condition: overhead (%) in one run and against an untraced run.
 
     In one run: the median traced step over the median untraced step before and after
@@ -98,7 +102,7 @@ def measure(name: str, rounds: int, warmup: int, iterations: int, after: int, ex
             keys = list(conds)
             keys = keys[r % len(keys):] + keys[:r % len(keys)]   # rotate the order
             for k in keys:
-                got[k].append(run_step_ms(conds[k], env))
+                got[k].append(run_step_ms(conds[k], env, core))
             print(f"  {name} round {r + 1}/{rounds}: " + ", ".join(
                 f"{k} {med(v[-1][i] for i in part['traced']):.1f}" for k, v in got.items()),
                 file=sys.stderr, flush=True)
@@ -128,6 +132,9 @@ def main(argv=None) -> int:
                     help="glibc's defaults, or daydream validate's STEADY_MALLOC settings")
     ap.add_argument("--variant", action="append", default=[], metavar="FLAGS",
                     help="also trace with these daydream trace flags (repeatable): --variant=--no-heap-reserve")
+    ap.add_argument("--core", type=int, default=None,
+                    help="run every process on this one core: separate runs then differ less (the "
+                         "cores of a VM differ in speed for seconds at a time)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("extra", nargs="*", help="flags passed to every workload (after --)")
     a = ap.parse_args(argv)
@@ -136,7 +143,8 @@ def main(argv=None) -> int:
         from daydream.validate import STEADY_MALLOC
 
         env.update(STEADY_MALLOC)
-    rows = [measure(n, a.rounds, a.warmup, a.iterations, a.after, a.extra, env, a.variant) for n in a.workloads.split(",")]
+    rows = [measure(n, a.rounds, a.warmup, a.iterations, a.after, a.extra, env, a.variant, a.core)
+            for n in a.workloads.split(",")]
     if a.json:
         print(json.dumps(rows, indent=1))
     for r in rows:
