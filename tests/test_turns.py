@@ -158,3 +158,23 @@ def test_a_turn_taker_without_a_core_leaves_the_environment_without_one(tmp_path
 
     assert ENV_CPU not in TurnTaker(tmp_path, {"a": 1}).env("a")
     assert TurnTaker(tmp_path, {"a": 1}, cpu=1).env("a")[ENV_CPU] == "1"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity")
+                    or len(__import__("os").sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_a_participant_that_gives_up_on_turns_runs_on_every_core_again(tmp_path):
+    import os
+
+    script = textwrap.dedent("""
+        import os
+        from daydream.collect.turns import Turns
+        turns = Turns(os.environ["DAYDREAM_TURNS"], "a", timeout_s=0.3, cpu=max(os.sched_getaffinity(0)))
+        before = os.sched_getaffinity(0)
+        print(turns.wait(), os.sched_getaffinity(0) == before)
+        turns.leave()
+    """)
+    with TurnTaker(tmp_path / "turns", {"a": 1, "b": 1}) as tt:    # "b" never comes
+        out = subprocess.run([sys.executable, "-c", script], env={**os.environ, **tt.env("a")},
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]

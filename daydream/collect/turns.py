@@ -177,6 +177,7 @@ class Turns:
             return self._await_go()
         except OSError:
             self.active = False
+            _Pin.release()
             return False
 
     def _join(self) -> bool:
@@ -193,6 +194,8 @@ class Turns:
     def _await_go(self) -> bool:
         msg = _read_ready(self._go, self.timeout_s)
         self.active = bool(msg)
+        if not self.active:
+            _Pin.release()            # running freely: on every core again
         self._left = int(msg[1:]) if msg[1:].isdigit() else 1
         return self.active
 
