@@ -17,7 +17,8 @@ and guards, AOTAutograd's wrappers) before the forward and before the
 backward: a cost per call plus one per parameter tensor of the model (module
 table), both measured by ``daydream calibrate`` on tiny compiled models under
 the profiler, as a trace's iterations run, each call after a sweep of the host's
-caches (the rest of a training step passes through them between two calls).  On a CPU, inductor runs every
+caches (the rest of a training step passes through them between two calls).
+On a CPU, inductor runs every
 convolution in the channels-last memory format when oneDNN is available
 (``decide_layout_opt`` in ``torch/_inductor/graph.py``): with
 ``channels_last`` (default) each traced convolution, forward and backward,
@@ -208,6 +209,13 @@ class Fusion(Optimization):
         return out
 
     @staticmethod
+    def _model_cpu_tasks(g) -> np.ndarray:
+        """Mask of the CPU-thread tasks of forward and backward inside iterations."""
+        T = g.tasks
+        cpu = np.array([ln.kind == LaneKind.CPU_THREAD for ln in g.lanes], bool)[T["lane"]]
+        return np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)) & (T["iteration"] >= 0) & cpu
+
+    @staticmethod
     def _drop_graph_bookkeeping(ctx) -> int:
         """Inside the compiled model (tasks of a module layer: a loss computed by a function
         outside it keeps its views), views (:data:`VIEW_OPS`) are computed inline and the
@@ -215,9 +223,8 @@ class Fusion(Optimization):
         g = ctx.graph
         T = g.tasks
         drop = np.array([s in VIEW_OPS or AUTOGRAD_NODE_RE.search(s) is not None for s in g.names.strings], bool)
-        cpu = np.array([ln.kind == LaneKind.CPU_THREAD for ln in g.lanes], bool)[T["lane"]]
-        dead = np.flatnonzero(drop[T["name"]] & cpu & np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD))
-                              & (T["iteration"] >= 0) & (T["layer"] >= 0) & (T["kind"] != EventKind.MARKER))
+        dead = np.flatnonzero(drop[T["name"]] & Fusion._model_cpu_tasks(g) & (T["layer"] >= 0)
+                              & (T["kind"] != EventKind.MARKER))
         if len(dead):
             remove(g, dead.tolist())
             ctx.note(f"fusion: {len(dead)} view ops and autograd-node slices inside the compiled model dropped")
@@ -229,8 +236,7 @@ class Fusion(Optimization):
         between them (gaps on the CPU thread during forward and backward) shrinks to one
         op's fixed cost per op."""
         T = g.tasks
-        cpu = np.array([ln.kind == LaneKind.CPU_THREAD for ln in g.lanes], bool)[T["lane"]]
-        model = np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)) & (T["iteration"] >= 0) & cpu
+        model = Fusion._model_cpu_tasks(g)
         new_op = np.ones(g.n_tasks, bool)          # later slices of the same op had no dispatch before them
         for seq in g.lane_tasks:
             for a, b in zip(seq, seq[1:]):
