@@ -26,7 +26,8 @@ turns (the waits cost nothing: one process runs at a time).  In an A/A test
 (the validation MLP traced twice in turns, 6 rounds, 20 iterations), the
 spread of the two runs' ratio was 11-12 % with 0.1 s turns on free cores,
 4-6 % pinned, 1.5 % pinned with 0.02 s turns
-(``benchmarks/README.md``, "Turns on one core").
+(``benchmarks/README.md``, issue 4, Session 19: "Turns on one core";
+``python benchmarks/turns_aa.py``).
 
 The rendezvous is a directory of named pipes named by ``DAYDREAM_TURNS``
 (``DAYDREAM_TURNS_GROUP`` names the participant's group).  It is POSIX
