@@ -118,7 +118,8 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                    "too (on a shared machine, fewer than ~20 fall within one of its fast or slow spells).")
 @click.option("--repeat", default=1, show_default=True,
               help="Rounds per case.  In a round the baseline and the real variant run at the same time, "
-                   "iterations in turns (multi-process variants after the baseline); a row is the mean over "
+                   "iterations in turns; multi-process variants (and device's 2 threads) run after the "
+                   "baseline instead, in twice as many rounds; a row is the mean over "
                    "its rounds (hfta, device and tensor-parallel too).  Of the other parallelism runners, "
                    "pipeline and tessel keep each side's median round, hydra the fastest.")
 @click.option("--public/--no-public", default=True, help="Also the public ResNet-50 DataLoader pair.")

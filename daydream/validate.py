@@ -21,7 +21,7 @@ from .analysis import op_times_ms, replay
 from .errors import DaydreamError
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "fastest_run", "paired_rounds", "rounds_row", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -254,9 +254,33 @@ def fastest_run(repeat: int, name: str, path: Path, args=(), iterations: int = 5
     return min(((p, replay(p)[0]) for p in runs), key=lambda x: x[1].measured_ms)
 
 
+#: Rounds of configs traced one after the other, per round asked for.  Runs in turns see the
+#: machine's spells alike; runs one after the other do not, and a round's ratio then moves with
+#: them: the data-parallel rows' rounds read 10-15 % apart (sd) in the runs of 2026-11-24, so
+#: their means need more rounds for the same precision.
+SEQUENTIAL_ROUNDS = 2
+
+
+def _in_turns(configs, turns: bool = True) -> bool:
+    return turns and all(c[3] == 1 for c in configs)
+
+
+def rounds_label(repeat: int, configs, turns: bool = True) -> str:
+    """How :func:`paired_rounds` will run ``configs``, for progress lines.
+
+    >>> rounds_label(3, [("mlp", None, (), 1), ("mlp", None, (), 2)])
+    'one after the other, x6'
+    >>> rounds_label(3, [("mlp", None, (), 1), ("mlp", None, (), 1)])
+    'iterations in turns, x3'
+    """
+    if _in_turns(configs, turns):
+        return f"iterations in turns, x{max(repeat, 1)}"
+    return f"one after the other, x{max(repeat, 1) * SEQUENTIAL_ROUNDS}"
+
+
 def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True) -> list:
     """``repeat`` rounds of :func:`trace_in_turns` over ``configs`` (``turns=False``: each
-    round traces them one after the other).
+    round traces them one after the other, and there are :data:`SEQUENTIAL_ROUNDS` times as many).
 
     A config of several processes (``nproc > 1``) is not run in turns: its
     ranks lose more at every turn than the drift costs (the MLP's 2-rank
@@ -268,9 +292,10 @@ def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True)
     that a drift of the machine's speed over the rounds weighs on each config alike.
     """
     rounds = []
-    together = turns and all(c[3] == 1 for c in configs)
-    for k in range(max(repeat, 1)):
-        cfgs = [(n, _round_path(p, k, repeat), a, np_) for n, p, a, np_ in configs]
+    together = _in_turns(configs, turns)
+    n_rounds = max(repeat, 1) * (1 if together else SEQUENTIAL_ROUNDS)
+    for k in range(n_rounds):
+        cfgs = [(n, _round_path(p, k, n_rounds), a, np_) for n, p, a, np_ in configs]
         if together:
             paths = trace_in_turns(cfgs, iterations)
         else:
@@ -335,12 +360,13 @@ def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_
         for key in opts:
             case = CASES[key]
             t0 = time.time()
+            configs = [(w, tdir / f"{w}.{key}.base.json.gz", case.baseline, 1),
+                       (w, tdir / f"{w}.{key}.json.gz", case.variant, case.nproc)]
             try:
                 progress(f"{w}: {key}: tracing baseline {' '.join(case.baseline) or '(defaults)'} and the real "
                          f"variant {' '.join(case.variant) or ''}{f' on {case.nproc} processes' if case.nproc > 1 else ''}"
-                         f", iterations in turns, x{max(repeat, 1)}")
-                rounds = paired_rounds(repeat, [(w, tdir / f"{w}.{key}.base.json.gz", case.baseline, 1),
-                                                (w, tdir / f"{w}.{key}.json.gz", case.variant, case.nproc)], iterations)
+                         f", {rounds_label(repeat, configs)}")
+                rounds = paired_rounds(repeat, configs, iterations)
                 row, _ = rounds_row(w, case.opt, rounds, case.opt, profile_path)
             except DaydreamError as exc:
                 progress(f"{w}: {key}: skipped ({exc})")

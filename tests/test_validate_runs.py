@@ -28,13 +28,15 @@ def test_rounds_trace_single_process_configs_in_turns_and_keep_every_round(monke
         [("a.r0.json.gz", 30.0), ("b.r0.json.gz", 12.0)], [("a.r1.json.gz", 20.0), ("b.r1.json.gz", 15.0)]]
 
 
-def test_rounds_with_a_multi_process_config_run_one_after_the_other(monkeypatch, tmp_path):
+def test_rounds_with_a_multi_process_config_run_one_after_the_other_twice_as_often(monkeypatch, tmp_path):
     calls = []
-    _record_runs(monkeypatch, calls, iter([30.0, 12.0]))
+    _record_runs(monkeypatch, calls, iter([30.0, 12.0, 13.0, 31.0]))
+    monkeypatch.setattr(validate, "SEQUENTIAL_ROUNDS", 2)
     rounds = validate.paired_rounds(1, [("mlp", tmp_path / "a.json.gz", (), 1),
                                         ("mlp", tmp_path / "b.json.gz", (), 2)])
-    assert calls == [("alone", "a.json.gz", 1), ("alone", "b.json.gz", 2)]
-    assert [r.measured_ms for _, r, _ in rounds[0]] == [30.0, 12.0]
+    assert calls == [("alone", "a.r0.json.gz", 1), ("alone", "b.r0.json.gz", 2),
+                     ("alone", "b.r1.json.gz", 2), ("alone", "a.r1.json.gz", 1)]
+    assert [[r.measured_ms for _, r, _ in rnd] for rnd in rounds] == [[30.0, 12.0], [13.0, 31.0]]
 
 
 def test_traced_runs_get_the_steady_malloc_settings(monkeypatch, tmp_path):
@@ -264,6 +266,7 @@ def test_paired_rounds_without_turns_trace_the_configs_one_after_the_other(monke
                         lambda name, path, args, iterations, nproc: calls.append((Path(path).name, iterations)) or path)
     monkeypatch.setattr(validate, "replay", lambda p: ("report", "schedule"))
     configs = [("mlp", tmp_path / "a.json.gz", (), 1), ("mlp", tmp_path / "b.json.gz", ("--threads", "2"), 1)]
+    monkeypatch.setattr(validate, "SEQUENTIAL_ROUNDS", 1)
     rounds = validate.paired_rounds(2, configs, 9, turns=False)
     assert calls == [("a.r0.json.gz", 9), ("b.r0.json.gz", 9), ("b.r1.json.gz", 9), ("a.r1.json.gz", 9)]
     assert [[r[0].name for r in rnd] for rnd in rounds] == [["a.r0.json.gz", "b.r0.json.gz"],

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from daydream.errors import DaydreamError
-from daydream.validate import paired_rounds, rounds_row
+from daydream.validate import paired_rounds, rounds_label, rounds_row
 
 __all__ = ["validate_rows", "DEVICE_WORKLOADS"]
 
@@ -52,10 +52,10 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
     rows = []
     for w in DEVICE_WORKLOADS:
         try:
-            progress(f"device: {w}: tracing at 1 and then at 2 threads, x{max(repeat, 1)}")
-            rounds = paired_rounds(repeat, [(w, tdir / f"{w}.dev1t.json.gz", ("--threads", "1"), 1),
-                                            (w, tdir / f"{w}.dev2t.json.gz", ("--threads", "2"), 1)], iterations,
-                                   False)
+            configs = [(w, tdir / f"{w}.dev1t.json.gz", ("--threads", "1"), 1),
+                       (w, tdir / f"{w}.dev2t.json.gz", ("--threads", "2"), 1)]
+            progress(f"device: {w}: tracing at 1 and then at 2 threads, {rounds_label(repeat, configs, False)}")
+            rounds = paired_rounds(repeat, configs, iterations, False)
             row, _ = rounds_row(f"{w} 1->2 threads", "device:target=cpu-2t", rounds, f"device:target={target}",
                                 profile_path)
         except DaydreamError as exc:

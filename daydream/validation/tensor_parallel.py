@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from daydream.errors import DaydreamError
-from daydream.validate import THREADS, paired_rounds, rounds_row
+from daydream.validate import THREADS, paired_rounds, rounds_label, rounds_row
 
 __all__ = ["validate_rows", "WORKLOAD", "ARGS", "DEGREE"]
 
@@ -35,11 +35,11 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
     tdir.mkdir(parents=True, exist_ok=True)
     spec = f"tensor-parallel:degree={DEGREE},backend=gloo,heads={HEADS}"
     _fresh_api_overhead()
+    configs = [(WORKLOAD, tdir / "tp.base.json.gz", ARGS, 1), (WORKLOAD, tdir / f"tp.t{DEGREE}.json.gz", ARGS, DEGREE)]
     progress(f"tensor-parallel: tracing the unsplit transformer (1 process) and the split one "
-             f"({DEGREE} gloo ranks), x{max(repeat, 1)}")
+             f"({DEGREE} gloo ranks), {rounds_label(repeat, configs)}")
     try:
-        rounds = paired_rounds(repeat, [(WORKLOAD, tdir / "tp.base.json.gz", ARGS, 1),
-                                        (WORKLOAD, tdir / f"tp.t{DEGREE}.json.gz", ARGS, DEGREE)], iterations)
+        rounds = paired_rounds(repeat, configs, iterations)
         row, _ = rounds_row("transformer (torch TP)", spec, rounds, spec, profile_path)
     except DaydreamError as exc:
         progress(f"tensor-parallel: skipped ({exc})")
