@@ -363,9 +363,9 @@ def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_
             configs = [(w, tdir / f"{w}.{key}.base.json.gz", case.baseline, 1),
                        (w, tdir / f"{w}.{key}.json.gz", case.variant, case.nproc)]
             try:
+                variant = " ".join([*case.variant, *([f"on {case.nproc} processes"] if case.nproc > 1 else [])])
                 progress(f"{w}: {key}: tracing baseline {' '.join(case.baseline) or '(defaults)'} and the real "
-                         f"variant {' '.join(case.variant) or ''}{f' on {case.nproc} processes' if case.nproc > 1 else ''}"
-                         f", {rounds_label(repeat, configs)}")
+                         f"variant {variant or '(defaults)'}, {rounds_label(repeat, configs)}")
                 rounds = paired_rounds(repeat, configs, iterations)
                 row, _ = rounds_row(w, case.opt, rounds, case.opt, profile_path)
             except DaydreamError as exc:
