@@ -461,7 +461,7 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
         corun = corun_factor(torch) if dev.type == "cpu" else 1.0
         if dev.type == "cpu":
             say(f"speed of processes started together ({PROCESS_SPREAD_PAIRS} pairs)")
-            spread = process_spread()
+            spread = process_spread(warn=lambda m: say(f"warning: {m}"))
         say("all-reduce (gloo, 2 processes)")
         coll["gloo"] = gloo_fit(sizes["allreduce"])
         say("point-to-point send (gloo, 2 processes)")

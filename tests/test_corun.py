@@ -80,6 +80,49 @@ def test_process_spread_times_fresh_pairs_of_processes():
     assert all(0.2 < x < 1.8 for x in got)
 
 
+def _spin(core, seconds):
+    import os
+    import time
+
+    os.sched_setaffinity(0, {core})
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_process_spread_retries_a_pair_that_shared_its_core_and_warns():
+    """A busy program on the first core for the whole measurement: every try of the pair is
+    disturbed (that side gets about half its core), so the pair is tried 1 + retries times and
+    the warning names it; the figures are still returned."""
+    pytest.importorskip("torch")
+    import multiprocessing
+    import os
+
+    from daydream.calibrate_procs import process_spread
+
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    hog = multiprocessing.get_context("fork").Process(target=_spin, args=(cores[0], 60.0))
+    hog.start()
+    warned = []
+    try:
+        got = process_spread(1, 0.2, warn=warned.append, retries=1)
+    finally:
+        hog.terminate()
+        hog.join()
+    assert len(got) == 2 and sum(got) == pytest.approx(2.0)
+    assert len(warned) == 1 and "pair 1" in warned[0] and "all 2 tries" in warned[0]
+
+
+def test_least_disturbed_prefers_the_first_clean_try():
+    from daydream.calibrate_procs import least_disturbed
+
+    clean = [(5, 0.95), (6, 0.99)]
+    assert least_disturbed([[(1, 0.5), (2, 1.0)], clean, [(7, 1.0), (8, 1.0)]]) == (clean, True)
+    assert least_disturbed([[(1, 0.5), (2, 1.0)]], min_share=0.4) == ([(1, 0.5), (2, 1.0)], True)
+
+
 def test_corun_rounds_median_of_ratios_spread_over_the_span():
     """Stopped for the 'alone' side (the process's state says so), running for the 'beside'
     one; the median of the rounds' ratios, at most 1; the rounds last at least the span."""
