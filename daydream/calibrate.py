@@ -14,8 +14,8 @@ import os
 import statistics
 import time
 
-from .calibrate_procs import (GLOO_SIZES, PROCESS_SPREAD_PAIRS, corun_factor, gloo_fit, gloo_p2p, p2p_handshake_ns,
-                              process_spread)
+from .calibrate_corun import PROCESS_SPREAD_PAIRS, corun_factor, process_spread
+from .calibrate_procs import GLOO_SIZES, gloo_fit, gloo_p2p, p2p_handshake_ns
 from .device import BMM_COPIES, Curve, DeviceProfile, measured_on
 from .errors import DaydreamError
 

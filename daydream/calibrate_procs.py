@@ -5,9 +5,8 @@ there are two (as ``--pin-cores`` runs are): all-reduce bandwidth and
 latency; one send's transfer, the host cost of posting a send and a
 receive, a late receive's handshake, the extra cost of posts that
 collide and the data's delay then, and what data landing on a busy core
-costs it.  On a CPU host, a matmul's throughput beside a second busy
-process (co-run) and how far processes started together differ in speed
-for a whole run (process spread).
+costs it.  Processes sharing a CPU host without talking (co-run, process
+spread) are measured in :mod:`daydream.calibrate_corun`.
 """
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ import socket
 import statistics
 import time
 
-__all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "corun_factor", "process_spread", "free_port", "first_result",
-           "GLOO_SIZES", "PROCESS_SPREAD_PAIRS", "least_disturbed"]
+__all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "free_port", "first_result", "GLOO_SIZES"]
 
 #: Message sizes (bytes) of the all-reduce and point-to-point measurements.
 GLOO_SIZES = [2 ** 10, 2 ** 16, 2 ** 20, 2 ** 23]
@@ -477,156 +475,3 @@ def _fit_relative(pts):
     sxx = sum(wi * (x - mx) ** 2 for wi, (x, _) in zip(w, pts))
     slope = max(sum(wi * (x - mx) * (y - my) for wi, (x, y) in zip(w, pts)) / sxx, 1e-6)
     return 1e9 / slope, max(my - slope * mx, 0.0)
-
-
-#: Co-run measurement: a matmul whose weight (4 MiB) streams from the shared cache, timed alone
-#: and while a second process runs the same loop (the cores' shared caches, memory bandwidth,
-#: and on a virtual machine whatever the host does with two busy virtual CPUs).
-CORUN_SHAPE = (16, 1024, 1024)
-
-
-def _corun_spin(ready, stop) -> None:
-    """The second process of :func:`corun_factor`: the same matmul loop until told to stop."""
-    import torch
-
-    torch.set_num_threads(1)
-    m, k, n = CORUN_SHAPE
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    ready.set()
-    while not stop.is_set():
-        for _ in range(20):
-            torch.mm(a, b)
-
-
-#: Pairs of processes :func:`process_spread` starts, and the seconds each pair works together.
-PROCESS_SPREAD_PAIRS, PROCESS_SPREAD_S = 6, 1.0
-#: A pair is measured again (up to :data:`PROCESS_SPREAD_RETRIES` times) when a side got less
-#: than this share of its core: another program ran there (in session 20 a 2-second trace
-#: beside a calibration made one pair read 0.63 / 1.37, and the straggler waits it implied
-#: went into every all-reduce of a tensor-parallel prediction: +80 %).
-PROCESS_SPREAD_MIN_SHARE, PROCESS_SPREAD_RETRIES = 0.9, 3
-
-
-def _spread_worker(core, barrier, q, seconds) -> None:
-    """One process of a :func:`process_spread` pair: on ``core``, one thread, after warm-up and
-    the pair's barrier, the median time of a pass (matmuls and an elementwise add, as a training
-    step mixes them) over ``seconds``; put ``(core, ns, share)`` on ``q``, ``share`` the
-    thread's CPU time over the wall time of the window (below 1 when it had to share its core)."""
-    import torch
-
-    os.sched_setaffinity(0, {core})
-    torch.set_num_threads(1)
-    a, b = torch.randn(64, 1024), torch.randn(1024, 1024)
-    x, y = torch.randn(2 ** 20), torch.randn(2 ** 20)
-
-    def one():
-        t0 = time.perf_counter_ns()
-        for _ in range(4):
-            torch.mm(a, b)
-            x.add_(y)
-        return time.perf_counter_ns() - t0
-
-    for _ in range(10):
-        one()
-    barrier.wait(60)
-    got, start, cpu0 = [], time.perf_counter(), time.thread_time()
-    while time.perf_counter() < start + seconds:
-        got.append(one())
-    share = (time.thread_time() - cpu0) / max(time.perf_counter() - start, 1e-9)
-    q.put((core, statistics.median(got), share))
-
-
-def _spread_pair(ctx, cores, seconds) -> list:
-    """One pair of fresh processes on ``cores``: ``[(pass ns, core share), ...]`` per side."""
-    q, barrier = ctx.Queue(), ctx.Barrier(2)
-    procs = [ctx.Process(target=_spread_worker, args=(c, barrier, q, seconds)) for c in cores]
-    for p in procs:
-        p.start()
-    try:
-        return [q.get(timeout=120)[1:] for _ in procs]
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-
-
-def least_disturbed(tries, min_share: float = PROCESS_SPREAD_MIN_SHARE) -> tuple:
-    """``(sides, clean)``: the first try of a pair whose every side had at least ``min_share`` of
-    its core, else the try whose worst side had the most; ``clean`` says which.
-
-    >>> least_disturbed([[(10, 0.55), (12, 0.99)], [(11, 0.97), (12, 0.98)]])
-    ([(11, 0.97), (12, 0.98)], True)
-    >>> least_disturbed([[(10, 0.55), (12, 0.99)], [(11, 0.7), (12, 0.98)]])
-    ([(11, 0.7), (12, 0.98)], False)
-    """
-    for sides in tries:
-        if min(s for _, s in sides) >= min_share:
-            return sides, True
-    return max(tries, key=lambda sides: min(s for _, s in sides)), False
-
-
-def process_spread(pairs: int = PROCESS_SPREAD_PAIRS, seconds: float = PROCESS_SPREAD_S, warn=None,
-                   min_share: float = PROCESS_SPREAD_MIN_SHARE, retries: int = PROCESS_SPREAD_RETRIES) -> tuple:
-    """Per process of ``pairs`` pairs started together on the first two cores, its pass time over
-    its pair's mean: how far processes of one job differ in speed for a whole run (a data-parallel
-    or tensor-parallel job goes at its slowest rank's).  ``()`` on a single core.
-
-    Each pair is two fresh processes (a process keeps its speed: the bundled CNN's ranks, started
-    together, took 6-19 % apart for whole runs here, either rank the slower).  A pair where a side
-    got less than ``min_share`` of its core (another program ran on it) is measured again, up to
-    ``retries`` times; if every try was disturbed, the least disturbed is kept and ``warn`` (if
-    given) is called with a line saying so."""
-    import torch.multiprocessing as mp
-
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
-        return ()
-    ctx = mp.get_context("forkserver")     # a fresh process per side, forked from a server that imported torch
-    ctx.set_forkserver_preload(["torch"])
-    out = []
-    for i in range(pairs):
-        tries = []
-        for _ in range(1 + max(retries, 0)):
-            tries.append(_spread_pair(ctx, cores[:2], seconds))
-            if min(s for _, s in tries[-1]) >= min_share:
-                break
-        sides, clean = least_disturbed(tries, min_share)
-        if not clean and warn is not None:
-            warn(f"process spread: pair {i + 1} shared a core with another program in all {len(tries)} tries "
-                 f"(a side got {min(s for _, s in sides):.0%} of its core); its figures are kept, and waits for "
-                 "stragglers predicted from this profile may be too long: calibrate again on an idle machine")
-        mean = sum(ns for ns, _ in sides) / len(sides)
-        out += [ns / mean for ns, _ in sides]
-    return tuple(out)
-
-
-def corun_factor(torch) -> float:
-    """Throughput of one 1-thread process's matmul with another such process busy on another
-    core, relative to alone (typical batch of each; 1.0 where there is one core or no slow-down):
-    the median of rounds spread over seconds, the other process stopped and running in turn
-    (:func:`daydream.opseq.corun_rounds`)."""
-    import torch.multiprocessing as mp
-
-    from .calibrate import time_call_ns
-    from .opseq import corun_rounds
-
-    if (os.cpu_count() or 1) < 2:
-        return 1.0
-    m, k, n = CORUN_SHAPE
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        ctx = mp.get_context("spawn")
-        ready, stop = ctx.Event(), ctx.Event()
-        proc = ctx.Process(target=_corun_spin, args=(ready, stop), daemon=True)
-        proc.start()
-        try:
-            if not ready.wait(60):
-                return 1.0
-            mm = lambda: time_call_ns(lambda: torch.mm(a, b), torch.device("cpu"), 0.05, typical=True)  # noqa: E731
-            return corun_rounds(proc.pid, mm, mm)
-        finally:
-            stop.set()
-            proc.join(10)
-    finally:
-        torch.set_num_threads(threads)

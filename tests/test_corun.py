@@ -49,7 +49,7 @@ def test_ranks_on_one_host_run_the_traced_work_at_the_corun_rate(own_trace, spec
 
 def test_corun_factor_measures_two_processes():
     torch = pytest.importorskip("torch")
-    from daydream.calibrate_procs import corun_factor
+    from daydream.calibrate_corun import corun_factor
 
     f = corun_factor(torch)
     assert 0 < f <= 1
@@ -69,7 +69,7 @@ def test_process_spread_times_fresh_pairs_of_processes():
     pytest.importorskip("torch")
     import os
 
-    from daydream.calibrate_procs import process_spread
+    from daydream.calibrate_corun import process_spread
 
     if len(os.sched_getaffinity(0)) < 2:
         assert process_spread(1, 0.05) == ()
@@ -98,7 +98,7 @@ def test_process_spread_retries_a_pair_that_shared_its_core_and_warns():
     import multiprocessing
     import os
 
-    from daydream.calibrate_procs import process_spread
+    from daydream.calibrate_corun import process_spread
 
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
@@ -116,7 +116,7 @@ def test_process_spread_retries_a_pair_that_shared_its_core_and_warns():
 
 
 def test_least_disturbed_prefers_the_first_clean_try():
-    from daydream.calibrate_procs import least_disturbed
+    from daydream.calibrate_corun import least_disturbed
 
     clean = [(5, 0.95), (6, 0.99)]
     assert least_disturbed([[(1, 0.5), (2, 1.0)], clean, [(7, 1.0), (8, 1.0)]]) == (clean, True)
