@@ -21,9 +21,13 @@ def main():
 
     \b
     Typical use:
-      daydream info   trace.json            # what is in a trace
-      daydream replay trace.json            # replay it: simulated vs measured
-      daydream replay --json rank*.json     # multi-rank, machine-readable
+      daydream trace -o run.json.gz -- python train.py ARGS   # trace your script
+      daydream info   run.json.gz           # what is in a trace
+      daydream replay run.json.gz           # replay it: simulated vs measured
+      daydream whatif run.json.gz --opt amp --opt fused-adam -o predicted.json
+      daydream plot timeline run.json.gz --vs predicted.json -o timeline.png
+      daydream optimizations                # every what-if and its parameters
+      daydream validate -o results/         # predictions against real runs here
     """
 
 
