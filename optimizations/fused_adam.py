@@ -42,6 +42,11 @@ def _state_passes(opt_meta: dict) -> int:
     return STATE_PASSES.get(name, 7)
 
 
+#: An optimizer-step op name counts as per-parameter when it runs at least 1/PER_PARAM_SHARE as
+#: often as the step's most frequent op (the loop's ops run once or twice per parameter).
+PER_PARAM_SHARE = 4
+
+
 class FusedAdam(Optimization):
     name = "fused-adam"
     summary = "fused or foreach optimizer step (FusedAdam, torch fused=True / foreach=True)"
@@ -82,17 +87,25 @@ class FusedAdam(Optimization):
 
     @staticmethod
     def _param_bytes_from_ops(g, steps) -> int:
-        b = g.tasks["bytes"][steps]
-        if not (b > 0).any():
-            raise NotApplicable("the trace records neither parameter sizes nor op shapes; "
-                                "record with `daydream trace` (module table, record_shapes)")
-        it0 = g.tasks["iteration"][steps] == g.tasks["iteration"][steps].min()
-        names = g.tasks["name"][steps][it0]
-        by_name = {}
-        for n, x in zip(names.tolist(), b[it0].tolist()):
-            by_name[n] = by_name.get(n, 0) + x
-        # the op run once per parameter with (param, ...) inputs; its input bytes cover the parameter once or more
-        return int(min(v for v in by_name.values() if v > 0))
+        """Parameter bytes from the sizes of the step's per-parameter ops (shapes recorded).
+
+        The in-place ops that run once or more per parameter (``mul_``, ``add_``, ...: at least a
+        quarter as often as the step's most frequent op) update a parameter or a state tensor of
+        its size, so the inputs of one such op name over a step cover the parameters once or
+        more; the least non-zero sum over those names is taken, in the first iteration that has
+        one (an op's 0-dimensional inputs, the optimizer's scalars, count 0 bytes).
+        """
+        T = g.tasks
+        for it in np.unique(T["iteration"][steps]).tolist():
+            mine = steps[T["iteration"][steps] == it]
+            names, counts = np.unique(T["name"][mine], return_counts=True)
+            inplace = [n for n, c in zip(names.tolist(), counts.tolist())
+                       if c * PER_PARAM_SHARE >= counts.max() and g.names[n].endswith("_")]
+            sums = [int(T["bytes"][mine][T["name"][mine] == n].sum()) for n in inplace]
+            if any(sums):
+                return min(x for x in sums if x)
+        raise NotApplicable("the trace's optimizer step has no sizes for its per-parameter ops (neither a "
+                            "module table nor op shapes); record with `daydream trace` (module table, record_shapes)")
 
     @staticmethod
     def _foreach(g, tasks, overhead_ns):

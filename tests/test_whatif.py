@@ -49,6 +49,29 @@ def test_fused_adam_replaces_the_loop_with_one_pass(own_trace, profile):
     assert len(select(res.graph, layer="^Optimizer.step#", name="^aten::")) == 0
 
 
+@pytest.mark.parametrize("workload", ["mlp", "cnn", "transformer"])
+def test_fused_adam_without_a_module_table_sizes_parameters_from_the_steps_ops(workload, profile):
+    """SGD with momentum: ``buf.mul_(momentum)`` runs once per parameter on a buffer of its size,
+    so the step's op inputs give the parameter bytes the trace's own table records."""
+    from daydream import load_trace
+
+    trace = load_trace(REPO / "traces" / f"{workload}.trace.json.gz")    # a copy of our own
+    truth = trace.ranks[0].meta["daydream"]["optimizer"].pop("param_bytes")
+    report, _ = predict(trace, ["fused-adam"], device=profile)
+    assert f"fused-adam: parameter bytes estimated from the step's op inputs: {truth}" in report.notes
+
+
+def test_fused_adam_sizes_from_ops_on_public_traces(shared_dir):
+    """ResNet-50 (torchvision, 25,557,032 float32 parameters) traced with shapes; the HTA trace's
+    step has no shapes for its per-parameter ``add_`` ops (and backward ops in its step range):
+    refused, not estimated from whatever ops carry sizes."""
+    resnet = shared_dir / "kineto" / "worker0.1623143089861.pt.trace.json.gz"
+    report, _ = predict(resnet, ["fused-adam"], device="V100")
+    assert f"fused-adam: parameter bytes estimated from the step's op inputs: {25_557_032 * 4}" in report.notes
+    with pytest.raises(NotApplicable, match="no sizes for its per-parameter ops"):
+        predict(shared_dir / "HolisticTraceAnalysis" / "control.json.gz", ["fused-adam"], device="A100")
+
+
 def test_checkpointing_adds_exactly_the_recomputed_forward(own_trace, profile):
     trace = own_trace("mlp")
     g = build_graph(trace)
