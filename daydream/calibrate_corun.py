@@ -92,9 +92,13 @@ def least_disturbed(tries, min_share: float = PROCESS_SPREAD_MIN_SHARE) -> tuple
     ([(11, 0.7), (12, 0.98)], False)
     """
     for sides in tries:
-        if min(s for _, s in sides) >= min_share:
+        if _worst_share(sides) >= min_share:
             return sides, True
-    return max(tries, key=lambda sides: min(s for _, s in sides)), False
+    return max(tries, key=_worst_share), False
+
+
+def _worst_share(sides) -> float:
+    return min(share for _, share in sides)
 
 
 def process_spread(pairs: int = PROCESS_SPREAD_PAIRS, seconds: float = PROCESS_SPREAD_S, warn=None,
@@ -120,12 +124,12 @@ def process_spread(pairs: int = PROCESS_SPREAD_PAIRS, seconds: float = PROCESS_S
         tries = []
         for _ in range(1 + max(retries, 0)):
             tries.append(_spread_pair(ctx, cores[:2], seconds))
-            if min(s for _, s in tries[-1]) >= min_share:
+            if _worst_share(tries[-1]) >= min_share:
                 break
         sides, clean = least_disturbed(tries, min_share)
         if not clean and warn is not None:
             warn(f"process spread: pair {i + 1} shared a core with another program in all {len(tries)} tries "
-                 f"(a side got {min(s for _, s in sides):.0%} of its core); its figures are kept, and waits for "
+                 f"(a side got {_worst_share(sides):.0%} of its core); its figures are kept, and waits for "
                  "stragglers predicted from this profile may be too long: calibrate again on an idle machine")
         mean = sum(ns for ns, _ in sides) / len(sides)
         out += [ns / mean for ns, _ in sides]
