@@ -13,8 +13,10 @@ cost saved.  On a GPU trace the new work is a launch on the step's CPU thread
 and a kernel on the stream the step used.
 
 Assumptions: parameter bytes come from the trace metadata (``daydream trace``)
-or, failing that, the largest inputs of the step's ops; all parameters share
-one dtype and device; state tensors already exist (not the first step).
+or, failing that, the recorded input sizes of the step's per-parameter in-place
+ops (``mul_``, ``add_``, ...; a step whose ops carry no sizes is refused); all
+parameters share one dtype and device; state tensors already exist (not the
+first step).
 """
 from __future__ import annotations
 
