@@ -61,6 +61,24 @@ def test_fused_adam_without_a_module_table_sizes_parameters_from_the_steps_ops(w
     assert f"fused-adam: parameter bytes estimated from the step's op inputs: {truth}" in report.notes
 
 
+def test_fused_adam_sizes_parameters_from_in_place_ops_only(maker):
+    """Per parameter: ``buf.mul_`` on a buffer of its size, and a ``to`` of a 0-dimensional
+    scalar as often (4 bytes each): the scalars are not parameters.  A first iteration without
+    sizes is skipped."""
+    import numpy as np
+
+    from daydream.optimizations.fused_adam import FusedAdam
+
+    cpu = maker.lane()
+    steps = []
+    for it, sized in ((0, False), (1, True)):
+        for p_bytes in (4096, 1024, 512):
+            steps.append(maker.task(cpu, 10, name="aten::to", iteration=it, bytes=4 if sized else 0))
+            steps.append(maker.task(cpu, 10, name="aten::mul_", iteration=it, bytes=p_bytes if sized else 0))
+            steps.append(maker.task(cpu, 10, name="aten::add_", iteration=it, bytes=2 * p_bytes if sized else 0))
+    assert FusedAdam._param_bytes_from_ops(maker.g, np.array(steps)) == 4096 + 1024 + 512
+
+
 def test_fused_adam_sizes_from_ops_on_public_traces(shared_dir):
     """ResNet-50 (torchvision, 25,557,032 float32 parameters) traced with shapes; the HTA trace's
     step has no shapes for its per-parameter ``add_`` ops (and backward ops in its step range):
