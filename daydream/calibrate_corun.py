@@ -43,7 +43,7 @@ PROCESS_SPREAD_MIN_SHARE, PROCESS_SPREAD_RETRIES = 0.9, 3
 def _spread_worker(core, barrier, q, seconds) -> None:
     """One process of a :func:`process_spread` pair: on ``core``, one thread, after warm-up and
     the pair's barrier, the median time of a pass (matmuls and an elementwise add, as a training
-    step mixes them) over ``seconds``; put ``(core, ns, share)`` on ``q``, ``share`` the
+    step mixes them) over ``seconds``; put ``(ns, share)`` on ``q``, ``share`` the
     thread's CPU time over the wall time of the window (below 1 when it had to share its core)."""
     import torch
 
@@ -66,7 +66,7 @@ def _spread_worker(core, barrier, q, seconds) -> None:
     while time.perf_counter() < start + seconds:
         got.append(one())
     share = (time.thread_time() - cpu0) / max(time.perf_counter() - start, 1e-9)
-    q.put((core, statistics.median(got), share))
+    q.put((statistics.median(got), share))
 
 
 def _spread_pair(ctx, cores, seconds) -> list:
@@ -76,7 +76,7 @@ def _spread_pair(ctx, cores, seconds) -> list:
     for p in procs:
         p.start()
     try:
-        return [q.get(timeout=120)[1:] for _ in procs]
+        return [q.get(timeout=120) for _ in procs]
     finally:
         for p in procs:
             p.join(timeout=30)
