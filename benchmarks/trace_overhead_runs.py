@@ -4,11 +4,17 @@ Each round runs the workload untraced and under ``daydream trace`` (``--variant
 FLAGS`` adds ``daydream trace FLAGS`` runs, e.g. ``--variant=--no-heap-reserve``),
 in rotating order, each in a fresh process, ``--warmup`` untraced steps, then
 ``--iterations`` recorded ones, then ``--after`` untraced ones (``--step-times``
-gives every step).  Two figures per traced condition, medians over rounds:
+gives every step).  Three figures per traced condition, medians over rounds:
 
 * **in one run** (the goal's figure): the traced run's median recorded step
   over its own median untraced step (before and after recording).  Same
   process, same heap, same minutes: what tracing adds to an iteration.
+* **in one run, against the steps before recording**: the same, with only the
+  untraced steps before the recording as the reference.  Under glibc's default
+  malloc settings the steps after a recording can run faster than any step of
+  an untraced run (the freed records leave a heap that no longer page-faults:
+  the CNN at its default size, 1 thread, 2026-11-24: 88-93 ms after, 108-124 ms
+  in untraced runs), which makes the figure above read high.
 * **against an untraced run**: the same steps of the untraced run of the same
   round.  What a user comparing two runs sees; on this shared VM separate
   runs of the same command differ by up to 30 %, so it moves +-5 points.
@@ -115,7 +121,9 @@ def measure(name: str, rounds: int, warmup: int, iterations: int, after: int, ex
         if k != "untraced":
             traced = [med(steps_of(t, "traced")) for t in runs]
             quiet = [med(steps_of(t, "before", "after")) for t in runs]
+            before = [med(steps_of(t, "before")) for t in runs]
             row[f"{k} in-run_pct"] = round(100 * (med(a / q for a, q in zip(traced, quiet)) - 1), 2)
+            row[f"{k} in-run-before_pct"] = round(100 * (med(a / q for a, q in zip(traced, before)) - 1), 2)
             row[f"{k} vs-untraced-run_pct"] = round(100 * (med(a / b for a, b in zip(traced, base)) - 1), 2)
     row["runs_ms"] = got
     return row
