@@ -16,7 +16,11 @@ from .progress import Stages
 from .sim import SimResult, mean_iteration_ns, simulate
 
 __all__ = ["IterationReport", "ReplayReport", "replay", "TraceSummary", "summarize", "as_trace",
-           "trace_and_graph", "op_times_ms"]
+           "trace_and_graph", "op_times_ms", "TracingOverhead", "tracing_overhead", "UNTRACED_LEFT_OUT"]
+
+#: untraced warm-up iterations left out of the tracing-overhead reference (allocator and
+#: caches warming up: the first steps of a run are its slowest)
+UNTRACED_LEFT_OUT = 2
 
 
 def as_trace(trace_or_paths, iteration_marker: str | None = None) -> Trace:
@@ -129,6 +133,61 @@ class TraceSummary:
     top_layers: tuple     # (layer, ms per iteration)
     top_kernels: tuple    # (name, count per iteration, ms per iteration)
     repairs: dict
+    overhead: tuple = ()  # (rank, TracingOverhead) for ranks whose trace measured it
+
+
+@dataclass(frozen=True)
+class TracingOverhead:
+    """What recording cost one process: its recorded iterations against its untraced ones.
+
+    From the ``"daydream"`` metadata of a trace taken by ``daydream trace``: wall
+    time and minor page faults of every recorded iteration, and of the warm-up
+    iterations that ran before any profiler session started.
+    """
+
+    recorded_ms: float        # median wall time of a recorded iteration
+    untraced_ms: float        # ... of an untraced warm-up iteration (the first ones left out)
+    untraced_iterations: int  # how many untraced iterations the reference has
+    recorded_faults: float    # median minor page faults of a recorded iteration
+    untraced_faults: float    # ... of an untraced one
+
+    @property
+    def pct(self) -> float:
+        """Recorded over untraced, in percent above 0.
+
+        >>> round(TracingOverhead(10.5, 10.0, 5, 0, 0).pct, 6)
+        5.0
+        """
+        return 100.0 * (self.recorded_ms / self.untraced_ms - 1.0)
+
+
+def tracing_overhead(meta: dict, min_untraced: int = 3) -> TracingOverhead | None:
+    """The overhead a daydream trace measured on itself, or None where it cannot say.
+
+    None for traces not taken by ``daydream trace`` (or by an older version),
+    and where fewer than ``min_untraced`` untraced iterations remain after the
+    first :data:`UNTRACED_LEFT_OUT` (``daydream trace --warmup 7`` or more).
+
+    Examples
+    --------
+    >>> its = {"wall_ns": [11e6, 12e6, 11e6], "minor_faults": [5, 9, 7],
+    ...        "untraced_steps": [0, 1, 2, 3, 4], "untraced_wall_ns": [30e6, 12e6, 10e6, 10e6, 11e6],
+    ...        "untraced_minor_faults": [900, 40, 2, 0, 1]}
+    >>> o = tracing_overhead({"daydream": {"iterations": its}})
+    >>> o.recorded_ms, o.untraced_ms, o.untraced_iterations, o.recorded_faults, o.untraced_faults
+    (11.0, 10.0, 3, 7.0, 1.0)
+    >>> tracing_overhead({}) is None
+    True
+    """
+    its = (meta.get("daydream") or {}).get("iterations") or {}
+    steps, walls, faults = (its.get(k) or [] for k in ("untraced_steps", "untraced_wall_ns",
+                                                         "untraced_minor_faults"))
+    keep = [i for i, step in enumerate(steps) if step >= UNTRACED_LEFT_OUT]
+    if len(keep) < min_untraced or not its.get("wall_ns") or len(walls) != len(steps):
+        return None
+    med = lambda xs: float(np.median(xs))  # noqa: E731
+    return TracingOverhead(med(its["wall_ns"]) / 1e6, med([walls[i] for i in keep]) / 1e6, len(keep),
+                           med(its.get("minor_faults") or [0]), med([faults[i] for i in keep] or [0]))
 
 
 def summarize(trace: Trace, top: int = 10) -> TraceSummary:
@@ -141,6 +200,7 @@ def summarize(trace: Trace, top: int = 10) -> TraceSummary:
     phase = Counter()
     layers, kernels, kcount = Counter(), Counter(), Counter()
     repairs = Counter()
+    overhead = []
     for r in trace:
         c = r.cols
         n_it = max(r.n_iterations, 1)
@@ -165,6 +225,8 @@ def summarize(trace: Trace, top: int = 10) -> TraceSummary:
             if isinstance(d, dict) and d.get("name") and d["name"] not in devices:
                 devices.append(d["name"])
         repairs.update(r.repairs)
+        if (o := tracing_overhead(r.meta)) is not None:
+            overhead.append((r.rank, o))
     if not devices:
         devices.append("CPU only" if not any(ln.kind == LaneKind.GPU_STREAM for r in trace for ln in r.lanes)
                        else "GPU (not named in the trace)")
@@ -172,7 +234,7 @@ def summarize(trace: Trace, top: int = 10) -> TraceSummary:
     return TraceSummary(tuple(ranks), tuple(devices), phase_ms,
                         tuple(layers.most_common(top)),
                         tuple((k, kcount[k], v) for k, v in kernels.most_common(top)),
-                        dict(repairs))
+                        dict(repairs), tuple(overhead))
 
 
 def _top_level_cpu(r) -> np.ndarray:

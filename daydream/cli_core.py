@@ -1,6 +1,7 @@
 """Core commands: ``daydream replay`` and ``daydream info``."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -82,6 +83,11 @@ def info(traces, iteration_marker, top, as_json):
     Times are per iteration (mean over traced iterations and ranks).  Phase
     time is split into CPU (top-level ops) and GPU (kernels, copies).
 
+    What recording cost is shown for traces taken with ``daydream trace
+    --warmup 7`` or more: the recorded iterations' median wall time and page
+    faults against those of the warm-up iterations that ran before any
+    profiler session (the first two left out).
+
     \b
     Example:
       daydream info run.pt.trace.json.gz --top 5
@@ -95,12 +101,18 @@ def info(traces, iteration_marker, top, as_json):
                                "devices": list(s.devices),
                                "phase_ms": {k: {"cpu": v[0], "gpu": v[1]} for k, v in s.phase_ms.items()},
                                "top_layers": [{"layer": l, "ms": ms} for l, ms in s.top_layers],
-                               "top_kernels": [{"name": n, "count": c, "ms": ms} for n, c, ms in s.top_kernels]}))
+                               "top_kernels": [{"name": n, "count": c, "ms": ms} for n, c, ms in s.top_kernels],
+                               "tracing_overhead": [{"rank": rank, "pct": o.pct, **dataclasses.asdict(o)}
+                                                    for rank, o in s.overhead]}))
         return
     click.echo(f"devices: {', '.join(s.devices)}")
     click.echo(f"{'rank':>4}  {'events':>8}  {'iterations':>10}  {'mean iteration ms':>17}  source")
     for rank, src, n, its, ms in s.ranks:
         click.echo(f"{rank:>4}  {n:>8}  {its:>10}  {ms:17.3f}  {src}")
+    for rank, o in s.overhead:
+        click.echo(f"tracing overhead, rank {rank}: {o.pct:+.1f}% (recorded iterations {o.recorded_ms:.3f} ms "
+                   f"against {o.untraced_ms:.3f} ms for {o.untraced_iterations} untraced warm-up ones, "
+                   f"medians; minor page faults {o.recorded_faults:.0f} against {o.untraced_faults:.0f})")
     click.echo("\ntime per iteration by phase (ms):")
     click.echo(f"  {'phase':<12}{'CPU':>10}{'GPU':>10}")
     for p, (cpu, gpu) in s.phase_ms.items():

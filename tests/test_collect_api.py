@@ -73,6 +73,38 @@ def test_with_block_writes_steps_and_metadata(tmp_path):
     assert len(_names(events, "Optimizer.step#SGD.step")) == 3
 
 
+@pytest.mark.parametrize("warmup, untraced", [(2, []), (7, [0, 1, 2, 3, 4])])
+def test_untraced_warmup_iterations_are_timed_for_the_overhead(tmp_path, warmup, untraced):
+    """Only iterations before the shape session (``warmup - 2``) and the profiler's preparation."""
+    from daydream.analysis import summarize, tracing_overhead
+    from daydream.loader import load_trace
+
+    out = tmp_path / "t.json"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace(out, warmup=warmup, iterations=3):
+        _train(model, opt, warmup + 4)
+    its = json.loads(out.read_text())["daydream"]["iterations"]
+    assert its["untraced_steps"] == untraced and its["steps"] == [warmup, warmup + 1, warmup + 2]
+    assert len(its["untraced_wall_ns"]) == len(its["untraced_minor_faults"]) == len(untraced)
+    assert all(ns > 0 for ns in its["untraced_wall_ns"]) and all(f >= 0 for f in its["untraced_minor_faults"])
+    s = summarize(load_trace([str(out)]))
+    if not untraced:                                   # too few untraced iterations to say
+        assert s.overhead == ()
+        return
+    (rank, o), = s.overhead
+    ref = sorted(its["untraced_wall_ns"][2:])[1] / 1e6  # the first two left out; median of three
+    assert rank == 0 and o.untraced_iterations == 3 and o.untraced_ms == pytest.approx(ref)
+    assert o.recorded_ms == pytest.approx(sorted(its["wall_ns"])[1] / 1e6)
+    assert tracing_overhead({"daydream": {"iterations": its}}, min_untraced=4) is None
+    from click.testing import CliRunner
+
+    from daydream.cli_core import info
+
+    res = CliRunner().invoke(info, [str(out)])
+    assert res.exit_code == 0 and f"tracing overhead, rank 0: {o.pct:+.1f}%" in res.output
+
+
 def test_layer_markers_nest_and_cover_ops(tmp_path):
     out = tmp_path / "t.json"
     model = _model()

@@ -184,6 +184,8 @@ class Tracer:
         self._iter_faults: list[int] = []   # minor page faults of the process per recorded iteration
         self._faults0 = 0
         self._t_boundary_ns = 0
+        # untraced warm-up iterations before any profiler session: (iteration, wall ns, minor faults)
+        self._untraced: list[tuple[int, int, int]] = []
         self._explicit_seen = False
         self.on_finish = None  # callable(tracer), run once the result is known
         self._notes: list[str] = []
@@ -258,6 +260,9 @@ class Tracer:
             self._recorded.append(b - 1)
             self._iter_ns.append(now - self._t_boundary_ns)
             self._iter_faults.append(_minor_faults() - self._faults0)
+        elif self.state is TracerState.WAITING and 1 <= b <= self._first_record - 2:
+            # iteration b-1 ran untraced, before the shape session and the profiler's preparation
+            self._untraced.append((b - 1, now - self._t_boundary_ns, _minor_faults() - self._faults0))
         self._t_boundary_ns = now
         if b >= self._end:
             if self._turns is not None:
@@ -280,8 +285,8 @@ class Tracer:
             self._between_iterations()
         if self.state is TracerState.RECORDING:
             self._step_range = enter_range(f"ProfilerStep#{b}")
-            self._faults0 = _minor_faults()
-            self._t_boundary_ns = time.perf_counter_ns()
+        self._faults0 = _minor_faults()
+        self._t_boundary_ns = time.perf_counter_ns()
 
     def _between_iterations(self) -> None:
         """Turns and heap top-ups, inside a range the loader cuts out of the timeline."""
@@ -491,6 +496,9 @@ class Tracer:
                 "names": [f"ProfilerStep#{i}" for i in self._recorded],
                 "wall_ns": list(self._iter_ns),
                 "minor_faults": list(self._iter_faults),
+                "untraced_steps": [i for i, _, _ in self._untraced],
+                "untraced_wall_ns": [ns for _, ns, _ in self._untraced],
+                "untraced_minor_faults": [f for _, _, f in self._untraced],
                 "skipped_prelude": self.options.skip_prelude,
             },
             "optimizers": [md.optimizer_info(o) for o in optimizers],
