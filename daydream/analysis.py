@@ -12,15 +12,14 @@ import numpy as np
 from .graph import GraphBuilder, build_graph
 from .loader import load_trace
 from .model import EventKind, LaneKind, Phase, Trace
+from .overhead import TracingOverhead, tracing_overhead
 from .progress import Stages
 from .sim import SimResult, mean_iteration_ns, simulate
 
 __all__ = ["IterationReport", "ReplayReport", "replay", "TraceSummary", "summarize", "as_trace",
-           "trace_and_graph", "op_times_ms", "TracingOverhead", "tracing_overhead", "UNTRACED_LEFT_OUT"]
+           "trace_and_graph", "op_times_ms", "TracingOverhead", "tracing_overhead"]
 
-#: untraced warm-up iterations left out of the tracing-overhead reference (allocator and
-#: caches warming up: the first steps of a run are its slowest)
-UNTRACED_LEFT_OUT = 2
+
 
 
 def as_trace(trace_or_paths, iteration_marker: str | None = None) -> Trace:
@@ -134,60 +133,6 @@ class TraceSummary:
     top_kernels: tuple    # (name, count per iteration, ms per iteration)
     repairs: dict
     overhead: tuple = ()  # (rank, TracingOverhead) for ranks whose trace measured it
-
-
-@dataclass(frozen=True)
-class TracingOverhead:
-    """What recording cost one process: its recorded iterations against its untraced ones.
-
-    From the ``"daydream"`` metadata of a trace taken by ``daydream trace``: wall
-    time and minor page faults of every recorded iteration, and of the warm-up
-    iterations that ran before any profiler session started.
-    """
-
-    recorded_ms: float        # median wall time of a recorded iteration
-    untraced_ms: float        # ... of an untraced warm-up iteration (the first ones left out)
-    untraced_iterations: int  # how many untraced iterations the reference has
-    recorded_faults: float    # median minor page faults of a recorded iteration
-    untraced_faults: float    # ... of an untraced one
-
-    @property
-    def pct(self) -> float:
-        """Recorded over untraced, in percent above 0.
-
-        >>> round(TracingOverhead(10.5, 10.0, 5, 0, 0).pct, 6)
-        5.0
-        """
-        return 100.0 * (self.recorded_ms / self.untraced_ms - 1.0)
-
-
-def tracing_overhead(meta: dict, min_untraced: int = 3) -> TracingOverhead | None:
-    """The overhead a daydream trace measured on itself, or None where it cannot say.
-
-    None for traces not taken by ``daydream trace`` (or by an older version),
-    and where fewer than ``min_untraced`` untraced iterations remain after the
-    first :data:`UNTRACED_LEFT_OUT` (``daydream trace --warmup 7`` or more).
-
-    Examples
-    --------
-    >>> its = {"wall_ns": [11e6, 12e6, 11e6], "minor_faults": [5, 9, 7],
-    ...        "untraced_steps": [0, 1, 2, 3, 4], "untraced_wall_ns": [30e6, 12e6, 10e6, 10e6, 11e6],
-    ...        "untraced_minor_faults": [900, 40, 2, 0, 1]}
-    >>> o = tracing_overhead({"daydream": {"iterations": its}})
-    >>> o.recorded_ms, o.untraced_ms, o.untraced_iterations, o.recorded_faults, o.untraced_faults
-    (11.0, 10.0, 3, 7.0, 1.0)
-    >>> tracing_overhead({}) is None
-    True
-    """
-    its = (meta.get("daydream") or {}).get("iterations") or {}
-    steps, walls, faults = (its.get(k) or [] for k in ("untraced_steps", "untraced_wall_ns",
-                                                         "untraced_minor_faults"))
-    keep = [i for i, step in enumerate(steps) if step >= UNTRACED_LEFT_OUT]
-    if len(keep) < min_untraced or not its.get("wall_ns") or len(walls) != len(steps):
-        return None
-    med = lambda xs: float(np.median(xs))  # noqa: E731
-    return TracingOverhead(med(its["wall_ns"]) / 1e6, med([walls[i] for i in keep]) / 1e6, len(keep),
-                           med(its.get("minor_faults") or [0]), med([faults[i] for i in keep] or [0]))
 
 
 def summarize(trace: Trace, top: int = 10) -> TraceSummary:

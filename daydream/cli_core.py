@@ -11,6 +11,7 @@ from .analysis import replay as run_replay, summarize
 from ._cli_util import handle_errors
 from .fileio import check_writable, provenance, write_json
 from .loader import load_trace
+from .overhead import describe
 from .sim.export import to_chrome_trace
 
 __all__ = ["COMMANDS", "replay", "info"]
@@ -110,9 +111,7 @@ def info(traces, iteration_marker, top, as_json):
     for rank, src, n, its, ms in s.ranks:
         click.echo(f"{rank:>4}  {n:>8}  {its:>10}  {ms:17.3f}  {src}")
     for rank, o in s.overhead:
-        click.echo(f"tracing overhead, rank {rank}: {o.pct:+.1f}% (recorded iterations {o.recorded_ms:.3f} ms "
-                   f"against {o.untraced_ms:.3f} ms for {o.untraced_iterations} untraced warm-up ones, "
-                   f"medians; minor page faults {o.recorded_faults:.0f} against {o.untraced_faults:.0f})")
+        click.echo(f"rank {rank}: {describe(o)}")
     click.echo("\ntime per iteration by phase (ms):")
     click.echo(f"  {'phase':<12}{'CPU':>10}{'GPU':>10}")
     for p, (cpu, gpu) in s.phase_ms.items():

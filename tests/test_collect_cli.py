@@ -45,6 +45,16 @@ def test_passes_output_and_status_through(tmp_path, train_script):
     assert any(r["path"] == "Sequential.0" for r in meta["modules"])
 
 
+def test_prints_what_recording_cost_given_enough_warmup(tmp_path, train_script):
+    out = tmp_path / "out.json"
+    res = run_daydream("trace", "-o", str(out), "--warmup", "7", "-n", "2", "--", PY, str(train_script), "12")
+    assert res.returncode == 0, res.stderr
+    its = json.loads(out.read_text())["daydream"]["iterations"]
+    assert its["untraced_steps"] == [0, 1, 2, 3, 4, 5]   # the prelude, then up to the shape iteration
+    line = next(ln for ln in res.stderr.splitlines() if "recording cost" in ln)
+    assert "for 4 untraced warm-up iterations" in line
+
+
 def _trace_in_process(*args):
     """Invoke the click command in this process (for errors raised before the child starts)."""
     from click.testing import CliRunner

@@ -13,7 +13,8 @@ MODULES = ["daydream", "daydream.model", "daydream.errors", "daydream.primitives
            "daydream.optimizations.ptdp", "daydream.optimizations.device", "daydream.optimizations.amp",
            "daydream.optimizations.fusion", "daydream.opbench", "daydream.optimizations._stragglers", "daydream.optimizations._landing",
            "daydream.loader.fast", "daydream.fileio", "daydream.collect.runner", "daydream.collect.heap",
-           "daydream.collect.shapes", "daydream.loader.iterations", "daydream.calibrate", "daydream.calibrate_procs"]
+           "daydream.collect.shapes", "daydream.loader.iterations", "daydream.calibrate", "daydream.calibrate_procs",
+           "daydream.overhead", "daydream.calibrate_corun"]
 # hfta, hydra, pipeline, tessel and _schedules run their examples in their own test files
 
 

@@ -196,6 +196,8 @@ def explain(outcome: RunOutcome, req: TraceRequest) -> tuple[list[str], Collecti
         if s.get("path"):
             note = "" if s.get("complete") else f" of {req.iterations} (interrupted)"
             lines.append(f"daydream: wrote {s['path']} ({s['recorded']} iterations{note}, marked by {s['marker']})")
+            if s.get("overhead"):
+                lines.append(f"daydream: {s['overhead']}")
         elif s.get("error"):
             lines.append(f"daydream: process {s['pid']}: {s['error']}")
     if outcome.files:

@@ -184,6 +184,14 @@ def _at_exit() -> None:
         print(f"daydream: could not write the trace: {exc}", file=sys.stderr)
 
 
+def _overhead_line(tracer) -> str | None:
+    """What recording cost this process (None: too few untraced warm-up iterations to say)."""
+    from daydream.overhead import describe
+
+    o = tracer.overhead()
+    return describe(o) if o is not None else None
+
+
 def _write_status(tracer, error: str | None = None) -> None:
     """Tell the parent ``daydream trace`` what this process did (atomic write)."""
     status_dir = _state.get("config", {}).get("status_dir")
@@ -200,6 +208,7 @@ def _write_status(tracer, error: str | None = None) -> None:
         "complete": bool(res and res.complete),
         "marker": res.marker if res else None,
         "error": error,
+        "overhead": _overhead_line(tracer) if res and res.path else None,
     }
     final = Path(status_dir) / f"status.{os.getpid()}.json"
     tmp = final.with_suffix(".tmp")

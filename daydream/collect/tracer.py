@@ -430,6 +430,29 @@ class Tracer:
                     pass
         return self.result
 
+    def _iterations_metadata(self) -> dict:
+        return {
+            "marker": self.marker.value if self.marker else None,
+            "warmup": self.options.warmup,
+            "requested": self.options.iterations,
+            "recorded": len(self._recorded),
+            "complete": len(self._recorded) == self.options.iterations,
+            "steps": list(self._recorded),
+            "names": [f"ProfilerStep#{i}" for i in self._recorded],
+            "wall_ns": list(self._iter_ns),
+            "minor_faults": list(self._iter_faults),
+            "untraced_steps": [i for i, _, _ in self._untraced],
+            "untraced_wall_ns": [ns for _, ns, _ in self._untraced],
+            "untraced_minor_faults": [f for _, _, f in self._untraced],
+            "skipped_prelude": self.options.skip_prelude,
+        }
+
+    def overhead(self):
+        """What recording cost, as :func:`daydream.overhead.tracing_overhead` reads it from the trace."""
+        from ..overhead import tracing_overhead
+
+        return tracing_overhead({"daydream": {"iterations": self._iterations_metadata()}})
+
     # -- output -------------------------------------------------------------
     _write_allowed = True   # False once tracing failed: a half-recorded state is not written
 
@@ -486,21 +509,7 @@ class Tracer:
             "distributed": dist_details,
             "device": md.device_info(),
             "activities": self._activities_metadata(),
-            "iterations": {
-                "marker": self.marker.value if self.marker else None,
-                "warmup": self.options.warmup,
-                "requested": self.options.iterations,
-                "recorded": len(self._recorded),
-                "complete": len(self._recorded) == self.options.iterations,
-                "steps": list(self._recorded),
-                "names": [f"ProfilerStep#{i}" for i in self._recorded],
-                "wall_ns": list(self._iter_ns),
-                "minor_faults": list(self._iter_faults),
-                "untraced_steps": [i for i, _, _ in self._untraced],
-                "untraced_wall_ns": [ns for _, ns, _ in self._untraced],
-                "untraced_minor_faults": [f for _, _, f in self._untraced],
-                "skipped_prelude": self.options.skip_prelude,
-            },
+            "iterations": self._iterations_metadata(),
             "optimizers": [md.optimizer_info(o) for o in optimizers],
             "optimizer": md.optimizer_info(optimizers[0]) if optimizers else None,
             "parameter_dtype": md.parameter_dtype(optimizers, roots),

@@ -1,0 +1,82 @@
+"""What recording cost a traced process, from the trace's own metadata.
+
+The tracer times every recorded iteration and the warm-up iterations that ran
+before any profiler session (:mod:`daydream.collect.tracer`); this compares
+them.  No heavy imports: the traced process itself uses it for the message it
+prints when the trace is written.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+__all__ = ["TracingOverhead", "tracing_overhead", "describe", "UNTRACED_LEFT_OUT"]
+
+#: untraced warm-up iterations left out of the tracing-overhead reference (allocator and
+#: caches warming up: the first steps of a run are its slowest)
+UNTRACED_LEFT_OUT = 2
+
+
+@dataclass(frozen=True)
+class TracingOverhead:
+    """What recording cost one process: its recorded iterations against its untraced ones.
+
+    From the ``"daydream"`` metadata of a trace taken by ``daydream trace``: wall
+    time and minor page faults of every recorded iteration, and of the warm-up
+    iterations that ran before any profiler session started.
+    """
+
+    recorded_ms: float        # median wall time of a recorded iteration
+    untraced_ms: float        # ... of an untraced warm-up iteration (the first ones left out)
+    untraced_iterations: int  # how many untraced iterations the reference has
+    recorded_faults: float    # median minor page faults of a recorded iteration
+    untraced_faults: float    # ... of an untraced one
+
+    @property
+    def pct(self) -> float:
+        """Recorded over untraced, in percent above 0.
+
+        >>> round(TracingOverhead(10.5, 10.0, 5, 0, 0).pct, 6)
+        5.0
+        """
+        return 100.0 * (self.recorded_ms / self.untraced_ms - 1.0)
+
+
+def tracing_overhead(meta: dict, min_untraced: int = 3) -> TracingOverhead | None:
+    """The overhead a daydream trace measured on itself, or None where it cannot say.
+
+    None for traces not taken by ``daydream trace`` (or by an older version),
+    and where fewer than ``min_untraced`` untraced iterations remain after the
+    first :data:`UNTRACED_LEFT_OUT` (``daydream trace --warmup 7`` or more).
+
+    Examples
+    --------
+    >>> its = {"wall_ns": [11e6, 12e6, 11e6], "minor_faults": [5, 9, 7],
+    ...        "untraced_steps": [0, 1, 2, 3, 4], "untraced_wall_ns": [30e6, 12e6, 10e6, 10e6, 11e6],
+    ...        "untraced_minor_faults": [900, 40, 2, 0, 1]}
+    >>> o = tracing_overhead({"daydream": {"iterations": its}})
+    >>> o.recorded_ms, o.untraced_ms, o.untraced_iterations, o.recorded_faults, o.untraced_faults
+    (11.0, 10.0, 3, 7.0, 1.0)
+    >>> tracing_overhead({}) is None
+    True
+    """
+    its = (meta.get("daydream") or {}).get("iterations") or {}
+    steps, walls, faults = (its.get(k) or [] for k in ("untraced_steps", "untraced_wall_ns",
+                                                         "untraced_minor_faults"))
+    keep = [i for i, step in enumerate(steps) if step >= UNTRACED_LEFT_OUT]
+    if len(keep) < min_untraced or not its.get("wall_ns") or len(walls) != len(steps):
+        return None
+    med = lambda xs: float(statistics.median(xs))  # noqa: E731
+    return TracingOverhead(med(its["wall_ns"]) / 1e6, med([walls[i] for i in keep]) / 1e6, len(keep),
+                           med(its.get("minor_faults") or [0]), med([faults[i] for i in keep] or [0]))
+
+
+def describe(o: TracingOverhead) -> str:
+    """One line for the user.
+
+    >>> describe(TracingOverhead(10.5, 10.0, 5, 300, 20))
+    'recording cost +5.0% an iteration (10.500 ms against 10.000 ms for 5 untraced warm-up iterations, medians; minor page faults 300 against 20)'
+    """
+    return (f"recording cost {o.pct:+.1f}% an iteration ({o.recorded_ms:.3f} ms against {o.untraced_ms:.3f} ms "
+            f"for {o.untraced_iterations} untraced warm-up iterations, medians; minor page faults "
+            f"{o.recorded_faults:.0f} against {o.untraced_faults:.0f})")
