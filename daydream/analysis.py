@@ -20,8 +20,6 @@ __all__ = ["IterationReport", "ReplayReport", "replay", "TraceSummary", "summari
            "trace_and_graph", "op_times_ms", "TracingOverhead", "tracing_overhead"]
 
 
-
-
 def as_trace(trace_or_paths, iteration_marker: str | None = None) -> Trace:
     """Accept a loaded :class:`Trace` or paths to load."""
     if isinstance(trace_or_paths, Trace):

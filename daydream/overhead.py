@@ -34,7 +34,7 @@ class TracingOverhead:
 
     @property
     def pct(self) -> float:
-        """Recorded over untraced, in percent above 0.
+        """Recorded over untraced, in percent (positive: recording slowed the iterations).
 
         >>> round(TracingOverhead(10.5, 10.0, 5, 0, 0).pct, 6)
         5.0
@@ -57,18 +57,24 @@ def tracing_overhead(meta: dict, min_untraced: int = 3) -> TracingOverhead | Non
     >>> o = tracing_overhead({"daydream": {"iterations": its}})
     >>> o.recorded_ms, o.untraced_ms, o.untraced_iterations, o.recorded_faults, o.untraced_faults
     (11.0, 10.0, 3, 7.0, 1.0)
-    >>> tracing_overhead({}) is None
-    True
+    >>> tracing_overhead({}) is None, tracing_overhead({"daydream": {"iterations": "?"}}) is None
+    (True, True)
     """
-    its = (meta.get("daydream") or {}).get("iterations") or {}
+    d = meta.get("daydream")
+    its = d.get("iterations") if isinstance(d, dict) else None
+    if not isinstance(its, dict):
+        return None
     steps, walls, faults = (its.get(k) or [] for k in ("untraced_steps", "untraced_wall_ns",
                                                          "untraced_minor_faults"))
-    keep = [i for i, step in enumerate(steps) if step >= UNTRACED_LEFT_OUT]
-    if len(keep) < min_untraced or not its.get("wall_ns") or len(walls) != len(steps):
+    try:
+        keep = [i for i, step in enumerate(steps) if step >= UNTRACED_LEFT_OUT]
+        if len(keep) < min_untraced or not its.get("wall_ns") or not len(walls) == len(faults) == len(steps):
+            return None
+        med = statistics.median
+        return TracingOverhead(med(its["wall_ns"]) / 1e6, med([walls[i] for i in keep]) / 1e6, len(keep),
+                               float(med(its.get("minor_faults") or [0])), float(med([faults[i] for i in keep])))
+    except (TypeError, ValueError):     # not numbers: a file edited by hand, or by another tool
         return None
-    med = lambda xs: float(statistics.median(xs))  # noqa: E731
-    return TracingOverhead(med(its["wall_ns"]) / 1e6, med([walls[i] for i in keep]) / 1e6, len(keep),
-                           med(its.get("minor_faults") or [0]), med([faults[i] for i in keep] or [0]))
 
 
 def describe(o: TracingOverhead) -> str:
