@@ -19,7 +19,8 @@ __all__ = ["COMMANDS", "trace"]
               help="Trace file (.json or .json.gz); multi-rank runs write NAME.rankR.json.")
 @click.option("--warmup", default=2, show_default=True, type=click.IntRange(min=0),
               help="Full iterations to skip (after the setup before the first step); with 2 or more "
-                   "the one two before recording records the ops' shapes.")
+                   "the one two before recording records the ops' shapes; with 6 or more the untraced "
+                   "ones measure what recording costs (printed, and shown by `daydream info`).")
 @click.option("-n", "--iterations", default=5, show_default=True, type=click.IntRange(min=1),
               help="Iterations to record.")
 @click.option("--activities", default="cpu,cuda", show_default=True,

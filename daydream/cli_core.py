@@ -85,7 +85,7 @@ def info(traces, iteration_marker, top, as_json):
     time is split into CPU (top-level ops) and GPU (kernels, copies).
 
     What recording cost is shown for traces taken with ``daydream trace
-    --warmup 7`` or more: the recorded iterations' median wall time and page
+    --warmup 6`` or more: the recorded iterations' median wall time and page
     faults against those of the warm-up iterations that ran before any
     profiler session (the first two left out).
 

@@ -47,7 +47,7 @@ def tracing_overhead(meta: dict, min_untraced: int = 3) -> TracingOverhead | Non
 
     None for traces not taken by ``daydream trace`` (or by an older version),
     and where fewer than ``min_untraced`` untraced iterations remain after the
-    first :data:`UNTRACED_LEFT_OUT` (``daydream trace --warmup 7`` or more).
+    first :data:`UNTRACED_LEFT_OUT` (``daydream trace --warmup 6`` or more).
 
     Examples
     --------
