@@ -59,6 +59,7 @@ from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.sim import simulate
 
 from ._corun import corun_rate
+from ._optstep import split_step_ns, step_fixed_ns
 from ._resume import add_resume_costs
 from ._schedules import Action, Kind, ScheduleError
 from .base import NotApplicable
@@ -80,6 +81,7 @@ class UnitCosts:
     optimizer_ns: float          # whole model, per iteration
     pre_ns: float                # input pipeline and other per-iteration work (each rank)
     param_tensors: np.ndarray    # parameter tensors per layer (one where the table has no shapes)
+    optimizer_call_ns: float = 0.0   # of optimizer_ns, the call around the updates: each stage pays it all
 
 
 @dataclass(frozen=True)
@@ -107,9 +109,11 @@ def _work_lanes(g, rank):
 def attribute(g: DependencyGraph, result=None) -> tuple:
     """Mean per-iteration wall time by (phase, layer id) of rank ``min(g.ranks)``, in ns.
 
-    Returns ``(times, order)``: ``times`` maps ``(phase, layer)`` to ns (layer -1:
-    none), ``order`` lists ``(phase, layer)`` of the work tasks of the first
-    counted iteration in execution order.
+    Returns ``(times, order, step_call)``: ``times`` maps ``(phase, layer)`` to ns
+    (layer -1: none), ``order`` lists ``(phase, layer)`` of the work tasks of the
+    first counted iteration in execution order, ``step_call`` is the optimizer
+    step's part outside its parameter updates
+    (:func:`optimizations._optstep.step_fixed_ns`, median over iterations; 0 on a GPU trace).
     """
     if not g.markers:
         raise NotApplicable("pipeline: the graph has no iteration markers")
@@ -127,6 +131,8 @@ def attribute(g: DependencyGraph, result=None) -> tuple:
     first = 1 if len(starts) > 2 else 0
     times: dict = {}
     order = []
+    calls = []
+    cpu = g.lanes[lanes[0]].kind == LaneKind.CPU_THREAD
     for i in range(first, len(starts) - 1):
         a, b = np.searchsorted(st, [starts[i], starts[i + 1]], side="left")
         ids = work[a:b]
@@ -141,8 +147,10 @@ def attribute(g: DependencyGraph, result=None) -> tuple:
             times[key] = times.get(key, 0) + d
             if i == first:
                 order.append(key)
+        if cpu:
+            calls.append(step_fixed_ns(g, ids, own, result.start_ns[ids], result.end_ns[ids]))
     n = len(starts) - 1 - first
-    return {k: v / n for k, v in times.items()}, order
+    return {k: v / n for k, v in times.items()}, order, float(np.median(calls)) if calls else 0.0
 
 
 def _units(g, order, modules) -> tuple:
@@ -170,12 +178,12 @@ def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: str = "trace") -> 
 
     g = ctx.graph
     mods = {m["path"]: m for m in (meta(ctx).get("modules") or [])}
-    full, order = attribute(g)
+    full, order, step_call = attribute(g)
     units = _units(g, order, mods)
     if microbatches > 1:
         sub = WhatIfContext(graph=g.copy(), trace=ctx.trace, device=ctx.device)
         BatchSize(factor=1.0 / microbatches).apply(sub)
-        small, order = attribute(sub.graph)
+        small, order, _ = attribute(sub.graph)
     else:
         small = full
     index = {ly: i for i, ly in enumerate(units)}
@@ -204,7 +212,8 @@ def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: str = "trace") -> 
         fwd, bwd = fwd / rate, bwd / rate
         ctx.note(f"{ranks} ranks on one host's cores: their forward and backward run at {rate:.2f}x the speed "
                  f"alone (corun={corun}; `corun=off` leaves it out)")
-    return UnitCosts(names, fwd, bwd, pbytes, obytes.astype(np.int64), float(opt), float(pre), tensors)
+    return UnitCosts(names, fwd, bwd, pbytes, obytes.astype(np.int64), float(opt), float(pre), tensors,
+                     float(step_call))
 
 
 def parse_partition(text: str, names: tuple, stages: int) -> list:
@@ -286,7 +295,7 @@ def stage_costs(u: UnitCosts, bounds, device, action_overhead_ns: float = 0.0,
                       send_bytes=tuple(int(u.out_bytes[b - 1]) for b in edges[1:]),
                       param_bytes=tuple(params),
                       stash_bytes=tuple(int(u.out_bytes[s].sum()) for s in sl),
-                      optimizer_ns=tuple(u.optimizer_ns * x for x in share), pre_ns=u.pre_ns,
+                      optimizer_ns=split_step_ns(u.optimizer_ns, u.optimizer_call_ns, share), pre_ns=u.pre_ns,
                       bounds=tuple(edges),
                       accumulate_ns=tuple(sum(accumulate_ns(device, int(p)) for p in u.param_bytes[s]) for s in sl),
                       comm_action_ns=action_overhead_ns if comm_actions else 0.0,

@@ -28,6 +28,7 @@ from daydream.model import EventKind, LaneKind
 from daydream.primitives import insert, remove, select
 
 from ._common import OPTIMIZER_STEP_RE, by_rank_iteration, launch_of
+from ._optstep import per_parameter_ops
 from .base import NotApplicable, Optimization, Param
 
 __all__ = ["FusedAdam", "OPTIMIZATION", "STATE_PASSES"]
@@ -42,11 +43,6 @@ def _state_passes(opt_meta: dict) -> int:
         mom = (opt_meta.get("defaults") or {}).get("momentum", 0)
         return STATE_PASSES["sgd_momentum" if mom else "sgd"]
     return STATE_PASSES.get(name, 7)
-
-
-#: An optimizer-step op name counts as per-parameter when it runs at least 1/PER_PARAM_SHARE as
-#: often as the step's most frequent op (the loop's ops run once or twice per parameter).
-PER_PARAM_SHARE = 4
 
 
 class FusedAdam(Optimization):
@@ -100,10 +96,7 @@ class FusedAdam(Optimization):
         T = g.tasks
         for it in np.unique(T["iteration"][steps]).tolist():
             mine = steps[T["iteration"][steps] == it]
-            names, counts = np.unique(T["name"][mine], return_counts=True)
-            inplace = [n for n, c in zip(names.tolist(), counts.tolist())
-                       if c * PER_PARAM_SHARE >= counts.max() and g.names[n].endswith("_")]
-            sums = [int(T["bytes"][mine][T["name"][mine] == n].sum()) for n in inplace]
+            sums = [int(T["bytes"][mine][T["name"][mine] == n].sum()) for n in per_parameter_ops(g, mine).tolist()]
             if any(sums):
                 return min(x for x in sums if x)
         raise NotApplicable("the trace's optimizer step has no sizes for its per-parameter ops (neither a "

@@ -76,6 +76,7 @@ from daydream.primitives import LanePolicy, set_policy
 from ._common import module_table
 from ._corun import SOURCES, corun_rate, corun_stretch
 from ._landing import add_landing_costs
+from ._optstep import split_step_ns, step_fixed_ns
 from ._resume import add_resume_costs
 from .base import NotApplicable, Optimization, OptionError, Param
 
@@ -175,6 +176,24 @@ def layer_units(g, table: dict):
     return units, head / n, opt / n
 
 
+def step_call_ns(g) -> float:
+    """Per iteration, the traced optimizer step's part that each shard's own step pays in full
+    (:func:`optimizations._optstep.step_fixed_ns`; 0 on a GPU trace, whose kernels are all updates)."""
+    tasks, with_gaps = _work_tasks(g)
+    if not with_gaps or not len(tasks):
+        return 0.0
+    T = g.tasks
+    dur = T["dur_ns"][tasks].astype(np.float64)
+    cost = dur + T["gap_ns"][tasks]          # as layer_units counts them
+    start = T["traced_start_ns"][tasks].astype(np.float64)
+    its = T["iteration"][tasks]
+    n_it = max(1, max(len(m) - 1 for m in g.markers.values()))
+    first = 1 if n_it > 1 else 0
+    fixed = [step_fixed_ns(g, tasks[k], cost[k], start[k], start[k] + dur[k])
+             for k in (its == i for i in range(first, n_it))]
+    return float(np.median(fixed)) if fixed else 0.0     # median: a pause before one step is no call cost
+
+
 def balanced_split(costs, parts: int) -> list:
     """Cut ``costs`` into ``parts`` contiguous non-empty groups minimising the largest sum.
 
@@ -227,9 +246,10 @@ def parse_layers(spec: str, devices: int, n_layers: int) -> list:
     return sizes
 
 
-def shard_costs(units, head_ns: float, opt_ns: float, devices: int, sizes=()) -> ShardCosts:
+def shard_costs(units, head_ns: float, opt_ns: float, devices: int, sizes=(), opt_call_ns: float = 0.0) -> ShardCosts:
     """Split the layers into ``devices`` shards (``sizes`` layers each; by default balanced)
-    and total each shard's costs."""
+    and total each shard's costs.  Each shard's optimizer step takes its parameters' share of
+    the traced step's updates and the whole ``opt_call_ns`` (the call around them)."""
     sizes = list(sizes) or balanced_split([u.fwd_ns + u.bwd_ns for u in units], devices)
     groups, i = [], 0
     for s in sizes:
@@ -241,7 +261,7 @@ def shard_costs(units, head_ns: float, opt_ns: float, devices: int, sizes=()) ->
     fwd = [sum(u.fwd_ns for u in grp) for grp in groups]
     fwd[0] += head_ns
     return ShardCosts(tuple(fwd), tuple(sum(u.bwd_ns for u in grp) for grp in groups),
-                      tuple(opt_ns * s for s in share), tuple(grp[-1].output_bytes for grp in groups[:-1]),
+                      split_step_ns(opt_ns, opt_call_ns, share), tuple(grp[-1].output_bytes for grp in groups[:-1]),
                       tuple(sizes))
 
 
@@ -358,7 +378,8 @@ class Hydra(Optimization):
         units, head_ns, opt_ns = layer_units(ctx.graph, table)
         if D > len(units):
             raise OptionError(f"hydra: devices={D} means more shards than the model's {len(units)} layer(s)")
-        costs = shard_costs(units, head_ns, opt_ns, D, parse_layers(self.layers, D, len(units)))
+        costs = shard_costs(units, head_ns, opt_ns, D, parse_layers(self.layers, D, len(units)),
+                            step_call_ns(ctx.graph))
         dev = ctx.device
         if D > 1 and not (dev.p2p or dev.collective):
             raise NotApplicable(f"hydra: device profile {dev.name!r} has no transfer figures; run daydream calibrate")

@@ -9,7 +9,8 @@ import pytest
 
 from daydream.graph import build_graph
 from daydream.optimizations import NotApplicable, OptionError
-from daydream.optimizations.hydra import Schedule, ShardCosts, balanced_split, layer_units, schedule_graph, shard_costs
+from daydream.optimizations.hydra import (Schedule, ShardCosts, balanced_split, layer_units, schedule_graph, shard_costs,
+                                          step_call_ns)
 from daydream.sim import simulate
 from daydream.whatif import predict
 
@@ -114,6 +115,22 @@ def test_layers_fixes_the_split_and_the_shards_costs_follow_it(own_trace):
     for bad in ("1:1", f"{n}:0", "2", "a:b", f"1:{n - 2}:1"):
         with pytest.raises(OptionError, match="hydra: layers="):
             predict(trace, [f"hydra:devices=2,layers={bad}"], device=dev)
+
+
+def test_each_shard_pays_the_whole_optimizer_call(own_trace):
+    """A shard's own step updates its parameters' share but runs the whole call around them."""
+    trace = own_trace("mlp")
+    g = build_graph(trace)
+    units, head, opt = layer_units(g, {m["path"]: m for m in trace.ranks[0].meta["daydream"]["modules"]})
+    call = step_call_ns(g)
+    assert 0 < call < opt / 4           # SGD over 10 tensors: the updates are most of the step
+    n = len(units)
+    costs = shard_costs(units, head, opt, 2, [1, n - 1], call)
+    share = units[0].param_bytes / sum(u.param_bytes for u in units)
+    assert costs.opt_ns[0] == pytest.approx(call + (opt - call) * share)
+    assert sum(costs.opt_ns) == pytest.approx(opt + call)        # one call more than the single model
+    assert shard_costs(units, head, opt, 1, [n], call).opt_ns == pytest.approx((opt,))
+    assert shard_costs(units, head, opt, 2, [1, n - 1]).opt_ns == pytest.approx((opt * share, opt * (1 - share)))
 
 
 def test_cores_that_share_a_host_slow_each_other_only_while_both_work(own_trace):

@@ -251,16 +251,18 @@ def test_the_pipeline_what_if_notes_colliding_posts():
 
 
 # ------------------------------------------------------- the what-if itself
-def layered_graph(n_layers=4, f=40, b=80, iterations=3, opt=0):
-    """One CPU lane; each iteration: marker, F of each layer, B of each layer reversed, optimizer."""
+def layered_graph(n_layers=4, f=40, b=80, iterations=3, opt=0, updates=0, update_ns=0):
+    """One CPU lane; each iteration: marker, F of each layer, B of each layer reversed, optimizer
+    (a call of ``opt`` ns, then ``updates`` in-place parameter updates of ``update_ns``)."""
     g = DependencyGraph()
     lane = g.add_lane(Lane(0, LaneKind.CPU_THREAD, 1, 1))
     g.markers[0] = []
     names = [f"net.{i}" for i in range(n_layers)]
 
-    def task(dur, phase, it, layer=None, kind=EventKind.CPU_OP):
+    def task(dur, phase, it, layer=None, kind=EventKind.CPU_OP, name=None):
         # bytes: a CPU op with neither FLOPs nor bytes is overhead that batch scaling keeps
-        (t,) = g.add_tasks(lane=[lane], kind=[kind], name=[g.names.intern(layer or "x")], dur_ns=[dur], bytes=[64],
+        (t,) = g.add_tasks(lane=[lane], kind=[kind], name=[g.names.intern(name or layer or "x")], dur_ns=[dur],
+                           bytes=[64],
                            phase=[int(phase)], iteration=[it], layer=[g.layers.intern(layer) if layer else -1])
         g.lane_tasks[lane].append(int(t))
         return int(t)
@@ -273,6 +275,8 @@ def layered_graph(n_layers=4, f=40, b=80, iterations=3, opt=0):
             task(b, Phase.BACKWARD, it, n)
         if opt:
             task(opt, Phase.OPTIMIZER, it, "Optimizer.step#SGD.step")
+        for _ in range(updates):
+            task(update_ns, Phase.OPTIMIZER, it, name="aten::add_")
     g.markers[0].append(task(0, Phase.OTHER, iterations, kind=EventKind.MARKER))
     g.measured_boundaries_ns[0] = np.zeros(iterations + 1, np.int64)
     return g
@@ -299,6 +303,15 @@ def test_two_stages_exact_prediction_and_metrics():
     assert m["partition"] == "net.0..net.1 | net.2..net.3"
     assert (m["stage0_forward_ms"], m["stage1_backward_ms"]) == (40e-6, 80e-6)
     assert m["bubble_fraction"] == pytest.approx(0.5)
+
+
+def test_each_stage_pays_the_whole_optimizer_call():
+    """The step: a 10 ns call around 4 parameter updates of 5 ns.  Each of the 2 stages runs the
+    call and its half of the updates (split evenly: the graph has no parameter sizes)."""
+    ctx, pred = whatif("pipeline:stages=2,microbatches=2,schedule=1f1b", layered_graph(opt=10, updates=4, update_ns=5))
+    assert pred == (2 + 1) * 120 + 10 + 10     # (M+S-1)(f+b) + the call + the rank's half of the updates
+    _, one = whatif("pipeline:stages=1,microbatches=1,schedule=gpipe", layered_graph(opt=10, updates=4, update_ns=5))
+    assert one == 4 * 120 + 30                 # one stage: the traced step, once
 
 
 def test_partition_given_by_layer_name_and_counts():
