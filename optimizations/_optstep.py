@@ -22,9 +22,10 @@ from daydream.model import Phase
 __all__ = ["PER_PARAM_SHARE", "per_parameter_ops", "step_fixed_ns", "split_step_ns"]
 
 #: An optimizer-step op name counts as per-parameter when it runs at least 1/PER_PARAM_SHARE as
-#: often as the step's most frequent op (and is in place, ``..._``): SGD runs ``mul_`` and two
-#: ``add_`` per parameter, Adam five in-place ops, while a step's own scalar conversions
-#: (``to``, ``copy_`` of 0-dimensional tensors) run as often but are not in place.
+#: often as the step's most frequent op and is in place (``..._``): SGD runs ``mul_`` and two
+#: ``add_`` per parameter, Adam five in-place ops; the step's per-parameter scalar conversions
+#: (``to``, ``_to_copy``) run as often but are not in place (their ``copy_`` is, and moves 0-dimensional
+#: tensors: 0 bytes, which fused-adam's sizing leaves out).
 PER_PARAM_SHARE = 4
 
 

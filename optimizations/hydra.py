@@ -81,7 +81,7 @@ from ._resume import add_resume_costs
 from .base import NotApplicable, Optimization, OptionError, Param
 
 __all__ = ["Hydra", "OPTIMIZATION", "Unit", "ShardCosts", "layer_units", "balanced_split", "parse_layers",
-           "shard_costs", "schedule_graph", "device_lanes", "Schedule", "MAX_MODELS"]
+           "shard_costs", "step_call_ns", "schedule_graph", "device_lanes", "Schedule", "MAX_MODELS"]
 
 #: More models than this would only make a long, uninformative schedule.
 MAX_MODELS = 4096
