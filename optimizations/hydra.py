@@ -13,8 +13,10 @@ From the traced model (all K models are copies of it), per leaf module (the
 (task durations plus the Python gaps before them, on the thread that runs
 training; kernel time on a GPU trace).  Tasks of no module go to the module
 that runs around them (input copies to the first, the loss to the last);
-data loading to the first shard's forward; the optimizer step to the shards
-in proportion to their parameter bytes (module table).  The layers are split
+data loading to the first shard's forward; the optimizer step's parameter
+updates to the shards in proportion to their parameter bytes (module table),
+and to each shard the whole call around them, which its own step runs
+(:mod:`optimizations._optstep`).  The layers are split
 into D contiguous shards of balanced forward + backward time (the split that
 minimises the largest shard), or as ``layers=`` says (``4:2``: the first
 four layers on device 0, the next two on device 1).

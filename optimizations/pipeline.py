@@ -23,7 +23,8 @@ gradients into ``.grad`` (a streaming add of the stage's gradient bytes at the
 device's measured bandwidth; the traced single batch only stored them),
 per iteration an input task (the traced input pipeline and other untagged
 work, on every rank) and the optimizer step of the rank's parameters (the
-traced step split by parameter bytes).  Where the device profile has the
+traced step's updates split by parameter bytes, and the whole call around them,
+which every rank's own step runs: :mod:`optimizations._optstep`).  Where the device profile has the
 host cost of posting sends and receives (gloo on CPU), each post runs on its
 rank's compute lane, and two posts the ranks make to each other at about the
 same moment both pay the profile's calibrated collision cost
