@@ -6,7 +6,7 @@ profiler's range, Python frames) around the updates of its parameters (in-place
 split over processes (pipeline stages, Hydra shards), each part runs a step of
 its own over its parameters: the updates divide between the parts, the call
 around them does not.  On the bundled MLP (10 parameter tensors, SGD with
-momentum, one thread) the call took 140-150 us of a 770-810 us step, and a
+momentum, one thread) the call took 130-160 us of a 770-810 us step, and a
 Hydra shard's step over half the parameters took 0.56-0.60 ms where an
 even split of the traced step gave 0.41 ms.
 

@@ -132,6 +132,13 @@ def _work_tasks(g):
     return np.asarray(g.lane_tasks[lane], np.int64), True
 
 
+def _counted_iterations(g) -> tuple:
+    """``(first, end)``: the iterations whose costs count, ``range(first, end)`` (complete
+    iterations; the first left out where there are more)."""
+    n_it = max(1, max(len(m) - 1 for m in g.markers.values()))
+    return (1 if n_it > 1 else 0), n_it
+
+
 def layer_units(g, table: dict):
     """Per leaf module in forward order: its :class:`Unit`; and the per-iteration time of
     data loading + other work (first shard) and of the optimizer step (ns)."""
@@ -140,8 +147,7 @@ def layer_units(g, table: dict):
     T = g.tasks
     tasks, with_gaps = _work_tasks(g)
     its = T["iteration"][tasks]
-    n_it = max(1, max(len(m) - 1 for m in g.markers.values()))   # complete iterations
-    first = 1 if n_it > 1 else 0
+    first, n_it = _counted_iterations(g)
     fwd, bwd, order = {}, {}, []
     head = tail = opt = 0.0
     cur_f, cur_b = None, None
@@ -189,8 +195,7 @@ def step_call_ns(g) -> float:
     cost = dur + T["gap_ns"][tasks]          # as layer_units counts them
     start = T["traced_start_ns"][tasks].astype(np.float64)
     its = T["iteration"][tasks]
-    n_it = max(1, max(len(m) - 1 for m in g.markers.values()))
-    first = 1 if n_it > 1 else 0
+    first, n_it = _counted_iterations(g)
     fixed = [step_fixed_ns(g, tasks[k], cost[k], start[k], start[k] + dur[k])
              for k in (its == i for i in range(first, n_it))]
     return float(np.median(fixed)) if fixed else 0.0     # median: a pause before one step is no call cost
