@@ -18,15 +18,45 @@ T load(const CUpti_Activity* record) {
   return value;
 }
 
-void decode_kernel(const KernelRecord& r, Columns& c) {
+// A new row with the fields every timed record has: kind, interval and
+// correlation id.
+template <typename R>
+size_t timed_row(const R& r, Columns& c) {
   const size_t i = c.append_blank();
   c.kind[i] = static_cast<int16_t>(r.kind);
   c.start_ns[i] = static_cast<int64_t>(r.start);
   c.end_ns[i] = static_cast<int64_t>(r.end);
   c.correlation_id[i] = r.correlationId;
+  return i;
+}
+
+// A new row for work on a device stream: the timed fields, where it ran and
+// the CUDA graph node it belongs to.
+template <typename R>
+size_t device_row(const R& r, Columns& c) {
+  const size_t i = timed_row(r, c);
   c.device_id[i] = static_cast<int32_t>(r.deviceId);
   c.context_id[i] = r.contextId;
   c.stream_id[i] = r.streamId;
+  c.graph_id[i] = r.graphId;
+  c.graph_node_id[i] = r.graphNodeId;
+  return i;
+}
+
+// The fields both memcpy record kinds have beyond device_row's.
+template <typename R>
+size_t copy_row(const R& r, Columns& c) {
+  const size_t i = device_row(r, c);
+  c.bytes[i] = static_cast<int64_t>(r.bytes);
+  c.copy_kind[i] = static_cast<int8_t>(r.copyKind);
+  c.src_kind[i] = static_cast<int8_t>(r.srcKind);
+  c.dst_kind[i] = static_cast<int8_t>(r.dstKind);
+  c.flags[i] = r.flags;
+  return i;
+}
+
+void decode_kernel(const KernelRecord& r, Columns& c) {
+  const size_t i = device_row(r, c);
   c.name_id[i] = c.strings.intern(r.name);
   c.grid_x[i] = r.gridX;
   c.grid_y[i] = r.gridY;
@@ -37,71 +67,26 @@ void decode_kernel(const KernelRecord& r, Columns& c) {
   c.static_shared_bytes[i] = r.staticSharedMemory;
   c.dynamic_shared_bytes[i] = r.dynamicSharedMemory;
   c.registers_per_thread[i] = r.registersPerThread;
-  c.graph_id[i] = r.graphId;
-  c.graph_node_id[i] = r.graphNodeId;
 }
 
-void decode_memcpy(const MemcpyRecord& r, Columns& c) {
-  const size_t i = c.append_blank();
-  c.kind[i] = static_cast<int16_t>(r.kind);
-  c.start_ns[i] = static_cast<int64_t>(r.start);
-  c.end_ns[i] = static_cast<int64_t>(r.end);
-  c.correlation_id[i] = r.correlationId;
-  c.device_id[i] = static_cast<int32_t>(r.deviceId);
-  c.context_id[i] = r.contextId;
-  c.stream_id[i] = r.streamId;
-  c.bytes[i] = static_cast<int64_t>(r.bytes);
-  c.copy_kind[i] = static_cast<int8_t>(r.copyKind);
-  c.src_kind[i] = static_cast<int8_t>(r.srcKind);
-  c.dst_kind[i] = static_cast<int8_t>(r.dstKind);
-  c.flags[i] = r.flags;
-  c.graph_id[i] = r.graphId;
-  c.graph_node_id[i] = r.graphNodeId;
-}
+void decode_memcpy(const MemcpyRecord& r, Columns& c) { copy_row(r, c); }
 
 void decode_memcpy_ptop(const MemcpyPtoPRecord& r, Columns& c) {
-  const size_t i = c.append_blank();
-  c.kind[i] = static_cast<int16_t>(r.kind);
-  c.start_ns[i] = static_cast<int64_t>(r.start);
-  c.end_ns[i] = static_cast<int64_t>(r.end);
-  c.correlation_id[i] = r.correlationId;
-  c.device_id[i] = static_cast<int32_t>(r.deviceId);
-  c.context_id[i] = r.contextId;
-  c.stream_id[i] = r.streamId;
-  c.bytes[i] = static_cast<int64_t>(r.bytes);
-  c.copy_kind[i] = static_cast<int8_t>(r.copyKind);
-  c.src_kind[i] = static_cast<int8_t>(r.srcKind);
-  c.dst_kind[i] = static_cast<int8_t>(r.dstKind);
+  const size_t i = copy_row(r, c);
   c.src_device_id[i] = static_cast<int32_t>(r.srcDeviceId);
   c.dst_device_id[i] = static_cast<int32_t>(r.dstDeviceId);
-  c.flags[i] = r.flags;
-  c.graph_id[i] = r.graphId;
-  c.graph_node_id[i] = r.graphNodeId;
 }
 
 void decode_memset(const MemsetRecord& r, Columns& c) {
-  const size_t i = c.append_blank();
-  c.kind[i] = static_cast<int16_t>(r.kind);
-  c.start_ns[i] = static_cast<int64_t>(r.start);
-  c.end_ns[i] = static_cast<int64_t>(r.end);
-  c.correlation_id[i] = r.correlationId;
-  c.device_id[i] = static_cast<int32_t>(r.deviceId);
-  c.context_id[i] = r.contextId;
-  c.stream_id[i] = r.streamId;
+  const size_t i = device_row(r, c);
   c.bytes[i] = static_cast<int64_t>(r.bytes);
   c.memory_kind[i] = static_cast<int8_t>(r.memoryKind);
   c.memset_value[i] = r.value;
   c.flags[i] = r.flags;
-  c.graph_id[i] = r.graphId;
-  c.graph_node_id[i] = r.graphNodeId;
 }
 
 void decode_api(const ApiRecord& r, Columns& c) {
-  const size_t i = c.append_blank();
-  c.kind[i] = static_cast<int16_t>(r.kind);
-  c.start_ns[i] = static_cast<int64_t>(r.start);
-  c.end_ns[i] = static_cast<int64_t>(r.end);
-  c.correlation_id[i] = r.correlationId;
+  const size_t i = timed_row(r, c);
   c.cbid[i] = static_cast<int32_t>(r.cbid);
   c.process_id[i] = r.processId;
   c.thread_id[i] = r.threadId;
@@ -111,11 +96,7 @@ void decode_api(const ApiRecord& r, Columns& c) {
 }
 
 void decode_sync(const SyncRecord& r, Columns& c) {
-  const size_t i = c.append_blank();
-  c.kind[i] = static_cast<int16_t>(r.kind);
-  c.start_ns[i] = static_cast<int64_t>(r.start);
-  c.end_ns[i] = static_cast<int64_t>(r.end);
-  c.correlation_id[i] = r.correlationId;
+  const size_t i = timed_row(r, c);
   c.context_id[i] = r.contextId;
   // Not applicable (e.g. context synchronisation) becomes -1.
   c.stream_id[i] = r.streamId == CUPTI_SYNCHRONIZATION_INVALID_VALUE ? -1 : static_cast<int64_t>(r.streamId);

@@ -135,45 +135,30 @@ PYBIND11_MODULE(_cupti, m) {
   m.attr("COLUMNS") = py::tuple(columns);
   m.attr("SENTINELS") = sentinels;
   // CUPTI's enum values, for cross-checking the Python enums.
+#define DAYDREAM_ENUM(dict, prefix, name) dict[#name] = static_cast<int>(prefix##name);
   py::dict kinds;
-  kinds["MEMCPY"] = static_cast<int>(CUPTI_ACTIVITY_KIND_MEMCPY);
-  kinds["MEMSET"] = static_cast<int>(CUPTI_ACTIVITY_KIND_MEMSET);
-  kinds["KERNEL"] = static_cast<int>(CUPTI_ACTIVITY_KIND_KERNEL);
-  kinds["DRIVER"] = static_cast<int>(CUPTI_ACTIVITY_KIND_DRIVER);
-  kinds["RUNTIME"] = static_cast<int>(CUPTI_ACTIVITY_KIND_RUNTIME);
-  kinds["CONCURRENT_KERNEL"] = static_cast<int>(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-  kinds["OVERHEAD"] = static_cast<int>(CUPTI_ACTIVITY_KIND_OVERHEAD);
-  kinds["MEMCPY2"] = static_cast<int>(CUPTI_ACTIVITY_KIND_MEMCPY2);
-  kinds["SYNCHRONIZATION"] = static_cast<int>(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
-  kinds["EXTERNAL_CORRELATION"] = static_cast<int>(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+#define KIND(name) DAYDREAM_ENUM(kinds, CUPTI_ACTIVITY_KIND_, name)
+  KIND(MEMCPY) KIND(MEMSET) KIND(KERNEL) KIND(DRIVER) KIND(RUNTIME) KIND(CONCURRENT_KERNEL)
+  KIND(OVERHEAD) KIND(MEMCPY2) KIND(SYNCHRONIZATION) KIND(EXTERNAL_CORRELATION)
+#undef KIND
   m.attr("ACTIVITY_KINDS") = kinds;
   py::dict copy_kinds;
-  copy_kinds["UNKNOWN"] = static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_UNKNOWN);
-  copy_kinds["HTOD"] = static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_HTOD);
-  copy_kinds["DTOH"] = static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_DTOH);
-  copy_kinds["HTOA"] = static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_HTOA);
-  copy_kinds["ATOH"] = static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_ATOH);
-  copy_kinds["ATOA"] = static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_ATOA);
-  copy_kinds["ATOD"] = static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_ATOD);
-  copy_kinds["DTOA"] = static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_DTOA);
-  copy_kinds["DTOD"] = static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_DTOD);
-  copy_kinds["HTOH"] = static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_HTOH);
-  copy_kinds["PTOP"] = static_cast<int>(CUPTI_ACTIVITY_MEMCPY_KIND_PTOP);
+#define COPY(name) DAYDREAM_ENUM(copy_kinds, CUPTI_ACTIVITY_MEMCPY_KIND_, name)
+  COPY(UNKNOWN) COPY(HTOD) COPY(DTOH) COPY(HTOA) COPY(ATOH) COPY(ATOA) COPY(ATOD) COPY(DTOA)
+  COPY(DTOD) COPY(HTOH) COPY(PTOP)
+#undef COPY
   m.attr("MEMCPY_KINDS") = copy_kinds;
   py::dict sync_types;
-  sync_types["UNKNOWN"] = static_cast<int>(CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_UNKNOWN);
-  sync_types["EVENT_SYNCHRONIZE"] = static_cast<int>(CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE);
-  sync_types["STREAM_WAIT_EVENT"] = static_cast<int>(CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT);
-  sync_types["STREAM_SYNCHRONIZE"] = static_cast<int>(CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE);
-  sync_types["CONTEXT_SYNCHRONIZE"] = static_cast<int>(CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE);
+#define SYNC(name) DAYDREAM_ENUM(sync_types, CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_, name)
+  SYNC(UNKNOWN) SYNC(EVENT_SYNCHRONIZE) SYNC(STREAM_WAIT_EVENT) SYNC(STREAM_SYNCHRONIZE)
+  SYNC(CONTEXT_SYNCHRONIZE)
+#undef SYNC
   m.attr("SYNC_TYPES") = sync_types;
   py::dict ext_kinds;
-  ext_kinds["INVALID"] = static_cast<int>(CUPTI_EXTERNAL_CORRELATION_KIND_INVALID);
-  ext_kinds["UNKNOWN"] = static_cast<int>(CUPTI_EXTERNAL_CORRELATION_KIND_UNKNOWN);
-  ext_kinds["OPENACC"] = static_cast<int>(CUPTI_EXTERNAL_CORRELATION_KIND_OPENACC);
-  ext_kinds["CUSTOM0"] = static_cast<int>(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
-  ext_kinds["CUSTOM1"] = static_cast<int>(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM1);
-  ext_kinds["CUSTOM2"] = static_cast<int>(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2);
+#define EXT(name) DAYDREAM_ENUM(ext_kinds, CUPTI_EXTERNAL_CORRELATION_KIND_, name)
+  EXT(INVALID) EXT(UNKNOWN) EXT(OPENACC) EXT(CUSTOM0) EXT(CUSTOM1) EXT(CUSTOM2)
+#undef EXT
+#undef DAYDREAM_ENUM
   m.attr("EXTERNAL_KINDS") = ext_kinds;
 
   m.def("cupti_version", [] {

@@ -28,7 +28,7 @@ which every rank's own step runs: :mod:`optimizations._optstep`).  Where the dev
 host cost of posting sends and receives (gloo on CPU), each post runs on its
 rank's compute lane, and two posts the ranks make to each other at about the
 same moment both pay the profile's calibrated collision cost
-(:func:`optimizations._pipegraph.add_post_collisions`); an action that
+(:func:`optimizations._handover.add_post_collisions`); an action that
 starts after its rank sat idle takes the profile's calibrated factor for
 work resumed after that gap (``resume``, :mod:`optimizations._resume`).
 Schedules:

@@ -13,8 +13,8 @@ from daydream.graph.graph import DependencyGraph
 from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.optimizations import WhatIfContext, get
 from daydream.optimizations import _schedules as sch
-from daydream.optimizations._pipegraph import (PipeGraph, StageCosts, add_late_holds, add_post_collisions, build_graph,
-                                              partition)
+from daydream.optimizations._handover import add_late_holds, add_post_collisions
+from daydream.optimizations._pipegraph import PipeGraph, StageCosts, build_graph, partition
 from daydream.optimizations.base import OptionError
 from daydream.optimizations.pipeline import bubble_fraction
 from daydream.primitives import select
