@@ -57,58 +57,46 @@ def cupti_extensions():
     ]
 
 
-# ---- BEGIN daydream._simcore (owner: performance/issue 6) -----------------------------
-# The compiled simulator core: pure C++17 + pybind11, no CUDA, always optional.  If it
-# does not build, daydream falls back to the reference simulator (daydream/sim/reference.py)
-# with identical results, only slower.  DAYDREAM_NO_SIMCORE=1 skips it.
-def simcore_extensions():
-    """The ``daydream._simcore`` extension, or nothing when pybind11 is missing or opted out."""
-    if os.environ.get("DAYDREAM_NO_SIMCORE", "") not in ("", "0"):
-        _log("not building the simulator core: DAYDREAM_NO_SIMCORE is set")
+def optional_extension(name: str, sources: list, opt_out: str, what: str, without: str) -> list:
+    """A pure C++17 + pybind11 extension ``daydream.<name>`` that daydream can do without.
+
+    Nothing when pybind11 is missing or the environment variable ``opt_out`` is
+    set; a failed compile only logs (``optional=True``) and ``without`` says
+    what daydream then does instead.
+    """
+    if os.environ.get(opt_out, "") not in ("", "0"):
+        _log(f"not building {what}: {opt_out} is set")
         return []
     try:
         import pybind11
     except ImportError:
-        _log("not building the simulator core: pybind11 is not installed (pure-Python simulator used)")
+        _log(f"not building {what}: pybind11 is not installed ({without})")
         return []
     return [
         Extension(
-            "daydream._simcore",
-            sources=["daydream/sim/_simcore.cpp"],
+            f"daydream.{name}",
+            sources=sources,
             include_dirs=[pybind11.get_include()],
             language="c++",
             extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden", "-Wall"],
             optional=True,
         )
     ]
-# ---- END daydream._simcore -------------------------------------------------------------
 
 
-# ---- BEGIN daydream._kineto (owner: performance/issue 6, loader fast path) ---------------
-# The compiled Kineto JSON scanner: pure C++17 + pybind11, always optional.  Without it the
-# loader parses with orjson/json (daydream/loader/kineto.py), same results, slower.
-# DAYDREAM_NO_KINETO_EXT=1 skips it.
-def kineto_extensions():
-    """The ``daydream._kineto`` extension, or nothing when pybind11 is missing or opted out."""
-    if os.environ.get("DAYDREAM_NO_KINETO_EXT", "") not in ("", "0"):
-        _log("not building the Kineto scanner: DAYDREAM_NO_KINETO_EXT is set")
-        return []
-    try:
-        import pybind11
-    except ImportError:
-        _log("not building the Kineto scanner: pybind11 is not installed (Python loader used)")
-        return []
-    return [
-        Extension(
-            "daydream._kineto",
-            sources=["daydream/loader/_kineto.cpp", "daydream/loader/_kineto_passes.cpp"],
-            include_dirs=[pybind11.get_include()],
-            language="c++",
-            extra_compile_args=["-std=c++17", "-O2", "-g0", "-fvisibility=hidden", "-Wall"],
-            optional=True,
-        )
-    ]
-# ---- END daydream._kineto --------------------------------------------------------------
+#: The optional extensions besides CUPTI: the simulator core (fallback: the reference
+#: simulator, daydream/sim/reference.py, identical results, slower), the Kineto JSON
+#: scanner (fallback: orjson/json in daydream/loader/kineto.py, same results, slower)
+#: and the core-to-core probe (fallback: none; validate and doctor then leave the
+#: figure out, see daydream/corelink.py).
+OPTIONAL_EXTENSIONS = [
+    ("_simcore", ["daydream/sim/_simcore.cpp"], "DAYDREAM_NO_SIMCORE", "the simulator core",
+     "pure-Python simulator used"),
+    ("_kineto", ["daydream/loader/_kineto.cpp", "daydream/loader/_kineto_passes.cpp"], "DAYDREAM_NO_KINETO_EXT",
+     "the Kineto scanner", "Python loader used"),
+    ("_corelink", ["daydream/_corelink.cpp"], "DAYDREAM_NO_CORELINK", "the core-to-core probe",
+     "no core-to-core figures"),
+]
 
 
 def daydream_packages():
@@ -126,4 +114,4 @@ def daydream_packages():
     return packages
 
 
-setup(packages=daydream_packages(), ext_modules=cupti_extensions() + simcore_extensions() + kineto_extensions())
+setup(packages=daydream_packages(), ext_modules=cupti_extensions() + [e for spec in OPTIONAL_EXTENSIONS for e in optional_extension(*spec)])

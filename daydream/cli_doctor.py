@@ -18,7 +18,7 @@ import click
 from ._cli_util import handle_errors
 
 __all__ = ["doctor", "COMMANDS", "Check", "CheckState", "TorchInfo", "DoctorReport",
-           "torch_info", "collect_report"]
+           "torch_info", "collect_report", "core_link_check"]
 
 
 class CheckState(enum.Enum):
@@ -162,8 +162,21 @@ def collect_report() -> DoctorReport:
         check("CUPTI tracing usable", status.usable,
               f"{status.device_count} device(s), driver {status.driver_version}", cupti_why),
     )
+    checks += (core_link_check(),)
     return DoctorReport(python=sys.version.split()[0], platform=platform.platform(),
                         daydream=_daydream_version(), torch=tinfo, cupti=status, checks=checks)
+
+
+def core_link_check() -> Check:
+    """The core-to-core probe (:mod:`daydream.corelink`): a cache line's round trip now."""
+    from .corelink import CoreLinkUnavailable, core_to_core_ns
+
+    try:
+        ns = core_to_core_ns()
+    except CoreLinkUnavailable as exc:
+        return Check("core-to-core probe", CheckState.NO, str(exc))
+    return Check("core-to-core probe", CheckState.OK,
+                 f"{ns:.0f} ns round trip between the first two CPUs (daydream validate records it per row)")
 
 
 def _as_json(report: DoctorReport) -> str:

@@ -137,7 +137,8 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     """Predict each optimization, apply it for real, measure, and compare.
 
     Writes OUTPUT/results.csv (workload, optimization, predicted_ms,
-    measured_ms, error_pct, untouched_ratio, measured_spread_pct),
+    measured_ms, error_pct, untouched_ratio, measured_spread_pct,
+    core_to_core_min_ns, core_to_core_max_ns),
     OUTPUT/accuracy.png/.svg and the device profile the predictions used.
 
     measured_spread_pct is how far the rounds' measurements of the variant
@@ -149,6 +150,12 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     shows how much of a row's error is the variant process running its
     other work slower or faster (run-to-run variation, or an effect the
     model misses), not the prediction of what the optimization changed.
+
+    core_to_core_min_ns / core_to_core_max_ns are the least and greatest
+    round trip of a cache line between two CPUs, probed before and after
+    each measured run of the row (daydream.corelink).  Where they differ
+    several-fold the machine moved its cores apart between runs: on a VM
+    whose host does that, multi-core runs change speed with it.
     """
     from pathlib import Path
 
@@ -192,8 +199,10 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     for r in rows:
         untouched = "" if r.untouched_ratio != r.untouched_ratio else f"   untouched ops x{r.untouched_ratio:.2f}"
         spread = "" if r.measured_spread_pct != r.measured_spread_pct else f"   rounds {r.measured_spread_pct:.0f}% apart"
+        lo, hi = r.core_to_core_range_ns
+        cores = "" if lo != lo else f"   cores {lo:.0f}-{hi:.0f} ns"
         click.echo(f"{r.workload:<28}{r.optimization:<40}{r.predicted_ms:10.2f}{r.measured_ms:10.2f}"
-                   f"{r.error_pct:8.1f}%{untouched}{spread}")
+                   f"{r.error_pct:8.1f}%{untouched}{spread}{cores}")
     if errs:
         click.echo(f"{len(rows)} cases: median error {statistics.median(errs):.1f}%, worst {errs[-1]:.1f}%; {path}")
 
@@ -202,7 +211,9 @@ def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat,
     """The rows of ``daydream validate``: the matrix, the parallelism runners, the public pair."""
     from pathlib import Path
 
-    from .validate import CASES, RUNNERS, ensure_profile, public_dataloader_rows, run_validation, runner
+    from .corelink import CoreLinkLog
+    from .validate import (CASES, RUNNERS, ensure_profile, public_dataloader_rows, run_validation, runner,
+                           with_placement)
 
     rows = run_validation([w for w in workloads.split(",") if w], [o for o in wanted if o in CASES], out,
                           iterations, profile_path, progress=progress, repeat=repeat)
@@ -212,7 +223,9 @@ def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat,
             progress(f"{name}: no validation runner installed; skipped")
             continue
         try:
-            rows += fn(out, ensure_profile(profile_path, progress), progress, repeat, iterations)
+            with CoreLinkLog() as log:
+                got = fn(out, ensure_profile(profile_path, progress), progress, repeat, iterations)
+            rows += with_placement(got, log)
         except DaydreamError as exc:   # the other runners' rows are still written
             progress(f"{name}: skipped ({exc})")
     if public:

@@ -9,6 +9,7 @@ public ResNet-50 DataLoader pair (``num_workers=0`` -> ``4``) is checked too.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -18,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .analysis import op_times_ms, replay
+from .corelink import CoreLinkLog, probed
 from .errors import DaydreamError
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,6 @@ def ensure_profile(profile_path=None, progress=print) -> str:
     The default cache file, if from before point-to-point sends (or their host cost) were
     calibrated, gets them added; a profile given by path is used as it is (transfers then use
     the all-reduce figures, or no host cost)."""
-    import dataclasses
-
     from .calibrate import calibrate, gloo_p2p
     from .device import default_profile_path, load_profile, save_profile
 
@@ -126,6 +126,9 @@ class ValidationRow:
     untouched_ratio: float = float("nan")
     #: the variant's time in each round that ``measured_ms`` summarises
     measured_rounds_ms: tuple = ()
+    #: core-to-core round trips (ns) probed before and after the runs that made the row
+    #: (:mod:`daydream.corelink`); empty where not probed
+    core_to_core_ns: tuple = ()
 
     @property
     def error_pct(self) -> float:
@@ -142,6 +145,12 @@ class ValidationRow:
         r = self.measured_rounds_ms
         return (max(r) - min(r)) / statistics.fmean(r) * 100.0 if len(r) >= 2 else float("nan")
 
+    @property
+    def core_to_core_range_ns(self) -> tuple:
+        """(least, greatest) of :attr:`core_to_core_ns`; NaNs when not probed."""
+        v = self.core_to_core_ns
+        return (min(v), max(v)) if v else (float("nan"), float("nan"))
+
 
 #: glibc malloc settings for every measured run: keep freed memory in the
 #: process (no mmap per large block, no trimming).  By default glibc hands
@@ -153,6 +162,21 @@ class ValidationRow:
 #: workloads the way the device profile measured the machine.
 STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**40),
                  "MALLOC_TOP_PAD_": str(64 * 2**20)}
+
+
+def with_placement(rows, log) -> list:
+    """``rows`` with ``log``'s probes (:class:`daydream.corelink.CoreLinkLog`) where they have none."""
+    return [r if r.core_to_core_ns else dataclasses.replace(r, core_to_core_ns=log.values_ns) for r in rows]
+
+
+def placement_note(row) -> str:
+    """The row's core-to-core probes for a progress line ('' when not probed).
+
+    >>> placement_note(ValidationRow("w", "o", 1.0, 1.0, 1.0, core_to_core_ns=(330.0, 55.0)))
+    '; core-to-core round trip 55-330 ns'
+    """
+    lo, hi = row.core_to_core_range_ns
+    return "" if lo != lo else f"; core-to-core round trip {lo:.0f}-{hi:.0f} ns"
 
 
 def run_env(**extra) -> dict:
@@ -183,8 +207,9 @@ def _traced(name: str, path: Path, args, nproc: int, returncode: int, stderr: st
 
 def trace_workload(name: str, path: Path, args=(), warmup: int = 2, iterations: int = 5, nproc: int = 1) -> Path:
     """Trace a bundled workload with ``daydream trace``; returns the (rank 0) trace path."""
-    proc = subprocess.run(_trace_cmd(name, path, args, warmup, iterations, nproc), capture_output=True, text=True,
-                          env=run_env())
+    with probed():
+        proc = subprocess.run(_trace_cmd(name, path, args, warmup, iterations, nproc), capture_output=True,
+                              text=True, env=run_env())
     return _traced(name, path, args, nproc, proc.returncode, proc.stderr)
 
 
@@ -214,7 +239,7 @@ def trace_in_turns(configs, iterations: int = 5, warmup: int = 2, quantum_s: flo
     from .collect.turns import TurnTaker, shared_core
 
     cpu = shared_core() if one_core and all(c[3] == 1 for c in configs) else None
-    with tempfile.TemporaryDirectory(prefix="daydream-turns-") as tmp, \
+    with probed(), tempfile.TemporaryDirectory(prefix="daydream-turns-") as tmp, \
             TurnTaker(Path(tmp) / "turns", {f"c{i}": c[3] for i, c in enumerate(configs)}, quantum_s,
                       cpu=cpu) as turns:
         errs = [open(Path(tmp) / f"c{i}.stderr", "w+") for i in range(len(configs))]   # no pipe to fill up
@@ -366,8 +391,10 @@ def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_
                 variant = " ".join([*case.variant, *([f"on {case.nproc} processes"] if case.nproc > 1 else [])])
                 progress(f"{w}: {key}: tracing baseline {' '.join(case.baseline) or '(defaults)'} and the real "
                          f"variant {variant or '(defaults)'}, {rounds_label(repeat, configs)}")
-                rounds = paired_rounds(repeat, configs, iterations)
+                with CoreLinkLog() as log:
+                    rounds = paired_rounds(repeat, configs, iterations)
                 row, _ = rounds_row(w, case.opt, rounds, case.opt, profile_path)
+                row = with_placement([row], log)[0]
             except DaydreamError as exc:
                 progress(f"{w}: {key}: skipped ({exc})")
                 continue
@@ -375,7 +402,7 @@ def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_
             control = "" if row.untouched_ratio != row.untouched_ratio else (
                 f"; ops the prediction left alone ran x{row.untouched_ratio:.2f} their baseline time in the real run")
             progress(f"{w}: {key}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
-                     f"error {row.error_pct:.1f}%{control} ({time.time() - t0:.0f} s)")
+                     f"error {row.error_pct:.1f}%{control}{placement_note(row)} ({time.time() - t0:.0f} s)")
     return rows
 
 
@@ -413,11 +440,11 @@ def write_results(rows, out_dir: Path, force: bool = True) -> Path:
     f.write("# daydream: " + json.dumps(provenance("validate"), separators=(",", ":")) + "\n")
     w = csv.writer(f)
     w.writerow(["workload", "optimization", "baseline_ms", "predicted_ms", "measured_ms", "error_pct",
-                "untouched_ratio", "measured_spread_pct"])
+                "untouched_ratio", "measured_spread_pct", "core_to_core_min_ns", "core_to_core_max_ns"])
     blank = lambda x, fmt: "" if x != x else format(x, fmt)   # noqa: E731 - NaN: not measured
     for r in rows:
         w.writerow([r.workload, r.optimization, f"{r.baseline_ms:.4f}", f"{r.predicted_ms:.4f}",
                     f"{r.measured_ms:.4f}", f"{r.error_pct:.3f}", blank(r.untouched_ratio, ".4f"),
-                    blank(r.measured_spread_pct, ".2f")])
+                    blank(r.measured_spread_pct, ".2f"), *(blank(x, ".0f") for x in r.core_to_core_range_ns)])
     atomic_write_bytes(path, f.getvalue().encode())
     return path

@@ -219,10 +219,11 @@ def test_a_row_carries_the_mean_untouched_ratio_and_the_rounds_and_the_csv_write
     row, _ = validate.rounds_row("mlp", "label", rounds, "opt", "p.json")
     assert row.untouched_ratio == pytest.approx(1.0) and row.measured_ms == 23.0
     assert row.measured_rounds_ms == (21.0, 25.0) and row.measured_spread_pct == pytest.approx(4 / 23 * 100)
+    row = validate.with_placement([row], SimpleNamespace(values_ns=(331.6, 58.2, 340.4)))[0]
     text = validate.write_results([row, validate.ValidationRow("cnn", "x", 1.0, 2.0, 2.0)], tmp_path).read_text()
     lines = text.splitlines()
-    assert lines[1].endswith(",error_pct,untouched_ratio,measured_spread_pct")
-    assert lines[2].endswith(",1.0000,17.39") and lines[3].endswith(",0.000,,")
+    assert lines[1].endswith(",error_pct,untouched_ratio,measured_spread_pct,core_to_core_min_ns,core_to_core_max_ns")
+    assert lines[2].endswith(",1.0000,17.39,58,340") and lines[3].endswith(",0.000,,,,")
 
 
 def test_device_validation_predicts_with_two_profiles_measured_now(monkeypatch, tmp_path):
@@ -246,7 +247,7 @@ def test_device_validation_predicts_with_two_profiles_measured_now(monkeypatch, 
 
     def fake_rounds_row(workload, opt_label, rounds, spec, profile_path):
         used.append((spec, Path(profile_path).read_text()))
-        return SimpleNamespace(predicted_ms=2.0, measured_ms=2.0, error_pct=0.0), None
+        return validate.ValidationRow(workload, opt_label, 1.0, 2.0, 2.0), None
 
     monkeypatch.setattr(dv, "rounds_row", fake_rounds_row)
     rows = dv.validate_rows(tmp_path, "/cached/device-cpu-1t.json", progress=lambda m: None, repeat=1)

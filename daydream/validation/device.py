@@ -25,7 +25,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from daydream.errors import DaydreamError
-from daydream.validate import paired_rounds, rounds_label, rounds_row
+from daydream.corelink import CoreLinkLog
+from daydream.validate import paired_rounds, rounds_label, rounds_row, with_placement, placement_note
 
 __all__ = ["validate_rows", "DEVICE_WORKLOADS"]
 
@@ -55,14 +56,16 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
             configs = [(w, tdir / f"{w}.dev1t.json.gz", ("--threads", "1"), 1),
                        (w, tdir / f"{w}.dev2t.json.gz", ("--threads", "2"), 1)]
             progress(f"device: {w}: tracing at 1 and then at 2 threads, {rounds_label(repeat, configs, False)}")
-            rounds = paired_rounds(repeat, configs, iterations, False)
+            with CoreLinkLog() as log:
+                rounds = paired_rounds(repeat, configs, iterations, False)
             row, _ = rounds_row(f"{w} 1->2 threads", "device:target=cpu-2t", rounds, f"device:target={target}",
                                 profile_path)
+            row = with_placement([row], log)[0]
         except DaydreamError as exc:
             progress(f"device: {w}: skipped ({exc})")
             continue
         progress(f"device: {w}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
-                 f"error {row.error_pct:.1f}%")
+                 f"error {row.error_pct:.1f}%{placement_note(row)}")
         rows.append(row)
     return rows
 

@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..corelink import probed
 from ..errors import DaydreamError
 from ..validate import WORKLOAD_ARGS, ValidationRow, run_env, trace_workload
 from ..whatif import predict
@@ -47,7 +48,8 @@ def run_real(models: int, shard0_layers: int, rounds: int = 6) -> dict:
     """Run the real K-model, 2-process job once; per schedule the median makespan (ms)."""
     cmd = [sys.executable, "-m", "daydream.workloads.hydra", "--models", str(models), "--devices", str(DEVICES),
            "--shard0-layers", str(shard0_layers), "--rounds", str(rounds), "--pin-cores", *SIZES]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
+    with probed():
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]

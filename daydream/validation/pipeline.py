@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..corelink import probed
 from ..errors import DaydreamError
 from ..validate import THREADS, ValidationRow, run_env
 from ..whatif import predict
@@ -41,7 +42,8 @@ def _run(schedule: str, extra=(), steps: int = 14, warmup: int = 4, microbatches
     cmd = [sys.executable, "-m", "daydream.workloads.pipeline", "--schedule", schedule, "--microbatches",
            str(microbatches), "--steps", str(steps), "--warmup", str(warmup), "--threads", str(THREADS),
            "--pin-cores", *model, *extra]   # a core per stage, as the model assumes
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=run_env())
+    with probed():
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=run_env())
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
             return json.loads(line)
