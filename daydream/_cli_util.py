@@ -9,7 +9,7 @@ import click
 
 from .errors import DaydreamError
 
-__all__ = ["handle_errors", "DEBUG_ENV", "INTERNAL_ERROR_STATUS"]
+__all__ = ["handle_errors", "debugging", "one_line", "internal_error_exit", "DEBUG_ENV", "INTERNAL_ERROR_STATUS"]
 
 #: Set to 1 to get the full traceback of an unexpected error instead of one line.
 DEBUG_ENV = "DAYDREAM_DEBUG"
@@ -17,9 +17,21 @@ DEBUG_ENV = "DAYDREAM_DEBUG"
 INTERNAL_ERROR_STATUS = 3
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line, at most 500 characters."""
     msg = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {msg}"[:500] if msg else type(exc).__name__
+
+
+def debugging() -> bool:
+    """Whether ``DAYDREAM_DEBUG`` asks for tracebacks."""
+    return os.environ.get(DEBUG_ENV, "0") not in ("", "0")
+
+
+def internal_error_exit(what: str) -> None:
+    """One line saying ``what`` failed by a bug and how to get the traceback; exit 3."""
+    click.echo(f"error: internal error ({what}); please report it, with the traceback from {DEBUG_ENV}=1", err=True)
+    sys.exit(INTERNAL_ERROR_STATUS)
 
 
 def handle_errors(fn):
@@ -42,10 +54,8 @@ def handle_errors(fn):
         except (SystemExit, click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:  # noqa: BLE001 - the last line of defence against a traceback
-            if os.environ.get(DEBUG_ENV, "0") not in ("", "0"):
+            if debugging():
                 raise
-            click.echo(f"error: internal error ({_one_line(exc)}); please report it, with the traceback "
-                       f"from {DEBUG_ENV}=1", err=True)
-            sys.exit(INTERNAL_ERROR_STATUS)
+            internal_error_exit(one_line(exc))
 
     return wrapper

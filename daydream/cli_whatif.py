@@ -6,7 +6,7 @@ import statistics
 
 import click
 
-from ._cli_util import handle_errors
+from ._cli_util import debugging, handle_errors, internal_error_exit, one_line
 from .errors import DaydreamError
 from .fileio import check_writable, provenance, save_figure, write_json
 
@@ -184,7 +184,7 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
             progress(f"calibrating this machine at {THREADS} thread(s) for this run (about 30 s) ...")
             prof = calibrate("cpu", threads=THREADS, progress=lambda m: progress(f"calibrating: {m}"))
             profile_path = save_profile(prof, str(out / fresh_name))
-        rows = _measure(wanted, workloads, out, iterations, profile_path, progress, repeat, public, shared)
+        rows, failed = _measure(wanted, workloads, out, iterations, profile_path, progress, repeat, public, shared)
     path = write_results(rows, out, force=force)
     import matplotlib
 
@@ -205,18 +205,21 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
                    f"{r.error_pct:8.1f}%{untouched}{spread}{cores}")
     if errs:
         click.echo(f"{len(rows)} cases: median error {statistics.median(errs):.1f}%, worst {errs[-1]:.1f}%; {path}")
+    if failed:
+        internal_error_exit("; ".join(failed))
 
 
-def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat, public, shared) -> list:
-    """The rows of ``daydream validate``: the matrix, the parallelism runners, the public pair."""
+def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat, public, shared) -> tuple:
+    """The rows of ``daydream validate`` (the matrix, the parallelism runners, the public pair) and
+    the runners that failed by a bug, each as ``'name: error'``."""
     from pathlib import Path
 
     from .corelink import CoreLinkLog
     from .validate import (CASES, RUNNERS, ensure_profile, public_dataloader_rows, run_validation, runner,
                            with_placement)
 
-    rows = run_validation([w for w in workloads.split(",") if w], [o for o in wanted if o in CASES], out,
-                          iterations, profile_path, progress=progress, repeat=repeat)
+    rows, failed = run_validation([w for w in workloads.split(",") if w], [o for o in wanted if o in CASES], out,
+                                  iterations, profile_path, progress=progress, repeat=repeat), []
     for name in (o for o in wanted if o in RUNNERS):
         fn = runner(name)
         if fn is None:
@@ -228,10 +231,15 @@ def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat,
             rows += with_placement(got, log)
         except DaydreamError as exc:   # the other runners' rows are still written
             progress(f"{name}: skipped ({exc})")
+        except Exception as exc:   # noqa: BLE001 - a bug in one runner must not lose the others' rows
+            if debugging():
+                raise
+            failed.append(f"{name}: {one_line(exc)}")
+            progress(f"{name}: internal error ({one_line(exc)}); skipped, the other rows are still written")
     if public:
         from .demo import _DEFAULT_SHARED  # noqa: F811
         rows += public_dataloader_rows(Path(shared) if shared else _DEFAULT_SHARED, profile_path)
-    return rows
+    return rows, failed
 
 
 COMMANDS = [whatif, optimizations, calibrate, validate]

@@ -91,11 +91,12 @@ def core_to_core_ns(cpus: tuple | None = None, round_trips: int = ROUND_TRIPS,
     return seconds / done * 1e9
 
 
-@dataclass
+@dataclass(eq=False)
 class CoreLinkLog:
     """Collects :func:`note_placement` probes while open (``with log: ...``).
 
-    Logs nest: a probe is recorded in every open log.
+    Logs nest: a probe is recorded in every open log.  Compared by identity:
+    two logs that saw the same probes are still two logs.
     """
 
     values_ns: tuple = ()

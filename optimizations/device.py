@@ -29,10 +29,13 @@ a name of the published table or a profile JSON (``daydream calibrate -o``).
 
 When the target is a CPU profile measured on this machine (its ``source``
 names this host) at another intra-op thread count, and the trace was
-recorded with shapes (``remeasure=1``, the default), each distinct compute
-and memory-bound op is instead re-run here at both thread counts, in turns
-(:func:`daydream.opbench.thread_time_ratios`), and the measured ratio scales
-it: how an op's time divides over threads depends on its shape and kind far
+recorded with shapes (``remeasure=1``, the default), each distinct op whose
+call signature the loader kept -- ops with FLOPs (matrix products,
+convolutions) and copies and batch norms (``keeps_signature`` in
+:mod:`daydream.loader.shapes`) -- is instead re-run here at both thread
+counts, in turns (:func:`daydream.opbench.thread_time_ratios`), and the
+measured ratio scales it (the other memory-bound ops, elementwise and
+their backward, keep the profiles' bandwidth ratio): how an op's time divides over threads depends on its shape and kind far
 more than the calibration's matmul and streaming curves can say.  With
 ``in_sequence`` (the default) the ops are re-run in the order of one traced
 iteration, at one thread count and then at the other

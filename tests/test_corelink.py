@@ -77,6 +77,16 @@ def test_probes_go_to_every_open_log_and_nowhere_without_one():
     note_placement(probe=never)
 
 
+def test_logs_that_saw_the_same_probes_close_in_any_order():
+    """Two logs opened together see equal probes; closing the inner one must not close the outer."""
+    outer, inner = CoreLinkLog(), CoreLinkLog()
+    with outer:
+        with inner:
+            note_placement(probe=lambda: 70.0)
+        note_placement(probe=lambda: 80.0)
+    assert outer.values_ns == (70.0, 80.0) and inner.values_ns == (70.0,)
+
+
 def test_rows_keep_their_own_probes_and_take_the_log_s_otherwise():
     own = validate.ValidationRow("a", "o", 1.0, 1.0, 1.0, core_to_core_ns=(70.0,))
     bare = validate.ValidationRow("b", "o", 1.0, 1.0, 1.0)

@@ -103,6 +103,30 @@ def test_a_failing_runner_loses_no_other_rows(monkeypatch, tmp_path):
     assert any(r.startswith("mlp,hfta:models=2,") for r in rows)
 
 
+def test_a_runner_s_bug_loses_no_other_rows_and_exits_as_an_internal_error(monkeypatch, tmp_path):
+    """A runner that fails by a bug after minutes of measuring others: their rows are written,
+    the bug is named on one line, and the exit status says internal error (3), not success."""
+    from click.testing import CliRunner
+
+    from daydream._cli_util import DEBUG_ENV, INTERNAL_ERROR_STATUS
+    from daydream.cli import main
+
+    def buggy(*a):
+        raise ValueError("list.remove(x): x not in list")
+
+    fns = {"hfta": lambda *a: [validate.ValidationRow("mlp", "hfta:models=2", 10.0, 11.0, 12.0)], "hydra": buggy}
+    monkeypatch.setattr(validate, "runner", fns.get)
+    monkeypatch.setattr(validate, "ensure_profile", lambda path=None, progress=print: "profile.json")
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    res = CliRunner().invoke(main, ["validate", "--workload", "", "--opt", "hydra,hfta", "--no-public",
+                                    "--no-calibrate", "-o", str(tmp_path)])
+    assert res.exit_code == INTERNAL_ERROR_STATUS, res.output
+    assert "hydra: internal error (ValueError: list.remove(x): x not in list)" in res.output
+    assert "Traceback" not in res.output
+    rows = (tmp_path / "results.csv").read_text().splitlines()
+    assert any(r.startswith("mlp,hfta:models=2,") for r in rows)
+
+
 def test_validate_calibrates_into_its_output_and_predicts_with_that(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
