@@ -5,8 +5,8 @@ the first two CPUs.  Two modes:
 
 * sampling (default): one probe every ``--interval`` s for ``--seconds``;
   prints the samples, splits them at their widest gap into a low and a high
-  group (no threshold is assumed) and says how many fall in each and how
-  long a spell in one group lasts;
+  group (no threshold is assumed), says how many fall in each, how far
+  apart their medians are, and how long a spell in one group lasts;
 * ``--runs N``: N runs of a bundled workload (untraced, ``--step-times``,
   validate's malloc settings), each with a probe just before and just after;
   prints each run's median step time beside its two probes, so a run's speed
@@ -69,8 +69,9 @@ def sample(seconds: float, interval: float) -> None:
     cut = split_at_widest_gap(values)
     high = [x > cut for x in values]
     lo, hi = [x for x in values if x <= cut], [x for x in values if x > cut]
-    print(f"split at {cut:.0f} ns: {len(lo)} low (median {statistics.median(lo):.0f} ns), "
-          f"{len(hi)} high (median {statistics.median(hi):.0f} ns)")
+    m_lo, m_hi = statistics.median(lo), statistics.median(hi)
+    print(f"split at {cut:.0f} ns: {len(lo)} low (median {m_lo:.0f} ns), {len(hi)} high (median {m_hi:.0f} ns), "
+          f"medians {m_hi / m_lo:.1f}x apart (two placements when several-fold, noise when near 1)")
     print(f"spells (samples, {interval:g} s apart): {spells(high)}")
 
 

@@ -105,3 +105,17 @@ def test_doctor_says_why_the_probe_cannot_run(monkeypatch):
     monkeypatch.setattr(corelink, "core_to_core_ns", lambda: 88.4)
     check = core_link_check()
     assert check.state is CheckState.OK and check.detail.startswith("88 ns round trip")
+
+
+def test_the_benchmark_splits_samples_at_their_widest_gap_and_counts_spells():
+    import doctest
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "core_to_core.py"
+    spec = importlib.util.spec_from_file_location("core_to_core_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.split_at_widest_gap([52.0, 330.0, 95.0, 340.0]) == pytest.approx(212.5)
+    assert bench.spells([False, False, True, False]) == [2, 1, 1]
+    assert doctest.testmod(bench).failed == 0
