@@ -138,12 +138,14 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
 
     Writes OUTPUT/results.csv (workload, optimization, predicted_ms,
     measured_ms, error_pct, untouched_ratio, measured_spread_pct,
-    core_to_core_min_ns, core_to_core_max_ns),
+    measured_rounds_ms, core_to_core_min_ns, core_to_core_max_ns,
+    core_to_core_ns),
     OUTPUT/accuracy.png/.svg and the device profile the predictions used.
 
     measured_spread_pct is how far the rounds' measurements of the variant
     lie apart ((max - min) / mean, with --repeat 2 or more): an error well
-    inside it cannot be told from the machine's noise.
+    inside it cannot be told from the machine's noise; measured_rounds_ms
+    lists the rounds' measurements.
 
     untouched_ratio is a control: the real run's time of the ops the
     prediction left unchanged over their baseline time.  Away from 1 it
@@ -153,7 +155,8 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
 
     core_to_core_min_ns / core_to_core_max_ns are the least and greatest
     round trip of a cache line between two CPUs, probed before and after
-    each measured run of the row (daydream.corelink).  Where they differ
+    each measured run of the row (daydream.corelink); core_to_core_ns
+    lists every probe, in the order taken.  Where they differ
     several-fold the machine moved its cores apart between runs: on a VM
     whose host does that, multi-core runs change speed with it.
     """

@@ -126,8 +126,8 @@ class ValidationRow:
     untouched_ratio: float = float("nan")
     #: the variant's time in each round that ``measured_ms`` summarises
     measured_rounds_ms: tuple = ()
-    #: core-to-core round trips (ns) probed before and after the runs that made the row
-    #: (:mod:`daydream.corelink`); empty where not probed
+    #: core-to-core round trips (ns) probed before and after the runs that made the row, in the
+    #: order taken (:mod:`daydream.corelink`); empty where not probed
     core_to_core_ns: tuple = ()
 
     @property
@@ -440,11 +440,14 @@ def write_results(rows, out_dir: Path, force: bool = True) -> Path:
     f.write("# daydream: " + json.dumps(provenance("validate"), separators=(",", ":")) + "\n")
     w = csv.writer(f)
     w.writerow(["workload", "optimization", "baseline_ms", "predicted_ms", "measured_ms", "error_pct",
-                "untouched_ratio", "measured_spread_pct", "core_to_core_min_ns", "core_to_core_max_ns"])
+                "untouched_ratio", "measured_spread_pct", "measured_rounds_ms", "core_to_core_min_ns",
+                "core_to_core_max_ns", "core_to_core_ns"])
     blank = lambda x, fmt: "" if x != x else format(x, fmt)   # noqa: E731 - NaN: not measured
     for r in rows:
         w.writerow([r.workload, r.optimization, f"{r.baseline_ms:.4f}", f"{r.predicted_ms:.4f}",
                     f"{r.measured_ms:.4f}", f"{r.error_pct:.3f}", blank(r.untouched_ratio, ".4f"),
-                    blank(r.measured_spread_pct, ".2f"), *(blank(x, ".0f") for x in r.core_to_core_range_ns)])
+                    blank(r.measured_spread_pct, ".2f"), " ".join(f"{x:.4f}" for x in r.measured_rounds_ms),
+                    *(blank(x, ".0f") for x in r.core_to_core_range_ns),
+                    " ".join(f"{x:.0f}" for x in r.core_to_core_ns)])
     atomic_write_bytes(path, f.getvalue().encode())
     return path

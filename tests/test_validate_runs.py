@@ -246,8 +246,10 @@ def test_a_row_carries_the_mean_untouched_ratio_and_the_rounds_and_the_csv_write
     row = validate.with_placement([row], SimpleNamespace(values_ns=(331.6, 58.2, 340.4)))[0]
     text = validate.write_results([row, validate.ValidationRow("cnn", "x", 1.0, 2.0, 2.0)], tmp_path).read_text()
     lines = text.splitlines()
-    assert lines[1].endswith(",error_pct,untouched_ratio,measured_spread_pct,core_to_core_min_ns,core_to_core_max_ns")
-    assert lines[2].endswith(",1.0000,17.39,58,340") and lines[3].endswith(",0.000,,,,")
+    assert lines[1].endswith(",measured_spread_pct,measured_rounds_ms,core_to_core_min_ns,core_to_core_max_ns,"
+                             "core_to_core_ns")
+    assert lines[2].endswith(",1.0000,17.39,21.0000 25.0000,58,340,332 58 340")
+    assert lines[3].endswith(",0.000,,,,,,")
 
 
 def test_device_validation_predicts_with_two_profiles_measured_now(monkeypatch, tmp_path):
