@@ -91,6 +91,22 @@ T zeroed() {
   return r;
 }
 
+// A zeroed record of work on a device stream with the fields every such kind
+// shares (the synthetic side of decoder.cpp's device_row).
+template <typename T>
+T device_record(CUpti_ActivityKind kind, uint64_t start_ns, uint64_t end_ns, uint32_t correlation_id,
+                uint32_t device_id, uint32_t context_id, uint32_t stream_id) {
+  auto r = zeroed<T>();
+  r.kind = kind;
+  r.start = start_ns;
+  r.end = end_ns;
+  r.correlationId = correlation_id;
+  r.deviceId = device_id;
+  r.contextId = context_id;
+  r.streamId = stream_id;
+  return r;
+}
+
 // Python exception types (leaked on purpose: a static py::object would be
 // released after the interpreter is gone).
 py::exception<CuptiCallError>* call_error = nullptr;
@@ -255,14 +271,8 @@ PYBIND11_MODULE(_cupti, m) {
                             int32_t static_shared_bytes, int32_t dynamic_shared_bytes,
                             uint16_t registers_per_thread, uint32_t graph_id,
                             uint64_t graph_node_id) {
-        auto r = zeroed<KernelRecord>();
-        r.kind = static_cast<CUpti_ActivityKind>(kind);
-        r.start = start_ns;
-        r.end = end_ns;
-        r.correlationId = correlation_id;
-        r.deviceId = device_id;
-        r.contextId = context_id;
-        r.streamId = stream_id;
+        auto r = device_record<KernelRecord>(static_cast<CUpti_ActivityKind>(kind), start_ns, end_ns,
+                                             correlation_id, device_id, context_id, stream_id);
         r.name = b.keep(name);
         // Packed struct: no references to its fields.
         r.gridX = std::get<0>(grid);
@@ -289,14 +299,8 @@ PYBIND11_MODULE(_cupti, m) {
                             uint32_t stream_id, uint64_t bytes, uint8_t copy_kind,
                             uint8_t src_kind, uint8_t dst_kind, uint8_t flags,
                             uint32_t graph_id, uint64_t graph_node_id) {
-        auto r = zeroed<MemcpyRecord>();
-        r.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
-        r.start = start_ns;
-        r.end = end_ns;
-        r.correlationId = correlation_id;
-        r.deviceId = device_id;
-        r.contextId = context_id;
-        r.streamId = stream_id;
+        auto r = device_record<MemcpyRecord>(CUPTI_ACTIVITY_KIND_MEMCPY, start_ns, end_ns, correlation_id,
+                                             device_id, context_id, stream_id);
         r.bytes = bytes;
         r.copyKind = copy_kind;
         r.srcKind = src_kind;
@@ -315,15 +319,9 @@ PYBIND11_MODULE(_cupti, m) {
                                  uint32_t context_id, uint32_t stream_id, uint64_t bytes,
                                  uint32_t src_device_id, uint32_t dst_device_id,
                                  uint8_t src_kind, uint8_t dst_kind, uint8_t flags) {
-        auto r = zeroed<MemcpyPtoPRecord>();
-        r.kind = CUPTI_ACTIVITY_KIND_MEMCPY2;
+        auto r = device_record<MemcpyPtoPRecord>(CUPTI_ACTIVITY_KIND_MEMCPY2, start_ns, end_ns, correlation_id,
+                                                 device_id, context_id, stream_id);
         r.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_PTOP;
-        r.start = start_ns;
-        r.end = end_ns;
-        r.correlationId = correlation_id;
-        r.deviceId = device_id;
-        r.contextId = context_id;
-        r.streamId = stream_id;
         r.bytes = bytes;
         r.srcDeviceId = src_device_id;
         r.dstDeviceId = dst_device_id;
@@ -340,14 +338,8 @@ PYBIND11_MODULE(_cupti, m) {
                             uint32_t stream_id, uint64_t bytes, uint32_t value,
                             uint16_t memory_kind, uint16_t flags, uint32_t graph_id,
                             uint64_t graph_node_id) {
-        auto r = zeroed<MemsetRecord>();
-        r.kind = CUPTI_ACTIVITY_KIND_MEMSET;
-        r.start = start_ns;
-        r.end = end_ns;
-        r.correlationId = correlation_id;
-        r.deviceId = device_id;
-        r.contextId = context_id;
-        r.streamId = stream_id;
+        auto r = device_record<MemsetRecord>(CUPTI_ACTIVITY_KIND_MEMSET, start_ns, end_ns, correlation_id,
+                                             device_id, context_id, stream_id);
         r.bytes = bytes;
         r.value = value;
         r.memoryKind = memory_kind;
