@@ -24,8 +24,9 @@ from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import check_acyclic
 
 from ._common import launch_of
+from .base import NotApplicable
 
-__all__ = ["meta", "ALLREDUCE_RE", "allreduce_tasks", "FAMILIES", "Instance", "op_figures", "layer_instances", "world_size", "work_mask",
+__all__ = ["meta", "ALLREDUCE_RE", "allreduce_tasks", "require_allreduce", "FAMILIES", "Instance", "op_figures", "layer_instances", "world_size", "work_mask",
            "add_edges_checked", "lane_position", "signatures_of", "rerun_ratios", "iteration_sequence",
            "work_slice", "spread_to_slices"]
 
@@ -82,6 +83,15 @@ def allreduce_tasks(g) -> np.ndarray:
     comm = np.array([ln.kind == LaneKind.COMM for ln in g.lanes] + [False], bool)
     T = g.tasks
     return cand[(T["kind"][cand] == EventKind.COLLECTIVE) | comm[T["lane"][cand]]]
+
+
+def require_allreduce(g) -> np.ndarray:
+    """:func:`allreduce_tasks`, or :class:`NotApplicable` saying how to get a trace that has them."""
+    ar = allreduce_tasks(g)
+    if not len(ar):
+        raise NotApplicable("the trace has no gradient all-reduce (NCCL AllReduce kernels, or all-reduce tasks on "
+                            "a communication lane); trace a multi-GPU DDP run, or apply --opt data-parallel first")
+    return ar
 
 
 def work_mask(g) -> np.ndarray:

@@ -33,7 +33,7 @@ import numpy as np
 
 from daydream.primitives import set_duration
 
-from ._layers import allreduce_tasks, world_size
+from ._layers import require_allreduce, world_size
 from .base import NotApplicable, Optimization, Param
 
 __all__ = ["BlueConnect", "OPTIMIZATION", "ring_ns", "hierarchical_ns", "DEFAULT_INTER_GBPS"]
@@ -75,10 +75,7 @@ class BlueConnect(Optimization):
 
     def apply(self, ctx):
         g = ctx.graph
-        ar = allreduce_tasks(g)
-        if not len(ar):
-            raise NotApplicable("the trace has no all-reduce (NCCL AllReduce kernels, or all-reduce tasks on a "
-                                "communication lane); trace a multi-GPU DDP run, or apply --opt data-parallel first")
+        ar = require_allreduce(g)
         n_traced = world_size(ctx)
         n = self.workers or n_traced
         if n <= 1:

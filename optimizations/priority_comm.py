@@ -44,8 +44,8 @@ from daydream.graph.graph import TASK_COLUMNS, EdgeKind, WaitKind
 from daydream.model import Phase
 from daydream.primitives import LanePolicy, set_duration, set_policy, set_priority
 
-from ._layers import allreduce_tasks, lane_position, world_size
-from .base import NotApplicable, Optimization, Param
+from ._layers import lane_position, require_allreduce, world_size
+from .base import Optimization, Param
 
 __all__ = ["PriorityComm", "OPTIMIZATION", "slice_durations"]
 
@@ -73,10 +73,7 @@ class PriorityComm(Optimization):
 
     def apply(self, ctx):
         g = ctx.graph
-        ar = allreduce_tasks(g)
-        if not len(ar):
-            raise NotApplicable("the trace has no gradient all-reduce (NCCL AllReduce kernels, or all-reduce tasks "
-                                "on a communication lane); trace a multi-GPU DDP run, or apply --opt data-parallel first")
+        ar = require_allreduce(g)
         lat = self._latency_ns(ctx)
         slices, n_new = self._slice_all(g, ar, int(self.slice_mb * 1e6), lat)
         self._stream_order(g, ar, slices)

@@ -167,7 +167,7 @@ def test_not_applicable_on_hand_made(maker):
     gpu = maker.lane(LaneKind.GPU_STREAM)
     maker.task(gpu, 10, name="volta_sgemm", phase=int(Phase.FORWARD))
     for spec, words in (("batchnorm", "no BatchNorm"), ("priority-comm", "no gradient all-reduce"),
-                        ("blueconnect", "no all-reduce"), ("vdnn", "record shapes"), ("gist", "ReLU")):
+                        ("blueconnect", "no gradient all-reduce"), ("vdnn", "record shapes"), ("gist", "ReLU")):
         with pytest.raises(NotApplicable, match=words):
             _apply(maker.g, spec)
 
