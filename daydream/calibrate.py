@@ -401,15 +401,21 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
 
     Idle CPUs poll instead of halting while it measures, where the system
     allows (:func:`daydream.cpuidle.polling_idle`); the profile's ``source``
-    says so.
+    says so.  A CPU profile records where the cores were, probed before and
+    after (``core_to_core_ns``, :mod:`daydream.corelink`).
     """
     import dataclasses
 
+    from .corelink import try_probe
     from .cpuidle import polling_idle
 
+    cpu = device == "cpu"
     with polling_idle() as held:
+        before = try_probe() if cpu else ()
         prof = _calibrate(device, quick, collectives, progress, threads)
-    return dataclasses.replace(prof, source=prof.source + (", idle CPUs polling" if held else ""))
+        after = try_probe() if cpu else ()
+    return dataclasses.replace(prof, source=prof.source + (", idle CPUs polling" if held else ""),
+                               core_to_core_ns=before + after)
 
 
 def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:

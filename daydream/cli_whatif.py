@@ -7,6 +7,7 @@ import statistics
 import click
 
 from ._cli_util import debugging, handle_errors, internal_error_exit, one_line
+from .corelink import span_text
 from .errors import DaydreamError
 from .fileio import check_writable, provenance, save_figure, write_json
 
@@ -100,6 +101,8 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                     for name, (bw, lat) in figures.items())
     links += "".join(f"; posting a {name} send / receive {s / 1e3:.0f} / {r / 1e3:.0f} us"
                      for name, (s, r) in prof.p2p_post.items())
+    if prof.core_to_core_ns:
+        links += f"; cores {span_text(prof.core_to_core_ns)} apart (core-to-core round trip)"
     click.echo(f"{prof.name}: op overhead {prof.op_overhead_ns} ns; "
                f"fp32 matmul up to {max(p[1] for p in prof.matmul['float32'].points) / 1e9:.1f} GFLOP/s"
                f"{links}; saved to {path}")
@@ -202,8 +205,7 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     for r in rows:
         untouched = "" if r.untouched_ratio != r.untouched_ratio else f"   untouched ops x{r.untouched_ratio:.2f}"
         spread = "" if r.measured_spread_pct != r.measured_spread_pct else f"   rounds {r.measured_spread_pct:.0f}% apart"
-        lo, hi = r.core_to_core_range_ns
-        cores = "" if lo != lo else f"   cores {lo:.0f}-{hi:.0f} ns"
+        cores = f"   cores {span_text(r.core_to_core_ns)}" if r.core_to_core_ns else ""
         click.echo(f"{r.workload:<28}{r.optimization:<40}{r.predicted_ms:10.2f}{r.measured_ms:10.2f}"
                    f"{r.error_pct:8.1f}%{untouched}{spread}{cores}")
     if errs:

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 
 from .errors import DaydreamError
 
-__all__ = ["CoreLinkUnavailable", "CoreLinkLog", "core_to_core_ns", "note_placement", "probed", "ROUND_TRIPS",
-           "MAX_PROBE_S"]
+__all__ = ["CoreLinkUnavailable", "CoreLinkLog", "core_to_core_ns", "try_probe", "span_text", "note_placement",
+           "probed", "ROUND_TRIPS", "MAX_PROBE_S"]
 
 #: Round trips a probe makes: ~1-7 ms on the VM, short against the host's moves
 #: (seconds apart) and long against one trip.
@@ -89,6 +89,26 @@ def core_to_core_ns(cpus: tuple | None = None, round_trips: int = ROUND_TRIPS,
     except (ValueError, RuntimeError) as exc:
         raise CoreLinkUnavailable(f"CPUs {a} and {b}: {exc}") from None
     return seconds / done * 1e9
+
+
+def try_probe() -> tuple:
+    """``(core_to_core_ns(),)``, or ``()`` where the probe cannot run (measuring goes on)."""
+    try:
+        return (core_to_core_ns(),)
+    except CoreLinkUnavailable:
+        return ()
+
+
+def span_text(values_ns) -> str:
+    """Probes as a range for messages; ``''`` for none.
+
+    >>> span_text((330.0, 55.2, 341.0)), span_text((92.4,)), span_text(())
+    ('55-341 ns', '92 ns', '')
+    """
+    if not values_ns:
+        return ""
+    lo, hi = min(values_ns), max(values_ns)
+    return f"{lo:.0f} ns" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f} ns"
 
 
 @dataclass(eq=False)

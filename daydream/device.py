@@ -196,6 +196,10 @@ class DeviceProfile:
     #: long, over their time right after its forward (caches and predictors gone cold while it
     #: waited); empty: not measured (see :meth:`resume_factor`).
     resume: tuple = ()
+    #: CPU: core-to-core round trips (ns) probed before and after calibrating
+    #: (:mod:`daydream.corelink`): on a VM whose host moves its cores, where they were while
+    #: this was measured; empty: not probed.
+    core_to_core_ns: tuple = ()
 
     @property
     def measured_here(self) -> bool:
@@ -397,7 +401,8 @@ class DeviceProfile:
                    checkpoint_op_ns=tuple(int(x) for x in d.get("checkpoint_op_ns", (0, 0))),
                    corun=float(d.get("corun", 1.0)),
                    process_spread=tuple(float(x) for x in d.get("process_spread", ())),
-                   resume=tuple(tuple(float(x) for x in p) for p in d.get("resume", ())), **curves, **points)
+                   resume=tuple(tuple(float(x) for x in p) for p in d.get("resume", ())),
+                   core_to_core_ns=tuple(float(x) for x in d.get("core_to_core_ns", ())), **curves, **points)
 
 
 def _fwd_bwd(v) -> tuple:

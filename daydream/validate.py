@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .analysis import op_times_ms, replay
-from .corelink import CoreLinkLog, probed
+from .corelink import CoreLinkLog, probed, span_text
 from .errors import DaydreamError
 from .whatif import predict
 
@@ -175,8 +175,8 @@ def placement_note(row) -> str:
     >>> placement_note(ValidationRow("w", "o", 1.0, 1.0, 1.0, core_to_core_ns=(330.0, 55.0)))
     '; core-to-core round trip 55-330 ns'
     """
-    lo, hi = row.core_to_core_range_ns
-    return "" if lo != lo else f"; core-to-core round trip {lo:.0f}-{hi:.0f} ns"
+    text = span_text(row.core_to_core_ns)
+    return f"; core-to-core round trip {text}" if text else ""
 
 
 def run_env(**extra) -> dict:

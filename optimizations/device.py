@@ -66,7 +66,7 @@ from daydream.opbench import thread_time_ratios
 from ._layers import iteration_sequence, op_figures, rerun_ratios, work_mask
 from .base import NotApplicable, Optimization, OptionError, Param
 
-__all__ = ["Device", "OPTIMIZATION", "target_profile", "kernel_dtype", "Boundness"]
+__all__ = ["Device", "OPTIMIZATION", "target_profile", "kernel_dtype", "Boundness", "placements_note"]
 
 _BF16 = re.compile(r"(?i)bf16|bfloat16")
 _FP16 = re.compile(r"(?i)fp16|f16|half|hmma|h884|h1688|h16816|s884|s1688|s16816|tensorop_h")
@@ -107,6 +107,23 @@ def _peak(curves: dict) -> float:
     return max(y for c in curves.values() for _, y in c.points)
 
 
+def placements_note(src, dst) -> str:
+    """Where the cores were when each CPU profile was measured (their ``core_to_core_ns``), for the
+    what-if's note: on a VM whose host moves its cores, profiles from two placements describe two
+    machines (docs/parallel.md, "Session 23").  ``''`` when neither was probed.
+
+    >>> from types import SimpleNamespace as P
+    >>> placements_note(P(core_to_core_ns=(91.0, 95.0)), P(core_to_core_ns=(330.0, 341.0)))
+    '; cores 91-95 ns apart while the source profile was measured, 330-341 ns apart while the target was'
+    """
+    from daydream.corelink import span_text
+
+    if not (src.core_to_core_ns or dst.core_to_core_ns):
+        return ""
+    a, b = (f"{span_text(p.core_to_core_ns)} apart" if p.core_to_core_ns else "not probed" for p in (src, dst))
+    return f"; cores {a} while the source profile was measured, {b} while the target was"
+
+
 class Device(Optimization):
     name = "device"
     summary = "run on another device: compute-bound work scaled by matmul throughput, memory-bound by bandwidth"
@@ -141,7 +158,8 @@ class Device(Optimization):
                 ctx.metrics[f"{label}_time_ratio"] = float(T["dur_ns"][m].sum() / before[m].sum())
         ctx.note(f"device: {src.name} -> {dst.name} ({dst.source}); "
                  f"{int((cls == Boundness.COMPUTE).sum())} compute-bound, {int((cls == Boundness.MEMORY).sum())} "
-                 f"memory-bound, {int((cls == Boundness.COMM).sum())} communication tasks rescaled")
+                 f"memory-bound, {int((cls == Boundness.COMM).sum())} communication tasks rescaled"
+                 f"{placements_note(src, dst)}")
 
     def _rerun(self, ctx, dst, cls) -> dict:
         """task -> t(target threads) / t(traced threads) of its op re-run here (see the module doc)."""

@@ -2,6 +2,7 @@
 import os
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from daydream import corelink, validate
@@ -119,3 +120,44 @@ def test_the_benchmark_splits_samples_at_their_widest_gap_and_counts_spells():
     assert bench.split_at_widest_gap([52.0, 330.0, 95.0, 340.0]) == pytest.approx(212.5)
     assert bench.spells([False, False, True, False]) == [2, 1, 1]
     assert doctest.testmod(bench).failed == 0
+
+
+def test_a_cpu_calibration_records_where_the_cores_were_before_and_after(monkeypatch):
+    from conftest import flat_profile
+
+    from daydream import calibrate as cal
+
+    monkeypatch.setattr(cal, "_calibrate", lambda *a: flat_profile())
+    values = iter([92.0, 331.0])
+    monkeypatch.setattr(corelink, "core_to_core_ns", lambda: next(values))
+    assert cal.calibrate("cpu").core_to_core_ns == (92.0, 331.0)
+    assert cal.calibrate("cuda").core_to_core_ns == ()           # a GPU profile is not probed
+
+    def unavailable():
+        raise CoreLinkUnavailable("one CPU")
+
+    monkeypatch.setattr(corelink, "core_to_core_ns", unavailable)
+    assert cal.calibrate("cpu").core_to_core_ns == ()            # no probe: calibrating goes on
+
+
+def test_a_saved_profile_keeps_its_probes_and_the_device_what_if_names_both_placements(tmp_path, maker,
+                                                                                        monkeypatch):
+    import dataclasses
+
+    from conftest import flat_profile
+
+    from daydream.device import load_profile, save_profile
+    from daydream.model import LaneKind
+    from daydream.optimizations import WhatIfContext, get
+
+    far = dataclasses.replace(flat_profile(matmul=2e10), core_to_core_ns=(330.0, 341.0))
+    path = save_profile(far, str(tmp_path / "far.json"))
+    assert load_profile(path).core_to_core_ns == (330.0, 341.0)
+    maker.task(maker.lane(LaneKind.CPU_THREAD), 1000, name="aten::mm", flops=10**9)
+    near = dataclasses.replace(flat_profile(), core_to_core_ns=(91.0, 95.0))
+    cols = {k: np.zeros(0, np.int64) for k in ("kind", "start_ns", "dur_ns", "flops", "bytes", "lane")}
+    trace = SimpleNamespace(ranks=[SimpleNamespace(rank=0, meta={}, cols=cols, signatures=[])])
+    ctx = WhatIfContext(graph=maker.g, trace=trace, device=near)
+    get(f"device:target={path}").apply(ctx)
+    assert ctx.notes[-1].endswith("; cores 91-95 ns apart while the source profile was measured, "
+                                  "330-341 ns apart while the target was")
