@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .errors import DaydreamError
+from .errors import DaydreamError, one_line
 
 __all__ = ["handle_errors", "debugging", "one_line", "internal_error_exit", "DEBUG_ENV", "INTERNAL_ERROR_STATUS"]
 
@@ -15,12 +15,6 @@ __all__ = ["handle_errors", "debugging", "one_line", "internal_error_exit", "DEB
 DEBUG_ENV = "DAYDREAM_DEBUG"
 #: Exit status of an unexpected error (a bug in daydream): not 2, which means bad input.
 INTERNAL_ERROR_STATUS = 3
-
-
-def one_line(exc: BaseException) -> str:
-    """``Type: message`` on one line, at most 500 characters."""
-    msg = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {msg}"[:500] if msg else type(exc).__name__
 
 
 def debugging() -> bool:

@@ -18,6 +18,7 @@ __all__ = [
     "GraphError",
     "CycleError",
     "SimulationError",
+    "one_line",
 ]
 
 
@@ -60,3 +61,16 @@ class CycleError(GraphError):
 
 class SimulationError(DaydreamError):
     """The simulator cannot finish (e.g. tasks wait on each other forever)."""
+
+
+def one_line(exc: BaseException, typed: bool = True, limit: int = 500) -> str:
+    r"""An exception as one line of at most ``limit`` characters, for one-line errors.
+
+    >>> one_line(ValueError("bad\n  value"))
+    'ValueError: bad value'
+    >>> one_line(ValueError("x" * 9), typed=False, limit=5)
+    'xxxxx...'
+    """
+    msg = " ".join(str(exc).split())
+    text = f"{type(exc).__name__}: {msg}" if typed and msg else msg or type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -28,6 +28,7 @@ import torch
 
 from . import metadata as md
 from .activities import ActivityPlan, plan_activities
+from ..errors import one_line
 from .errors import CollectionError
 from .heap import HeapReserve
 from .hooks import LayerMarkers, enter_range, exit_range
@@ -40,11 +41,6 @@ from .writer import add_metadata, rank_path, write_trace_atomic
 __all__ = ["TraceOptions", "Tracer", "TracerState", "TraceResult", "current_tracer"]
 
 _ACTIVE: list["Tracer"] = []
-
-
-def _one_line(exc: BaseException) -> str:
-    msg = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 
 
 def _quietly(fn, *args) -> None:
@@ -223,7 +219,7 @@ class Tracer:
     def _fail(self, where: str, exc: BaseException) -> None:
         """Stop tracing after an internal error: one line on stderr, nothing more is recorded."""
         if self.error is None:
-            self.error = f"tracing stopped after an error {where}: {_one_line(exc)}"
+            self.error = f"tracing stopped after an error {where}: {one_line(exc)}"
             print(f"daydream: {self.error}; the script goes on untraced", file=sys.stderr, flush=True)
         self._write_allowed = False
         try:
@@ -358,7 +354,7 @@ class Tracer:
         except Exception as exc:  # noqa: BLE001 - shapes can still be recorded while recording
             _quietly(os.unlink, path)
             self._notes.append(f"op shapes recorded in every iteration: the shape iteration could not be kept "
-                               f"({_one_line(exc)})")
+                               f"({one_line(exc)})")
 
     def _prepare(self) -> None:
         """Set up Kineto (and the heap reserve) one iteration before recording."""
@@ -406,7 +402,7 @@ class Tracer:
         except Exception as exc:  # noqa: BLE001 - a full disk, a profiler failure: say so, go on
             path = None
             if self.error is None:
-                self.error = f"could not write the trace: {_one_line(exc)}"
+                self.error = f"could not write the trace: {one_line(exc)}"
                 print(f"daydream: {self.error}", file=sys.stderr, flush=True)
         finally:
             self._prof = None

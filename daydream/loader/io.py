@@ -19,7 +19,7 @@ import tarfile
 import zlib
 from typing import Iterator
 
-from ..errors import TraceError
+from ..errors import TraceError, one_line
 
 try:  # optional fast JSON parser
     import orjson as _orjson
@@ -73,13 +73,7 @@ def _parse_json(name: str, raw: bytes):
     try:
         return json.loads(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limit, nesting
-        raise TraceError(name, f"not JSON ({_one_line(exc)})") from None
-
-
-def _one_line(exc: BaseException, limit: int = 300) -> str:
-    """An exception's message on one line, shortened (CLI errors are one line)."""
-    msg = " ".join(str(exc).split()) or type(exc).__name__
-    return msg if len(msg) <= limit else msg[:limit] + "..."
+        raise TraceError(name, f"not JSON ({one_line(exc, typed=False, limit=300)})") from None
 
 
 def inflate(name: str, raw: bytes) -> bytes:
@@ -88,7 +82,7 @@ def inflate(name: str, raw: bytes) -> bytes:
         try:
             raw = gzip.decompress(raw)
         except (EOFError, OSError, zlib.error) as exc:
-            raise TraceError(name, f"truncated or corrupt gzip ({_one_line(exc)})") from None
+            raise TraceError(name, f"truncated or corrupt gzip ({one_line(exc, typed=False, limit=300)})") from None
     return raw
 
 
@@ -123,7 +117,7 @@ def _read_archive(path: str, raw: bool = False) -> Iterator[tuple[str, dict]]:
                 data = tar.extractfile(m).read()
                 yield name, (data if raw else _decode(name, data))
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-        raise TraceError(path, f"truncated or corrupt archive ({_one_line(exc)})") from None
+        raise TraceError(path, f"truncated or corrupt archive ({one_line(exc, typed=False, limit=300)})") from None
 
 
 def read_documents(paths, raw: bool = False) -> Iterator[tuple[str, dict]]:
