@@ -536,7 +536,7 @@ def gen_fast(rng, corpus):
 
 
 def gen_profile(rng, corpus):
-    from daydream.device import PUBLISHED
+    from daydream.published import PUBLISHED
 
     doc = _copy(PUBLISHED[rng.choice(sorted(PUBLISHED))].to_json())
     if rng.random() < 0.2:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .analysis import trace_and_graph
-from .device import DeviceProfile, default_profile_path, load_profile, published
+from .device import DeviceProfile, default_profile_path, load_profile
+from .published import published
 from .errors import DaydreamError
 from .model import EventKind, LaneKind, Phase
 from .primitives import check_acyclic

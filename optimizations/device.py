@@ -57,7 +57,8 @@ import re
 import numpy as np
 
 from daydream.cost import GPU_COMPUTE_KERNEL_RE
-from daydream.device import load_profile, published
+from daydream.device import load_profile
+from daydream.published import published
 from daydream.errors import DaydreamError
 from daydream.model import EventKind
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from daydream.analysis import as_trace
 from daydream.cli import main
 from daydream.cost import elementwise_ns
-from daydream.device import published
+from daydream.published import published
 from daydream.graph import build_graph
 from daydream.model import EventKind, LaneKind, Phase, Trace
 from daydream.optimizations import NotApplicable, WhatIfContext, get

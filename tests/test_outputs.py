@@ -100,7 +100,8 @@ def test_calibrate_refuses_an_existing_output_before_measuring(tmp_path):
 
 
 def test_saved_profile_records_provenance_and_still_loads(tmp_path):
-    from daydream.device import PUBLISHED, load_profile, save_profile
+    from daydream.device import load_profile, save_profile
+    from daydream.published import PUBLISHED
 
     p = save_profile(PUBLISHED["A100"], str(tmp_path / "a100.json"))
     doc = json.loads(Path(p).read_text())
@@ -111,7 +112,8 @@ def test_saved_profile_records_provenance_and_still_loads(tmp_path):
 def test_profile_keeps_the_checkpoint_and_compiled_call_costs_and_refuses_a_negative_one(tmp_path):
     import dataclasses
 
-    from daydream.device import PUBLISHED, load_profile, save_profile
+    from daydream.device import load_profile, save_profile
+    from daydream.published import PUBLISHED
 
     p = save_profile(dataclasses.replace(PUBLISHED["A100"], checkpoint_call_ns=(120_000, 80_000),
                                          checkpoint_op_ns=(9_000, 4_000), compiled_call_ns=(250_000, 110_000),

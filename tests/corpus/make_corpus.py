@@ -53,7 +53,7 @@ def _tar(members, cut=None) -> bytes:
 
 
 GOOD = json.dumps(small_doc(2)).encode()
-_PROFILE = __import__("daydream.device", fromlist=["PUBLISHED"]).PUBLISHED["A100"].to_json()
+_PROFILE = __import__("daydream.published", fromlist=["PUBLISHED"]).PUBLISHED["A100"].to_json()
 
 #: file -> (bytes, expected).  expected: {"error": class, "match": text} or {"repairs": {what: n}}.
 CASES = {
