@@ -14,7 +14,7 @@ slower in the far placement (the transformer's ``gelu_backward`` at 2
 threads: 0.20-0.24 ms a call near, 1.11-1.16 ms far, 8 of 8 runs), while
 matrix products keep their speed: a 2-thread run's time depends on a state
 of the machine that neither the trace nor the device profile records
-(docs/parallel.md, "Session 23").  ``daydream validate`` therefore probes
+(docs/validation-log.md, "Session 23").  ``daydream validate`` therefore probes
 before and after every measured run and writes the range it saw with each
 row, and ``daydream doctor`` shows the figure now.
 

@@ -111,7 +111,7 @@ def _peak(curves: dict) -> float:
 def placements_note(src, dst) -> str:
     """Where the cores were when each CPU profile was measured (their ``core_to_core_ns``), for the
     what-if's note: on a VM whose host moves its cores, profiles from two placements describe two
-    machines (docs/parallel.md, "Session 23").  ``''`` when neither was probed.
+    machines (docs/validation-log.md, "Session 23").  ``''`` when neither was probed.
 
     >>> from types import SimpleNamespace as P
     >>> placements_note(P(core_to_core_ns=(91.0, 95.0)), P(core_to_core_ns=(330.0, 341.0)))
