@@ -15,10 +15,16 @@ import socket
 import statistics
 import time
 
-__all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "free_port", "first_result", "GLOO_SIZES"]
+__all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "free_port", "first_result", "GLOO_SIZES",
+           "MIN_SLOPE_NS_PER_BYTE", "UNRESOLVED_BYTES_PER_S"]
 
 #: Message sizes (bytes) of the all-reduce and point-to-point measurements.
 GLOO_SIZES = [2 ** 10, 2 ** 16, 2 ** 20, 2 ** 23]
+#: Floor of a fitted ``t = latency + bytes / bw`` slope (ns a byte): where the times do not grow
+#: with size (sizes too small to see the bandwidth) the fit keeps this and the bandwidth reads
+#: :data:`UNRESOLVED_BYTES_PER_S`, transfers then costing their latency only.
+MIN_SLOPE_NS_PER_BYTE = 1e-6
+UNRESOLVED_BYTES_PER_S = 1e9 / MIN_SLOPE_NS_PER_BYTE
 
 
 def free_port() -> int:
@@ -455,7 +461,7 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    slope = max(slope, 1e-6)
+    slope = max(slope, MIN_SLOPE_NS_PER_BYTE)
     intercept = max(my - slope * mx, 0.0)
     return (1e9 / slope, intercept / 2.0)
 
@@ -473,5 +479,5 @@ def _fit_relative(pts):
     mx = sum(wi * x for wi, (x, _) in zip(w, pts)) / sw
     my = sum(wi * y for wi, (_, y) in zip(w, pts)) / sw
     sxx = sum(wi * (x - mx) ** 2 for wi, (x, _) in zip(w, pts))
-    slope = max(sum(wi * (x - mx) * (y - my) for wi, (x, y) in zip(w, pts)) / sxx, 1e-6)
+    slope = max(sum(wi * (x - mx) * (y - my) for wi, (x, y) in zip(w, pts)) / sxx, MIN_SLOPE_NS_PER_BYTE)
     return 1e9 / slope, max(my - slope * mx, 0.0)

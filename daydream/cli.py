@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import click
 
-from ._cli_util import handle_errors
+from ._cli_util import handle_errors, quiet_kineto
 
 __all__ = ["main", "handle_errors"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="daydream")
-def main():
+@click.pass_context
+def main(ctx):
     """daydream: predict how fast one training iteration would be after an
     optimization, from one trace of the code you run today.
 
@@ -28,7 +29,13 @@ def main():
       daydream plot timeline run.json.gz --vs predicted.json -o timeline.png
       daydream optimizations                # every what-if and its parameters
       daydream validate -o results/         # predictions against real runs here
+
+    Kineto's own log (a line at every profiler start and stop) is silenced
+    except under ``daydream trace``, where your script's output passes
+    through as it is; set KINETO_LOG_LEVEL to choose.
     """
+    if ctx.invoked_subcommand != "trace":
+        quiet_kineto()
 
 
 def _register() -> None:

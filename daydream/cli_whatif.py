@@ -75,6 +75,12 @@ def optimizations():
             click.echo(f"    {p.name}={p.default}  {p.help}{choices}")
 
 
+def _bandwidth_text(bytes_per_s: float) -> str:
+    from .calibrate_procs import UNRESOLVED_BYTES_PER_S
+
+    return "bandwidth not resolved" if bytes_per_s >= UNRESOLVED_BYTES_PER_S else f"{bytes_per_s / 1e9:.2f} GB/s"
+
+
 @click.command()
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
 @click.option("-o", "--output", type=click.Path(), help="Where to save the profile (default: the user cache).")
@@ -96,7 +102,7 @@ def calibrate(device, output, quick, no_collectives, threads, force):
     prof = run(device, quick=quick, collectives=not no_collectives, threads=threads,
                progress=lambda m: click.echo(f"calibrating: {m} ...", err=True))
     path = save_profile(prof, output)
-    links = "".join(f"; {what} {name} {bw / 1e9:.2f} GB/s + {lat / 1e3:.0f} us"
+    links = "".join(f"; {what} {name} {_bandwidth_text(bw)} + {lat / 1e3:.0f} us"
                     for what, figures in (("all-reduce", prof.collective), ("send", prof.p2p))
                     for name, (bw, lat) in figures.items())
     links += "".join(f"; posting a {name} send / receive {s / 1e3:.0f} / {r / 1e3:.0f} us"

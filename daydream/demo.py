@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from ._cli_util import quiet_kineto
 from .analysis import replay
 from .errors import DaydreamError
 from .fileio import provenance, save_figure, write_json
@@ -92,6 +93,7 @@ def _plots(out: Path, replay_pts, val_rows, base, pred, report):
               help="Folder of public GPU traces to replay too (skipped if absent).")
 def main(out_dir, workload, to_validate, shared):
     """Trace a bundled workload on CPU, predict what-ifs, validate two for real, plot."""
+    quiet_kineto()        # before torch is imported: calibration's profiler sessions stay quiet
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()

@@ -212,3 +212,17 @@ def test_validate_refuses_existing_results_before_measuring(tmp_path):
     res = run_cli("validate", "--workload", "mlp", "--opt", "fused-adam", "--no-public", "-o", tmp_path)
     _one_line_error(res, "results.csv", "--force")
     assert (tmp_path / "results.csv").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("args, quiet", [(["optimizations"], True), (["trace", "--help"], False)])
+def test_kineto_s_log_is_silenced_except_around_the_user_s_own_script(monkeypatch, args, quiet):
+    """torch 2.13's Kineto prints a line at every profiler start and stop; daydream's own profiler
+    sessions (calibration) should not flood the output, the user's traced script keeps its own."""
+    from daydream._cli_util import KINETO_QUIET_LEVEL
+
+    monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
+    assert CliRunner().invoke(main, args).exit_code == 0
+    assert os.environ.get("KINETO_LOG_LEVEL") == (KINETO_QUIET_LEVEL if quiet else None)
+    monkeypatch.setenv("KINETO_LOG_LEVEL", "1")                      # a user's own choice stays
+    CliRunner().invoke(main, ["optimizations"])
+    assert os.environ["KINETO_LOG_LEVEL"] == "1"

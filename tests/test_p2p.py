@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from daydream.calibrate_procs import UNRESOLVED_BYTES_PER_S
 from daydream.device import load_profile, save_profile
 from daydream.errors import DaydreamError
 from daydream.primitives import select
@@ -204,6 +205,18 @@ def test_calibrate_measures_and_reports_send_figures(tmp_path):
     prof = load_profile(str(out))
     (bw, lat), = prof.p2p.values()
     assert bw > 0 and lat >= 0 and "send gloo" in res.output and "all-reduce gloo" in res.output
+    # --quick still spans 1 KiB to 1 MiB, so the fits see the bandwidth, not only the latency
+    assert bw < UNRESOLVED_BYTES_PER_S and prof.collective["gloo"][0] < UNRESOLVED_BYTES_PER_S
+    assert "not resolved" not in res.output
+
+
+def test_a_fit_that_cannot_see_the_bandwidth_says_so():
+    from daydream.calibrate_procs import _fit_relative
+    from daydream.cli_whatif import _bandwidth_text
+
+    bw, lat = _fit_relative([(1024, 100_000.0), (65536, 99_000.0)])      # no growth with size
+    assert bw == UNRESOLVED_BYTES_PER_S and _bandwidth_text(bw) == "bandwidth not resolved"
+    assert _bandwidth_text(2.5e9) == "2.50 GB/s"
 
 
 def test_a_profile_that_would_not_load_is_not_saved(tmp_path):
