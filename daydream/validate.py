@@ -129,6 +129,9 @@ class ValidationRow:
     #: core-to-core round trips (ns) probed before and after the runs that made the row, in the
     #: order taken (:mod:`daydream.corelink`); empty where not probed
     core_to_core_ns: tuple = ()
+    #: the prediction from each round's baseline that ``predicted_ms`` summarises; empty where
+    #: the row predicts once (from the rounds' median baseline)
+    predicted_rounds_ms: tuple = ()
 
     @property
     def error_pct(self) -> float:
@@ -364,7 +367,8 @@ def rounds_row(workload: str, label: str, rounds, spec: str, profile_path, varia
                         statistics.fmean(r.predicted_ms for r in reports),
                         statistics.fmean(r[variant][1].measured_ms for r in rounds),
                         statistics.fmean(ratios) if ratios else float("nan"),
-                        tuple(r[variant][1].measured_ms for r in rounds))
+                        tuple(r[variant][1].measured_ms for r in rounds),
+                        predicted_rounds_ms=tuple(r.predicted_ms for r in reports))
     return row, reports
 
 
@@ -441,13 +445,14 @@ def write_results(rows, out_dir: Path, force: bool = True) -> Path:
     w = csv.writer(f)
     w.writerow(["workload", "optimization", "baseline_ms", "predicted_ms", "measured_ms", "error_pct",
                 "untouched_ratio", "measured_spread_pct", "measured_rounds_ms", "core_to_core_min_ns",
-                "core_to_core_max_ns", "core_to_core_ns"])
+                "core_to_core_max_ns", "core_to_core_ns", "predicted_rounds_ms"])
     blank = lambda x, fmt: "" if x != x else format(x, fmt)   # noqa: E731 - NaN: not measured
     for r in rows:
         w.writerow([r.workload, r.optimization, f"{r.baseline_ms:.4f}", f"{r.predicted_ms:.4f}",
                     f"{r.measured_ms:.4f}", f"{r.error_pct:.3f}", blank(r.untouched_ratio, ".4f"),
                     blank(r.measured_spread_pct, ".2f"), " ".join(f"{x:.4f}" for x in r.measured_rounds_ms),
                     *(blank(x, ".0f") for x in r.core_to_core_range_ns),
-                    " ".join(f"{x:.0f}" for x in r.core_to_core_ns)])
+                    " ".join(f"{x:.0f}" for x in r.core_to_core_ns),
+                    " ".join(f"{x:.4f}" for x in r.predicted_rounds_ms)])
     atomic_write_bytes(path, f.getvalue().encode())
     return path

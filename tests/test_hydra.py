@@ -303,5 +303,6 @@ def test_validation_rows_are_means_over_rounds_with_the_first_rounds_split(tmp_p
     assert by[("mlp x2 on 2 procs", "model-parallel")].measured_rounds_ms == (21, 23, 25)
     assert by[("mlp x4 on 2 procs", "shard-parallel")].measured_ms == 24 + 4
     assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_ms == 4 * 9
+    assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_rounds_ms == (32, 36, 40)
     assert by[("mlp x2 on 2 procs", "model-parallel")].baseline_ms == 9
 

@@ -243,13 +243,14 @@ def test_a_row_carries_the_mean_untouched_ratio_and_the_rounds_and_the_csv_write
     row, _ = validate.rounds_row("mlp", "label", rounds, "opt", "p.json")
     assert row.untouched_ratio == pytest.approx(1.0) and row.measured_ms == 23.0
     assert row.measured_rounds_ms == (21.0, 25.0) and row.measured_spread_pct == pytest.approx(4 / 23 * 100)
+    assert row.predicted_rounds_ms == (20.0, 20.0)
     row = validate.with_placement([row], SimpleNamespace(values_ns=(331.6, 58.2, 340.4)))[0]
     text = validate.write_results([row, validate.ValidationRow("cnn", "x", 1.0, 2.0, 2.0)], tmp_path).read_text()
     lines = text.splitlines()
     assert lines[1].endswith(",measured_spread_pct,measured_rounds_ms,core_to_core_min_ns,core_to_core_max_ns,"
-                             "core_to_core_ns")
-    assert lines[2].endswith(",1.0000,17.39,21.0000 25.0000,58,340,332 58 340")
-    assert lines[3].endswith(",0.000,,,,,,")
+                             "core_to_core_ns,predicted_rounds_ms")
+    assert lines[2].endswith(",1.0000,17.39,21.0000 25.0000,58,340,332 58 340,20.0000 20.0000")
+    assert lines[3].endswith(",0.000,,,,,,,")
 
 
 def test_device_validation_predicts_with_two_profiles_measured_now(monkeypatch, tmp_path):

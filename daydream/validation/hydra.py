@@ -91,7 +91,8 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
             row = ValidationRow(f"mlp x{k} on {DEVICES} procs", reps[0].optimizations[0],
                                 statistics.fmean(x.baseline_ms for x in reps),
                                 statistics.fmean(x.predicted_ms for x in reps), statistics.fmean(measured[k][s]),
-                                measured_rounds_ms=tuple(measured[k][s]))
+                                measured_rounds_ms=tuple(measured[k][s]),
+                                predicted_rounds_ms=tuple(x.predicted_ms for x in reps))
             rows.append(row)
             progress(f"hydra: models={k} {s}: predicted {row.predicted_ms:.2f} ms, measured "
                      f"{row.measured_ms:.2f} ms, error {row.error_pct:.1f}% (rounds: measured "
