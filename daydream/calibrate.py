@@ -29,7 +29,7 @@ SIZES = {
     "allreduce": GLOO_SIZES,
 }
 QUICK_SIZES = {"matmul": SIZES["matmul"][:2], "conv": SIZES["conv"][:1],
-               "elementwise": SIZES["elementwise"][:3], "allreduce": SIZES["allreduce"][::2]}   # both ends: latency and bandwidth
+               "elementwise": SIZES["elementwise"][:3], "allreduce": SIZES["allreduce"][::3]}   # both ends: latency and bandwidth
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
