@@ -91,10 +91,11 @@ def core_to_core_ns(cpus: tuple | None = None, round_trips: int = ROUND_TRIPS,
     return seconds / done * 1e9
 
 
-def try_probe() -> tuple:
-    """``(core_to_core_ns(),)``, or ``()`` where the probe cannot run (measuring goes on)."""
+def try_probe(probe=None) -> tuple:
+    """``(probe(),)`` (default :func:`core_to_core_ns`), or ``()`` where the probe cannot run
+    (measuring goes on without it)."""
     try:
-        return (core_to_core_ns(),)
+        return ((probe or core_to_core_ns)(),)
     except CoreLinkUnavailable:
         return ()
 
@@ -133,21 +134,16 @@ class CoreLinkLog:
 _OPEN: list = []
 
 
-def note_placement(probe=core_to_core_ns) -> None:
-    """Probe once into every open :class:`CoreLinkLog`; nothing when none is open or the
-    probe is unavailable (measuring goes on without it)."""
-    if not _OPEN:
-        return
-    try:
-        value = probe()
-    except CoreLinkUnavailable:
-        return
+def note_placement(probe=None) -> None:
+    """Probe once (:func:`try_probe`) into every open :class:`CoreLinkLog`; nothing when none
+    is open or the probe is unavailable."""
+    got = try_probe(probe) if _OPEN else ()
     for log in _OPEN:
-        log.values_ns += (value,)
+        log.values_ns += got
 
 
 @contextlib.contextmanager
-def probed(probe=core_to_core_ns):
+def probed(probe=None):
     """Around a measured run: :func:`note_placement` before and after it.
 
     >>> log = CoreLinkLog()
