@@ -15,6 +15,7 @@ import statistics
 import time
 
 from .errors import DaydreamError
+from .heapmode import STEADY_MALLOC
 from .opbench import _TENSOR_TYPES, _bind, call_for
 
 __all__ = ["sequence_ratios", "sequence_corun", "corun_rounds", "SEQUENCE_ROUNDS", "SEQUENCE_SPAN_S", "SEQUENCE_MAX_BYTES",
@@ -217,7 +218,7 @@ def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROU
     if threads:
         torch.set_num_threads(threads)
     calls = _sequence_calls(sequence)
-    env = {**os.environ, "DAYDREAM_TWIN_THREADS": str(torch.get_num_threads())}
+    env = {**os.environ, **STEADY_MALLOC, "DAYDREAM_TWIN_THREADS": str(torch.get_num_threads())}
     twin = subprocess.Popen([sys.executable, "-c", "from daydream.opseq import _twin_main; _twin_main()"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env=env)

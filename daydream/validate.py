@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .analysis import op_times_ms, replay
 from .corelink import CoreLinkLog, probed, span_text
+from .heapmode import STEADY_MALLOC
 from .errors import DaydreamError
 from .whatif import predict
 
@@ -153,18 +154,6 @@ class ValidationRow:
         """(least, greatest) of :attr:`core_to_core_ns`; NaNs when not probed."""
         v = self.core_to_core_ns
         return (min(v), max(v)) if v else (float("nan"), float("nan"))
-
-
-#: glibc malloc settings for every measured run: keep freed memory in the
-#: process (no mmap per large block, no trimming).  By default glibc hands
-#: the blocks of one iteration back to the kernel and faults them in again in
-#: the next: ~800 page faults per iteration of the bundled MLP, a third of its
-#: time on this VM and the main source of run-to-run spread
-#: (``/usr/bin/time -f %R`` over 100 vs 400 steps).  The calibration loops,
-#: which reuse their buffers, never fault: these settings measure the
-#: workloads the way the device profile measured the machine.
-STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**40),
-                 "MALLOC_TOP_PAD_": str(64 * 2**20)}
 
 
 def with_placement(rows, log) -> list:

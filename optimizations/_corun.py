@@ -66,6 +66,7 @@ def corun_rate(ctx, batch_factor: float = 1.0, source: str = "trace") -> float:
 
 
 def _measured(ctx, batch_factor: float):
+    from daydream.heapmode import steady_heap
     from daydream.opseq import sequence_corun
 
     from .batch_size import sequence_at
@@ -75,7 +76,8 @@ def _measured(ctx, batch_factor: float):
         return None
     if key not in _MEASURED:
         try:
-            _MEASURED[key] = sequence_corun(list(key[0]), key[1])
+            with steady_heap():
+                _MEASURED[key] = sequence_corun(list(key[0]), key[1])
         except ImportError:          # no torch here
             _MEASURED[key] = None
     return _MEASURED[key]

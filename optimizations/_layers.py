@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from daydream.graph.graph import Anchor, EdgeKind
+from daydream.heapmode import steady_heap
 from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import check_acyclic
 
@@ -349,7 +350,8 @@ def rerun_ratios(ctx, tasks, measure, note: str) -> dict:
     """task -> what ``measure`` found for its op re-run on this machine (CPU traces with shapes).
 
     ``measure(signatures) -> {signature: value}`` is one of :mod:`daydream.opbench`'s
-    ``*_time_ratios`` (or ``dtype_time_pairs``); ``note`` (with ``{n}``, the ops re-run) is left on ``ctx``.
+    ``*_time_ratios`` (or ``dtype_time_pairs``), run under :func:`daydream.heapmode.steady_heap`;
+    ``note`` (with ``{n}``, the ops re-run) is left on ``ctx``.
     Empty where the device is not a CPU, the tasks have no signatures, or torch
     is missing.
     """
@@ -359,7 +361,8 @@ def rerun_ratios(ctx, tasks, measure, note: str) -> dict:
     if not sig_of:
         return {}
     try:
-        ratios = measure(sig_of.values())
+        with steady_heap():      # ops time without page faults, as the runs they predict
+            ratios = measure(sig_of.values())
     except ImportError:    # no torch here
         return {}
     if ratios:

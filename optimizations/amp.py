@@ -178,11 +178,13 @@ class AMP(Optimization):
     def _cast_costs(self, dev, sig, nbytes):
         if sig is not None:
             try:
+                from daydream.heapmode import steady_heap
                 from daydream.opbench import cast_ns, float_inputs
 
                 dims = float_inputs(sig)
-                fwd = sum(cast_ns(d, "float32", self.dtype) for d in dims)
-                bwd = sum(cast_ns(d, self.dtype, "float32") for d in dims[1:])
+                with steady_heap():
+                    fwd = sum(cast_ns(d, "float32", self.dtype) for d in dims)
+                    bwd = sum(cast_ns(d, self.dtype, "float32") for d in dims[1:])
                 return fwd, bwd
             except ImportError:
                 pass

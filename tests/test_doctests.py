@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-MODULES = ["daydream", "daydream.model", "daydream.errors", "daydream.primitives", "daydream.device", "daydream.published",
+MODULES = ["daydream", "daydream.model", "daydream.errors", "daydream.primitives", "daydream.device", "daydream.published", "daydream.heapmode",
            "daydream.loader.io", "daydream.loader.kineto", "daydream.loader.layers", "daydream.loader.shapes",
            "daydream.graph.graph", "daydream.sim.result", "daydream.plots", "daydream.optimizations",
            "daydream.optimizations.data_parallel", "daydream.optimizations.tensor_parallel",

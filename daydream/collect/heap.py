@@ -104,7 +104,7 @@ class HeapReserve:
     The reserve is memory taken from the top of the heap, touched and freed
     again: it stays part of the top chunk, resident, as long as the
     program's malloc keeps its top (``M_TRIM_THRESHOLD`` above it, as under
-    ``daydream validate``'s :data:`daydream.validate.STEADY_MALLOC`).  Where
+    ``daydream validate``'s :data:`daydream.heapmode.STEADY_MALLOC`).  Where
     glibc gives the top back (its default: a dynamic threshold of a few
     MiB) the reserve is returned at once; the untraced program then refaults
     its own buffers every iteration as well, and the reserve turns itself
