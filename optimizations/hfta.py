@@ -24,14 +24,15 @@ Every task of the traced iteration is one of:
 * **memory-bound** (an op that reads or writes tensor data: elementwise,
   reductions, copies, the optimizer's updates): its first
   ``op_overhead_ns`` (the device's per-op fixed cost) is paid once, the rest
-  ``D`` is streaming and grows to ``N x max(D, min(D x bw(b) / bw(N b),
-  b / bw(N b)))`` with ``bw`` the calibrated (hot-cache) streaming
-  bandwidth curve at the bytes the task moves ``b`` (1.5 x its input bytes,
-  :data:`MOVED_PER_INPUT_BYTE`): fused tensors that leave the caches stream
-  slower, but an op that the trace shows already streaming at or below the
-  curve's rate for ``N b`` (training's data is often cold) does not slow
-  again, and no op streams faster per byte fused than traced (the curve's
-  low rate at small sizes is per-op cost, paid once already);
+  ``D`` is streaming and grows to ``N x D x max(1, bw(b) / bw(N b))`` with
+  ``bw`` the calibrated (hot-cache) streaming bandwidth curve at the bytes
+  the task moves ``b`` (1.5 x its input bytes, :data:`MOVED_PER_INPUT_BYTE`):
+  fused tensors that leave the caches stream slower, and no op streams
+  faster per byte fused than traced (the curve's low rate at small sizes is
+  per-op cost, paid once already).  A traced rate below the curve's is not
+  taken as data already out of cache: batch norm's backward computes as it
+  streams (in the bundled CNN it ran at a third of the curve's rate and
+  still took 6x its time fused 4-fold);
 * the **other self-time slices** of a compute or memory-bound op (an op
   with nested calls is one slice per stretch between them, and only one
   carries its FLOPs and bytes: ``convolution_backward``'s grad-input and
@@ -182,12 +183,9 @@ def fused_durations(g, device, models: int, dtype: str = "float32", measured: di
         b = float(T["bytes"][t]) * MOVED_PER_INPUT_BYTE
         once = min(dur[t], fixed_ns)
         stream = dur[t] - once
-        fused_bw = device.mem_bw_bytes_per_s(models * b, dtype)
-        ratio = device.mem_bw_bytes_per_s(b, dtype) / fused_bw
-        # per byte: the traced rate slowed as the curve slows from b to N b, but no slower than
-        # the curve streams N b (an op that already streamed from memory in the trace, as
-        # training's cold data does, does not slow again), and never faster than traced
-        out[t] = once + models * max(stream, min(stream * ratio, b / fused_bw * 1e9))
+        ratio = device.mem_bw_bytes_per_s(b, dtype) / device.mem_bw_bytes_per_s(models * b, dtype)
+        # per byte: the traced rate slowed as the curve slows from b to N b, never faster than traced
+        out[t] = once + models * stream * max(ratio, 1.0)
     gs = cls == TaskClass.GPU_SCALED
     out[gs] = dur[gs] * models
     return np.rint(spread_to_slices(g, dur, out)).astype(np.int64)
