@@ -31,8 +31,8 @@ Every task of the traced iteration is one of:
   faster per byte fused than traced (the curve's low rate at small sizes is
   per-op cost, paid once already).  A traced rate below the curve's is not
   taken as data already out of cache: batch norm's backward computes as it
-  streams (in the bundled CNN it ran at a third of the curve's rate and
-  still took 6x its time fused 4-fold);
+  streams (in the bundled CNN it ran at a quarter to a third of the curve's
+  rate and still took 6x its time fused 4-fold);
 * the **other self-time slices** of a compute or memory-bound op (an op
   with nested calls is one slice per stretch between them, and only one
   carries its FLOPs and bytes: ``convolution_backward``'s grad-input and
