@@ -332,14 +332,16 @@ def scaled_signature(signature: str, batch_values, factor: float) -> str | None:
 
 
 def batch_time_ratios(signatures, batch_values, factor: float, threads: int | None = None,
-                      sequence=None) -> dict:
+                      sequence=None, repeats: int = 1) -> dict:
     """Per signature: ``t(at factor x the batch) / t(as traced)``, both re-run now.
 
     Signatures without a batch dimension, or that fail to run, are left out.
     ``sequence``: the signatures of one traced iteration in order; the ops
-    are then re-run as that sequence (:func:`daydream.opseq.sequence_ratios`).
+    are then re-run as that sequence (:func:`daydream.opseq.sequence_ratios`),
+    the scaled one ``repeats`` times back to back (micro-batches).
     """
-    return _ratios_by(signatures, lambda sig: scaled_signature(sig, batch_values, factor), threads, sequence)
+    return _ratios_by(signatures, lambda sig: scaled_signature(sig, batch_values, factor), threads, sequence,
+                      variant_repeats=repeats)
 
 
 def _in_sequence(signatures, sequence, variant, threads, **kw) -> dict | None:
@@ -356,9 +358,10 @@ def _in_sequence(signatures, sequence, variant, threads, **kw) -> dict | None:
     return {s: r for s, r in got.items() if s in wanted}
 
 
-def _ratios_by(signatures, variant, threads, sequence) -> dict:
-    """``t(variant(sig)) / t(sig)`` per signature: in sequence where one is given and fits, else each alone."""
-    got = _in_sequence(signatures, sequence, variant, threads)
+def _ratios_by(signatures, variant, threads, sequence, **kw) -> dict:
+    """``t(variant(sig)) / t(sig)`` per signature: in sequence where one is given and fits (``kw``:
+    for :func:`daydream.opseq.sequence_ratios`), else each alone."""
+    got = _in_sequence(signatures, sequence, variant, threads, **kw)
     if got is not None:
         return got
     return _ratios(signatures, lambda sig: _time_or_none(variant(sig)), threads)

@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -27,9 +28,9 @@ from daydream.primitives import check_acyclic
 from ._common import launch_of
 from .base import NotApplicable
 
-__all__ = ["meta", "ALLREDUCE_RE", "allreduce_tasks", "require_allreduce", "FAMILIES", "Instance", "op_figures", "layer_instances", "world_size", "work_mask",
-           "add_edges_checked", "lane_position", "signatures_of", "rerun_ratios", "iteration_sequence",
-           "work_slice", "spread_to_slices"]
+__all__ = ["meta", "ALLREDUCE_RE", "allreduce_tasks", "require_allreduce", "FAMILIES", "Instance", "op_figures",
+           "layer_instances", "world_size", "work_mask", "add_edges_checked", "lane_position", "signatures_of",
+           "rerun_ratios", "parameter_keys", "iteration_sequence", "work_slice", "spread_to_slices"]
 
 #: Layer families: regexes matched against layer names (op names of both the
 #: forward op and its autograd node, e.g. ``aten::relu_`` / ``ReluBackward1``)
@@ -332,8 +333,13 @@ def _portable_parent(r, ev: int) -> int:
     return ev
 
 
-def iteration_sequence(ctx, tasks) -> list:
-    """Signatures of ``tasks`` in one iteration (the lowest rank's first), in traced order."""
+def iteration_sequence(ctx, tasks, shared: bool = False) -> list:
+    """Signatures of ``tasks`` in one iteration (the lowest rank's first), in traced order.
+
+    ``shared``: each element a ``(signature, keys)`` pair instead, ``keys`` naming the layer
+    parameter each argument is (:func:`parameter_keys`, from the trace's module table), so
+    that a re-run hands one tensor to every op that reads the same weight.
+    """
     T = ctx.graph.tasks
     tasks = np.asarray(tasks)[T["iteration"][tasks] >= 0]
     if not len(tasks):
@@ -343,7 +349,33 @@ def iteration_sequence(ctx, tasks) -> list:
     tasks = tasks[T["iteration"][tasks] == T["iteration"][tasks].min()]
     tasks = tasks[np.argsort(T["traced_start_ns"][tasks], kind="stable")]
     sig_of = signatures_of(ctx, tasks)
-    return [sig_of[t] for t in tasks.tolist() if t in sig_of]
+    kept = [t for t in tasks.tolist() if t in sig_of]
+    if not shared:
+        return [sig_of[t] for t in kept]
+    shapes = {m["path"]: m.get("param_shapes") or [] for m in meta(ctx).get("modules") or [] if isinstance(m, dict)}
+    layers = ctx.graph.layers.strings
+    return [(sig_of[t], parameter_keys(sig_of[t], layers[T["layer"][t]] if T["layer"][t] >= 0 else "", shapes))
+            for t in kept]
+
+
+def parameter_keys(signature: str, layer: str, param_shapes: dict) -> tuple | None:
+    """Per argument of a traced call: ``"LAYER#i"`` where it has the shape of the layer's
+    parameter ``i`` (or, 2-D, its transpose: a linear layer's forward reads ``W.t()``), else
+    ``None``; ``None`` where no argument is one.
+
+    >>> sig = json.dumps(["aten::addmm", [[8], [4, 16], [16, 8]], ["float"] * 3, None, None])
+    >>> parameter_keys(sig, "net.0", {"net.0": [[8, 16], [8]]})
+    ('net.0#1', None, 'net.0#0')
+    """
+    shapes = param_shapes.get(layer) or []
+    keys = []
+    for d in json.loads(signature)[1] or []:
+        key = None
+        if isinstance(d, list) and d:
+            key = next((f"{layer}#{i}" for i, p in enumerate(shapes)
+                        if d == p or (len(d) == 2 and d[::-1] == p)), None)
+        keys.append(key)
+    return tuple(keys) if any(keys) else None
 
 
 def rerun_ratios(ctx, tasks, measure, note: str) -> dict:

@@ -36,7 +36,10 @@ table (loss, autograd glue) join the module before them in execution order
 
 Micro-batch cost: the graph is first scaled to batch ``B/M`` with the
 ``batch-size`` what-if (per op: a fixed part and a part proportional to the
-batch, compute ops along the device's throughput curve), then attributed.
+batch, compute ops along the device's throughput curve, or on a CPU trace
+with shapes re-run with ``repeats=M``: the M micro-batches pass over a
+stage's weights one after another, later ones finding them in cache), then
+attributed.
 """
 from __future__ import annotations
 
@@ -174,7 +177,7 @@ def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: str = "trace") -> 
     units = _units(g, order, mods)
     if microbatches > 1:
         sub = WhatIfContext(graph=g.copy(), trace=ctx.trace, device=ctx.device)
-        BatchSize(factor=1.0 / microbatches).apply(sub)
+        BatchSize(factor=1.0 / microbatches, repeats=microbatches).apply(sub)
         small, order, _ = attribute(sub.graph)
     else:
         small = full

@@ -40,7 +40,14 @@ re-run in the order of one traced iteration, each occurrence with operands of
 its own, alternating with the same sequence at the new batch
 (:func:`daydream.opseq.sequence_ratios`): in training a layer's weights come
 partly from memory, a cost that does not shrink with the batch, which an op
-timed alone in a loop (weights in cache) misses.
+timed alone in a loop (weights in cache) misses.  The ops that read one
+layer's weight (its forward and backward matmuls) read one tensor in the
+re-run, as in training (the module table's parameter shapes say which
+arguments are weights).  With ``repeats`` N the sequence at the new batch
+runs N times back to back on the same operands and each op counts its mean:
+N passes of a smaller batch one after another (micro-batches, gradient
+accumulation) find the weights where the previous pass left them; the
+``pipeline`` and ``tessel`` what-ifs scale to batch / M with ``repeats`` M.
 
 Assumptions: the larger batch fits in memory and the framework picks the
 same kernels (cuDNN may choose other algorithms); published device profiles
@@ -62,7 +69,7 @@ from daydream.model import EventKind, Phase
 from daydream.opbench import batch_time_ratios, scaled_signature
 
 from ._layers import iteration_sequence, meta, op_figures, rerun_ratios, spread_to_slices, work_mask
-from .base import NotApplicable, Optimization, Param
+from .base import NotApplicable, Optimization, OptionError, Param
 from daydream.primitives import set_duration
 
 __all__ = ["BatchSize", "OPTIMIZATION", "WEIGHT_ONLY_RE", "scaled_ns", "batch_values", "rerun_tasks",
@@ -137,12 +144,16 @@ class BatchSize(Optimization):
               Param("remeasure", True, "CPU traces with shapes: re-run compute ops at the new batch on this machine",
                     bool),
               Param("in_sequence", True, "re-run the ops as one traced iteration's sequence (each finds the caches "
-                    "as the rest of the iteration leaves them), not each alone in a loop", bool))
+                    "as the rest of the iteration leaves them), not each alone in a loop", bool),
+              Param("repeats", 1, "passes at the new batch run back to back over the same weights (micro-batches, "
+                    "gradient accumulation): the re-run repeats the scaled sequence as many times", int))
     assumptions = __doc__
 
     def apply(self, ctx):
         if self.factor <= 0:
             raise NotApplicable("batch-size: factor must be positive")
+        if self.repeats < 1:
+            raise OptionError(f"batch-size: repeats must be at least 1, got {self.repeats}")
         g = ctx.graph
         T = g.tasks
         tasks = self._scaled_tasks(g)
@@ -184,9 +195,10 @@ class BatchSize(Optimization):
         values = batch_values(meta(ctx)) if self.remeasure else set()
         if not values:
             return {}
-        seq = iteration_sequence(ctx, tasks) if self.in_sequence else None
+        seq = iteration_sequence(ctx, tasks, shared=True) if self.in_sequence else None
         return rerun_ratios(ctx, tasks, lambda sigs: batch_time_ratios(sigs, values, self.factor,
-                                                                        ctx.device.threads or None, seq),
+                                                                        ctx.device.threads or None, seq,
+                                                                        self.repeats),
                             "batch-size: {n} distinct compute ops re-run at "
                             f"x{self.factor} of batch {'/'.join(map(str, sorted(values)))} on this machine")
 

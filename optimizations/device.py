@@ -171,7 +171,7 @@ class Device(Optimization):
         if not threads or threads == dst.threads:
             return {}
         tasks = np.flatnonzero(np.isin(cls, (Boundness.COMPUTE, Boundness.MEMORY)))
-        seq = iteration_sequence(ctx, tasks) if self.in_sequence else None
+        seq = iteration_sequence(ctx, tasks, shared=True) if self.in_sequence else None
         return rerun_ratios(ctx, tasks, lambda sigs: thread_time_ratios(sigs, threads, dst.threads, seq),
                             f"device: {{n}} distinct ops re-run here at {threads} and {dst.threads} threads")
 

@@ -232,7 +232,7 @@ class HFTA(Optimization):
         """task -> t(N fused) / t(one) of its op re-run here (CPU traces recorded with shapes)."""
         if not self.remeasure or self.models < 2:
             return {}
-        seq = iteration_sequence(ctx, tasks) if self.in_sequence else None
+        seq = iteration_sequence(ctx, tasks, shared=True) if self.in_sequence else None
         return rerun_ratios(ctx, tasks, lambda sigs: fused_time_ratios(sigs, self.models, ctx.device.threads or None,
                                                                        seq),
                             "hfta: {n} distinct convolutions/matmuls re-run fused " f"x{self.models} on this machine")

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from torch import nn
 
 from daydream.collect import trace
 from daydream.opbench import batch_time_ratios, scaled_signature
 from daydream.whatif import predict
-from optimizations.batch_size import batch_values
+from optimizations.batch_size import batch_values, rerun_tasks
+from optimizations._layers import iteration_sequence
 
 
 def _mm(a, b, strides=None):
@@ -128,6 +130,17 @@ def test_sequence_reruns_go_on_until_their_span(monkeypatch):
     assert len(seen) == 2 * 2
 
 
+def test_sequence_reruns_repeat_the_variant_back_to_back_for_micro_batches(monkeypatch):
+    """``variant_repeats``: the variant's whole sequence runs that many times in a row on the
+    same operands and each occurrence counts its mean, exact: a pass that finds its weights
+    cold costs 60, one right after another 20, so two passes count 40 each (one pass: 60)."""
+    costs = {"mm": lambda k: 100, "mm/4": lambda k: 60 if k % 2 == 0 else 20}
+    opseq = _sequence_fixture(monkeypatch, costs)
+    assert opseq.sequence_ratios(["mm"], lambda s: "mm/4", rounds=3, span_s=0, variant_repeats=2) == {"mm": 0.4}
+    opseq = _sequence_fixture(monkeypatch, {"mm": lambda k: 100, "mm/4": lambda k: 60})
+    assert opseq.sequence_ratios(["mm"], lambda s: "mm/4", rounds=3, span_s=0) == {"mm": 0.6}
+
+
 def test_sequence_reruns_at_another_thread_count(monkeypatch):
     """``variant_threads``: the variant's side of every round runs at that many intra-op threads
     (here the same op costs 60 instead of 100 at 2 threads); the caller's count is restored."""
@@ -163,11 +176,45 @@ def test_batch_size_reruns_one_iterations_ops_in_traced_order(tmp_path, profile,
     monkeypatch.setattr(opseq, "sequence_ratios", lambda seq, *a, **k: seen.append(list(seq)) or real(seq, *a, **k))
     rep, _ = predict(out, ["batch-size:factor=0.5"], device=profile)
     assert len(seen) == 1
-    names = [json.loads(s)[0] for s in seen[0]]
-    dims = [json.loads(s)[1][:2] for s in seen[0]]
+    names = [json.loads(s)[0] for s, _ in seen[0]]
+    dims = [json.loads(s)[1][:2] for s, _ in seen[0]]
     # forward: two addmm (16 -> 40, 40 -> 24); backward: the last layer's grads first, then the first's
     assert names[:2] == ["aten::addmm", "aten::addmm"] and dims[0][1] == [12, 16] and dims[1][1] == [12, 40]
     assert "aten::mm" in names[2:] and "aten::addmm" not in names[2:]
     off, _ = predict(out, ["batch-size:factor=0.5,in_sequence=0"], device=profile)
     assert len(seen) == 1                                  # each op alone: no sequence
     assert rep.predicted_ms > 0 and off.predicted_ms > 0
+
+
+def test_a_layers_ops_share_its_weight_in_the_rerun_sequence(tmp_path, profile):
+    """The re-run sequence names each argument that is a layer's parameter (the module table's
+    shapes): the forward ``addmm`` reads ``W.t()`` and the backward ``mm`` reads ``W``, one key."""
+    from daydream.analysis import trace_and_graph
+    from daydream.optimizations.base import WhatIfContext
+
+    tr, g = trace_and_graph(_tiny_trace(tmp_path))
+    ctx = WhatIfContext(graph=g, trace=tr, device=profile)
+    seq = iteration_sequence(ctx, rerun_tasks(ctx), shared=True)
+    named = [(json.loads(s)[0], keys) for s, keys in seq]
+    assert named[1] == ("aten::addmm", ("Sequential.2#1", None, "Sequential.2#0", None, None))   # bias, x, W.t()
+    assert named[2] == ("aten::mm", (None, "Sequential.2#0"))             # its grad-input: grad @ W
+    assert named[3][1] is None                                            # grad-weight: no parameter read
+    assert all(isinstance(s, str) for s in iteration_sequence(ctx, rerun_tasks(ctx)))
+
+
+def test_micro_batches_rerun_their_sequence_back_to_back(tmp_path, profile, monkeypatch):
+    """``batch-size:repeats=N`` re-runs the scaled sequence N times in a row; the pipeline's
+    micro-batch costs ask for M passes of batch / M; a repeat count below 1 is refused."""
+    from daydream import opseq
+    from daydream.optimizations.base import OptionError
+
+    out = _tiny_trace(tmp_path)
+    seen = []
+    real = opseq.sequence_ratios
+    monkeypatch.setattr(opseq, "sequence_ratios",
+                        lambda seq, *a, **k: seen.append(k.get("variant_repeats", 1)) or real(seq, *a, **k))
+    predict(out, ["batch-size:factor=0.5,repeats=2"], device=profile)
+    predict(out, ["pipeline:stages=1,microbatches=4"], device=profile)
+    assert seen == [2, 4]
+    with pytest.raises(OptionError, match="repeats must be at least 1"):
+        predict(out, ["batch-size:factor=0.5,repeats=0"], device=profile)
