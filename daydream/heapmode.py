@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 
 __all__ = ["STEADY_MALLOC", "GLIBC_DEFAULTS", "steady_heap", "is_steady"]
@@ -52,6 +53,7 @@ _INT_MAX = 2**31 - 1
 _depth = 0
 
 
+@functools.lru_cache(maxsize=None)
 def _mallopt():
     try:
         fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt

@@ -56,13 +56,13 @@ import re
 
 import numpy as np
 
+from daydream.corelink import span_text
 from daydream.cost import GPU_COMPUTE_KERNEL_RE
 from daydream.device import load_profile
-from daydream.published import published
 from daydream.errors import DaydreamError
 from daydream.model import EventKind
-
 from daydream.opbench import thread_time_ratios
+from daydream.published import published
 
 from ._layers import iteration_sequence, op_figures, rerun_ratios, work_mask
 from .base import NotApplicable, Optimization, OptionError, Param
@@ -117,8 +117,6 @@ def placements_note(src, dst) -> str:
     >>> placements_note(P(core_to_core_ns=(91.0, 95.0)), P(core_to_core_ns=(330.0, 341.0)))
     '; cores 91-95 ns apart while the source profile was measured, 330-341 ns apart while the target was'
     """
-    from daydream.corelink import span_text
-
     if not (src.core_to_core_ns or dst.core_to_core_ns):
         return ""
     a, b = (f"{span_text(p.core_to_core_ns)} apart" if p.core_to_core_ns else "not probed" for p in (src, dst))
