@@ -9,7 +9,7 @@ first start to its last end.
 Usage::
 
     python benchmarks/compare_ops.py BASE.json.gz REAL.json.gz hfta:models=2 [--top 25]
-    python benchmarks/compare_ops.py BASE.json.gz REAL.rank0.json.gz data-parallel:workers=2
+    python benchmarks/compare_ops.py BASE.json.gz REAL.rank0.json.gz data-parallel:workers=2 --by miss
 """
 from __future__ import annotations
 
@@ -51,6 +51,8 @@ def main(argv=None) -> None:
     p.add_argument("real")
     p.add_argument("opt", nargs="+", help="optimizations, as daydream whatif --opt")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--by", choices=("time", "miss"), default="time",
+                   help="order ops by their larger time (time) or by |real - predicted| (miss)")
     p.add_argument("--profile", help="device profile (default: the cached CPU profile)")
     a = p.parse_args(argv)
     _, pred = predict(a.baseline, a.opt, profile_path=a.profile)
@@ -63,7 +65,9 @@ def main(argv=None) -> None:
         spans.append(phase_spans(res))
         iters.append(res.mean_iteration_ns()[1] / 1e6)
     pr, base, real = cols
-    keys = sorted(set(pr) | set(real), key=lambda k: -max(pr.get(k, 0.0), real.get(k, 0.0)))
+    order = {"time": lambda k: -max(pr.get(k, 0.0), real.get(k, 0.0)),
+             "miss": lambda k: -abs(real.get(k, 0.0) - pr.get(k, 0.0))}[a.by]
+    keys = sorted(set(pr) | set(real), key=order)
     print(f"{'op':45s} {'phase':>5s} {'base':>8s} {'pred':>8s} {'real':>8s} {'p/b':>6s} {'r/b':>6s}")
     for k in keys[:a.top]:
         b = base.get(k, 0.0)

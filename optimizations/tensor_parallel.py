@@ -43,8 +43,10 @@ Model
   (forward, backward) is measured once on this machine by a micro-benchmark
   (:func:`daydream.workloads.tensor_parallel.measure_api_overhead`: the
   pair under DTensor against the same pair split by hand, on a 2-rank mesh,
-  under the profiler like the trace) and inserted before the column linear's forward
-  and after its backward.  ``api=megatron`` (plain tensors) adds nothing.
+  under the profiler like the trace, on an input of the traced linears' rank,
+  each call after other data went through the caches) and inserted before
+  the column linear's forward and after its backward.  ``api=megatron``
+  (plain tensors) adds nothing.
 
 Metrics: ``param_bytes_per_rank``, ``allreduce_bytes_per_iteration``,
 ``allreduce_ms_per_iteration``.
@@ -230,7 +232,8 @@ class TensorParallel(Optimization):
     def _insert_api_overhead(self, ctx, pairs) -> None:
         """Host time of torch's TP API (DTensor) per pair: before the column linear's forward,
         after its backward, on the CPU thread that runs them; before the optimizer step."""
-        cost = api_overhead_ns(ctx.device.threads or 1)
+        dims = _input_dims(ctx, pairs)
+        cost = api_overhead_ns(ctx.device.threads or 1, dims)
         if cost is None:
             ctx.note("tensor-parallel: torch's TP API overhead could not be measured here; not modelled")
             return
@@ -275,10 +278,12 @@ class TensorParallel(Optimization):
         return int(per_rank)
 
 
-def api_overhead_ns(threads: int = 1):
+def api_overhead_ns(threads: int = 1, input_dims: int = 2):
     """``{"forward_ns", "backward_ns", "optimizer_ns"}`` torch's TP API adds per column/row pair here.
 
-    Measured once per thread count and torch version by
+    Measured once per thread count, input rank (``input_dims``: the split
+    linears' input, 3 for a transformer's ``(batch, sequence, features)``) and
+    torch version by
     :func:`daydream.workloads.tensor_parallel.measure_api_overhead` in a
     subprocess (on a mesh of :data:`API_MESH_RANKS` processes, about 40 s),
     under the profiler as the trace's own ops were, and cached next to the
@@ -290,14 +295,15 @@ def api_overhead_ns(threads: int = 1):
 
     from daydream.device import default_profile_path
 
-    path = os.path.join(os.path.dirname(default_profile_path("cpu", threads)), f"tp-api-overhead-{threads}t.json")
+    path = os.path.join(os.path.dirname(default_profile_path("cpu", threads)),
+                        f"tp-api-overhead-{threads}t-{input_dims}d.json")
     code = ("import json; from daydream.workloads.tensor_parallel import measure_api_overhead as m; "
-            f"print(json.dumps(m({int(threads)})))")
+            f"print(json.dumps(m({int(threads)}, input_dims={int(input_dims)})))")
     try:
         with open(path) as f:
             cached = json.load(f)
-        if cached.get("torch") == _torch_version() and cached.get("profiled") and "optimizer_ns" in cached \
-                and cached.get("mesh_ranks") == API_MESH_RANKS:
+        if cached.get("torch") == _torch_version() and cached.get("profiled") and "evict_bytes" in cached \
+                and cached.get("mesh_ranks") == API_MESH_RANKS and cached.get("input_dims") == input_dims:
             return cached
     except (OSError, ValueError):
         pass
@@ -346,6 +352,13 @@ def check_divisible(ctx, pairs, degree: int, heads: int = 0) -> None:
         if q and len(q) == 4 and q[1] % degree:
             raise NotApplicable(f"tensor-parallel: degree {degree} does not divide the {q[1]} attention heads "
                                 f"of {_common_parent(col, row)}")
+
+
+def _input_dims(ctx, pairs) -> int:
+    """Dimensions of the first column linear's traced input (2 where the trace has no shapes)."""
+    sig = _signatures(ctx)
+    x = _first_dims(ctx.graph, ctx.graph.tasks, sig, pairs[0][0], "aten::linear", 0) if sig else None
+    return max(2, len(x)) if x else 2
 
 
 def _signatures(ctx) -> dict:

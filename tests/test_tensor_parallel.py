@@ -54,7 +54,7 @@ def fixed_api_overhead(monkeypatch):
     import daydream.optimizations.tensor_parallel as tp
 
     monkeypatch.setattr(tp, "api_overhead_ns",
-                        lambda threads=1: {"forward_ns": 7000, "backward_ns": 11000, "optimizer_ns": 3000})
+                        lambda threads=1, input_dims=2: {"forward_ns": 7000, "backward_ns": 11000, "optimizer_ns": 3000})
 
 
 def _apply(maker, spec, **prof):
@@ -162,6 +162,20 @@ def test_own_mlp_trace_pairs_consecutive_linears(own_trace):
     assert rep.predicted_ms < rep.baseline_ms
 
 
+def test_api_overhead_is_measured_with_the_traced_linears_input_rank(own_trace, monkeypatch):
+    """A transformer's linears take (batch, sequence, features): DTensor then also dispatches the
+    views that fold it into a matrix, so the overhead is measured on a 3-D input; an MLP's on 2-D."""
+    import daydream.optimizations.tensor_parallel as tp
+    from daydream.whatif import predict
+
+    asked = []
+    monkeypatch.setattr(tp, "api_overhead_ns", lambda threads=1, input_dims=2: asked.append(input_dims) or
+                        {"forward_ns": 7000, "backward_ns": 11000, "optimizer_ns": 3000})
+    for name in ("transformer", "mlp"):
+        predict(own_trace(name), ["tensor-parallel:degree=2"], device=flat_profile())
+    assert asked == [3, 2]
+
+
 def test_torch_api_overhead_is_added_around_the_column_linear(maker):
     _graph(maker)
     _apply(maker, "tensor-parallel:degree=2,api=megatron")
@@ -185,8 +199,10 @@ def test_api_overhead_is_measured_on_a_two_rank_mesh_against_the_pair_split_by_h
     from daydream.optimizations.tensor_parallel import API_MESH_RANKS
     from daydream.workloads.tensor_parallel import measure_api_overhead
 
-    out = measure_api_overhead(calls=5, repeats=1, profiled=False)
-    assert out["mesh_ranks"] == API_MESH_RANKS == 2
+    out = measure_api_overhead(calls=5, repeats=1, profiled=False, input_dims=3)
+    assert out["mesh_ranks"] == API_MESH_RANKS == 2 and out["input_dims"] == 3
+    with pytest.raises(ValueError, match="input_dims"):
+        measure_api_overhead(input_dims=1)
     assert out["forward_ns"] > 0 and out["backward_ns"] >= 0 and out["optimizer_ns"] >= 0
     assert out["profiled"] is False and out["threads"] == 1
 

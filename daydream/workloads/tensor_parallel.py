@@ -135,41 +135,53 @@ class MegatronPair(nn.Module):
         return _AllReduceInForward.apply(self.row(h)) + self.bias
 
 
-def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 5, profiled: bool = True) -> dict:
+#: Bytes rewritten between two timed calls of :func:`measure_api_overhead`: more than a core's
+#: L2 (2 MiB on the development VM's EPYC), so each call starts with the caches that a training
+#: step's other work left, as the traced pairs do (timed back to back, hot, DTensor's forward read
+#: about half its cost in the real 2-rank run's trace).
+EVICT_BYTES = 8 << 20
+
+
+def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 5, profiled: bool = True,
+                         input_dims: int = 2, evict_bytes: int = EVICT_BYTES) -> dict:
     """Host time torch's TP API adds to one column/row pair: forward, backward and optimizer ns.
 
     On :data:`API_MESH_RANKS` gloo processes (a core each where there are
     enough), a tiny two-linear MLP (arithmetic negligible) is split with
     ``ColwiseParallel``/``RowwiseParallel`` on a mesh of them, and the same
     pair is split by hand on plain tensors with the same two all-reduces
-    (:class:`MegatronPair`).  Each is timed by the training thread's CPU time
-    (a rank blocked in a collective's wait spends none, so the two
-    variants' all-reduces and the ranks' skew drop out); the difference of
-    the fastest of ``repeats`` timings (rank 0's) is DTensor's wrapping,
-    sharding propagation, redistribution and functional-collective
-    bookkeeping (and, for a momentum SGD step over the pair's parameters,
-    DTensor's dispatch of the optimizer's foreach ops).  A one-rank mesh
-    leaves out the redistributions (there: 1.1 / 1.4 ms per pair forward /
-    backward on this machine; on two ranks 1.0-1.8 / 1.4-2.8 ms in six
-    measurements, as the machine's speed moved; the real 2-rank run's trace
-    showed about 1.8 / 2.6 ms per pair beside the 1.3-1.8 / 2.1-2.8 measured
-    then).
+    (:class:`MegatronPair`).  Each call is timed by the training thread's CPU
+    time (a rank blocked in a collective's wait spends none, so the two
+    variants' all-reduces and the ranks' skew drop out), after ``evict_bytes``
+    of other data were rewritten (untimed; :data:`EVICT_BYTES`).  The input
+    has ``input_dims`` dimensions, as the traced linears' input (a
+    transformer's ``(batch, sequence, features)``: DTensor then dispatches the
+    views that fold it into a matrix too, about 1.3x the cost of a matrix
+    input).  The two variants take turns ``repeats`` times; the median of
+    the paired differences (rank 0's) is DTensor's wrapping, sharding
+    propagation, redistribution and functional-collective bookkeeping (and,
+    for a momentum SGD step over the pair's parameters, DTensor's dispatch of
+    the optimizer's foreach ops).  A one-rank mesh leaves out the
+    redistributions.
     With ``profiled`` both run under ``torch.profiler`` with shapes recorded,
     as in a ``daydream trace`` (the many small ops of DTensor's dispatch each
     pay the profiler's per-op cost, as the traced baseline's ops did).
     Starts its own processes.
     """
-    res = first_result(_api_overhead_worker, API_MESH_RANKS, (API_MESH_RANKS, threads, calls, repeats, profiled), 300)
-    fwd = max(0.0, res["split"][0] - res["plain"][0])
-    both = max(0.0, res["split"][1] - res["plain"][1])
-    return {"forward_ns": fwd, "backward_ns": max(0.0, both - fwd),
-            "optimizer_ns": max(0.0, res["split"][2] - res["plain"][2]), "torch": torch.__version__,
-            "threads": threads, "profiled": profiled, "mesh_ranks": API_MESH_RANKS}
+    if input_dims < 2:
+        raise ValueError(f"input_dims must be at least 2, got {input_dims}")
+    res = first_result(_api_overhead_worker, API_MESH_RANKS,
+                       (API_MESH_RANKS, threads, calls, repeats, profiled, input_dims, evict_bytes), 300)
+    diff = [[s - p for s, p in zip(split, plain)] for plain, split in res]
+    fwd, both, step = (max(0.0, statistics.median(d[k] for d in diff)) for k in range(3))
+    return {"forward_ns": fwd, "backward_ns": max(0.0, both - fwd), "optimizer_ns": step,
+            "torch": torch.__version__, "threads": threads, "profiled": profiled, "mesh_ranks": API_MESH_RANKS,
+            "input_dims": input_dims, "evict_bytes": evict_bytes}
 
 
-def _api_overhead_worker(rank, port, world, threads, calls, repeats, profiled, q) -> None:
-    """One rank of :func:`measure_api_overhead`: ``{"plain"|"split": (forward, forward+backward,
-    step) ns}`` on rank 0's queue."""
+def _api_overhead_worker(rank, port, world, threads, calls, repeats, profiled, input_dims, evict_bytes, q) -> None:
+    """One rank of :func:`measure_api_overhead`: per repeat, ``(plain, split)`` each ``(forward,
+    forward+backward, step)`` ns a call, on rank 0's queue."""
     import contextlib
     import time
 
@@ -188,31 +200,34 @@ def _api_overhead_worker(rank, port, world, threads, calls, repeats, profiled, q
     split = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
     parallelize_module(split, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
     plain = MegatronPair(8, world)
-    x = torch.randn(4, 8, requires_grad=True)
+    x = torch.randn(*(2,) * (input_dims - 2), 4, 8, requires_grad=True)
+    other = torch.zeros(max(1, evict_bytes // 4))
 
-    def best(fn):        # this thread's CPU time: a rank blocked in a collective's wait spends none
-        out = []
-        for _ in range(repeats):
+    def per_call(fn):    # this thread's CPU time: a rank blocked in a collective's wait spends none
+        spent = 0
+        for _ in range(calls):
+            other.add_(1.0)
             t0 = time.thread_time_ns()
-            for _ in range(calls):
-                fn()
-            out.append((time.thread_time_ns() - t0) / calls)
-        return min(out)
+            fn()
+            spent += time.thread_time_ns() - t0
+        return spent / calls
 
-    res = {}
+    models = {"plain": plain, "split": split}
+    opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9) for k, m in models.items()}
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) \
         if profiled else contextlib.nullcontext()
+    out = []
     with prof:
-        for name, m in (("plain", plain), ("split", split)):
-            m(x).sum().backward()
-            opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
-            best(lambda: m(x).sum().backward())          # warm-up (sharding propagation caches)
-            best(opt.step)
-            res[name] = (best(lambda: m(x).sum()), best(lambda: m(x).sum().backward()), best(opt.step))
-    plain = split = mesh = m = opt = None     # noqa: F841 - dropped before the process group
+        for k, m in models.items():           # warm-up (sharding propagation caches)
+            per_call(lambda: m(x).sum().backward())
+            per_call(opts[k].step)
+        for _ in range(repeats):              # take turns: a spell of the machine falls on both
+            out.append(tuple((per_call(lambda: m(x).sum()), per_call(lambda: m(x).sum().backward()),
+                              per_call(opts[k].step)) for k, m in models.items()))
+    plain = split = mesh = m = models = opts = None     # noqa: F841 - dropped before the process group
     shut_down_distributed()
     if rank == 0:
-        q.put(res)
+        q.put(out)
 
 
 def prepare(argv=None) -> Workload:
