@@ -285,7 +285,7 @@ def api_overhead_ns(threads: int = 1, input_dims: int = 2):
     linears' input, 3 for a transformer's ``(batch, sequence, features)``) and
     torch version by
     :func:`daydream.workloads.tensor_parallel.measure_api_overhead` in a
-    subprocess (on a mesh of :data:`API_MESH_RANKS` processes, about 40 s),
+    subprocess (on a mesh of :data:`API_MESH_RANKS` processes, about 30 s),
     under the profiler as the trace's own ops were, and cached next to the
     calibrated profiles; None if it cannot run here.
     """
@@ -307,6 +307,8 @@ def api_overhead_ns(threads: int = 1, input_dims: int = 2):
             return cached
     except (OSError, ValueError):
         pass
+    print(f"tensor-parallel: measuring torch's TP API (DTensor) overhead on this machine once "
+          f"(2 processes, about 30 s; cached in {path})", file=sys.stderr, flush=True)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode != 0:
         return None

@@ -142,7 +142,7 @@ class MegatronPair(nn.Module):
 EVICT_BYTES = 8 << 20
 
 
-def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 5, profiled: bool = True,
+def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 9, profiled: bool = True,
                          input_dims: int = 2, evict_bytes: int = EVICT_BYTES) -> dict:
     """Host time torch's TP API adds to one column/row pair: forward, backward and optimizer ns.
 
