@@ -148,9 +148,11 @@ class TensorParallel(Optimization):
         self._scale_split(ctx, split, flops, nbytes)
         pbytes = self._scale_optimizer(ctx, table, split, nbytes)
         slow_thread_work(ctx, corun_rate(ctx, 1.0, self.corun), f"tensor-parallel: {T_} ranks", self.corun)
-        n, ar_bytes, ar_ns, iters = self._insert_allreduces(ctx, pairs, table)
+        cost = self._api_cost(ctx, pairs, table) if self.api == "torch" else None
+        ratio = (cost or {}).get("allreduce_ratio", 1.0)
+        n, ar_bytes, ar_ns, iters = self._insert_allreduces(ctx, pairs, table, ratio)
         if self.api == "torch":
-            self._insert_api_overhead(ctx, pairs)
+            self._insert_api_overhead(ctx, pairs, cost)
         ctx.metrics["param_bytes_per_rank"] = int(pbytes)
         ctx.metrics["allreduce_bytes_per_iteration"] = int(ar_bytes / iters)
         ctx.metrics["allreduce_ms_per_iteration"] = ar_ns / iters / 1e6
@@ -199,8 +201,10 @@ class TensorParallel(Optimization):
             T["dur_ns"][t] = int(round(T["dur_ns"][t] * ratio))
 
     # -------------------------------------------------------- all-reduces
-    def _insert_allreduces(self, ctx, pairs, table):
-        """Megatron's g (forward, after the row linear) and f (backward, after the column linear).
+    def _insert_allreduces(self, ctx, pairs, table, ratio: float = 1.0):
+        """Megatron's g (forward, after the row linear) and f (backward, after the column linear),
+        each ``ratio`` times the profile's all-reduce time (torch's API issues them through
+        functional collectives: :meth:`_api_cost`).
 
         Returns (count, bytes, ns, rank-iterations) of the inserted all-reduces."""
         g, dev = ctx.graph, ctx.device
@@ -213,7 +217,7 @@ class TensorParallel(Optimization):
             nb = int(table[row].get("output_bytes") or 0)
             if not nb:
                 raise NotApplicable(f"tensor-parallel: the module table has no output size for {row}")
-            dur = int(dev.allreduce_ns(nb, self.degree, backend))
+            dur = int(dev.allreduce_ns(nb, self.degree, backend) * ratio)
             for phase, layer in ((Phase.FORWARD, row), (Phase.BACKWARD, col)):
                 m = work & (T["phase"] == phase) & (T["layer"] == g.layers.get(layer))
                 for rank, it in _rank_iterations(T, m):
@@ -229,11 +233,18 @@ class TensorParallel(Optimization):
         return len(todo), sum(x[5] for x in todo), sum(x[1] for x in todo), max(1, rank_iterations)
 
     # ------------------------------------------------------- API overhead
-    def _insert_api_overhead(self, ctx, pairs) -> None:
-        """Host time of torch's TP API (DTensor) per pair: before the column linear's forward,
-        after its backward, on the CPU thread that runs them; before the optimizer step."""
-        dims = _input_dims(ctx, pairs)
-        cost = api_overhead_ns(ctx.device.threads or 1, dims)
+    def _api_cost(self, ctx, pairs, table):
+        """:func:`api_overhead_ns` for the traced pairs: their input rank and, where the all-reduces
+        take gloo's figures (a CPU profile), the first pair's all-reduce size; None if it cannot
+        be measured here."""
+        nb = int(table[pairs[0][1]].get("output_bytes") or 0)
+        gloo = _collective_backend(ctx.device, self.backend) == "gloo"
+        return api_overhead_ns(ctx.device.threads or 1, _input_dims(ctx, pairs), nb if gloo else 0)
+
+    def _insert_api_overhead(self, ctx, pairs, cost) -> None:
+        """Host time of torch's TP API (DTensor) per pair (``cost``: :meth:`_api_cost`): before the
+        column linear's forward, after its backward, on the CPU thread that runs them; before the
+        optimizer step."""
         if cost is None:
             ctx.note("tensor-parallel: torch's TP API overhead could not be measured here; not modelled")
             return
@@ -259,7 +270,9 @@ class TensorParallel(Optimization):
                    phase=phase, layer=col, iteration=it, **{where: anchor})
         ctx.note(f"tensor-parallel: torch TP API (DTensor) host overhead per pair, measured here: "
                  f"{cost['forward_ns'] / 1e3:.0f} us forward, {cost['backward_ns'] / 1e3:.0f} us backward, "
-                 f"{cost.get('optimizer_ns', 0) / 1e3:.0f} us optimizer step")
+                 f"{cost.get('optimizer_ns', 0) / 1e3:.0f} us optimizer step"
+                 + (f"; its all-reduces (functional collectives) take {cost['allreduce_ratio']:.2f}x a plain "
+                    f"gloo all-reduce of {cost['allreduce_bytes'] / 2**20:.2f} MiB" if "allreduce_ratio" in cost else ""))
 
     # ---------------------------------------------------------- optimizer
     def _scale_optimizer(self, ctx, table, split, nbytes) -> int:
@@ -278,12 +291,13 @@ class TensorParallel(Optimization):
         return int(per_rank)
 
 
-def api_overhead_ns(threads: int = 1, input_dims: int = 2):
-    """``{"forward_ns", "backward_ns", "optimizer_ns"}`` torch's TP API adds per column/row pair here.
+def api_overhead_ns(threads: int = 1, input_dims: int = 2, allreduce_bytes: int = 0):
+    """``{"forward_ns", "backward_ns", "optimizer_ns"}`` torch's TP API adds per column/row pair here,
+    and with ``allreduce_bytes`` its all-reduce of that size against a plain one (``"allreduce_ratio"``).
 
     Measured once per thread count, input rank (``input_dims``: the split
-    linears' input, 3 for a transformer's ``(batch, sequence, features)``) and
-    torch version by
+    linears' input, 3 for a transformer's ``(batch, sequence, features)``),
+    all-reduce size and torch version by
     :func:`daydream.workloads.tensor_parallel.measure_api_overhead` in a
     subprocess (on a mesh of :data:`API_MESH_RANKS` processes, about 30 s),
     under the profiler as the trace's own ops were, and cached next to the
@@ -296,14 +310,16 @@ def api_overhead_ns(threads: int = 1, input_dims: int = 2):
     from daydream.device import default_profile_path
 
     path = os.path.join(os.path.dirname(default_profile_path("cpu", threads)),
-                        f"tp-api-overhead-{threads}t-{input_dims}d.json")
+                        f"tp-api-overhead-{threads}t-{input_dims}d-{allreduce_bytes}b.json")
     code = ("import json; from daydream.workloads.tensor_parallel import measure_api_overhead as m; "
-            f"print(json.dumps(m({int(threads)}, input_dims={int(input_dims)})))")
+            f"print(json.dumps(m({int(threads)}, input_dims={int(input_dims)}, "
+            f"allreduce_bytes={int(allreduce_bytes)})))")
     try:
         with open(path) as f:
             cached = json.load(f)
         if cached.get("torch") == _torch_version() and cached.get("profiled") and "evict_bytes" in cached \
-                and cached.get("mesh_ranks") == API_MESH_RANKS and cached.get("input_dims") == input_dims:
+                and cached.get("mesh_ranks") == API_MESH_RANKS and cached.get("input_dims") == input_dims \
+                and cached.get("allreduce_bytes") == allreduce_bytes:
             return cached
     except (OSError, ValueError):
         pass
@@ -354,6 +370,12 @@ def check_divisible(ctx, pairs, degree: int, heads: int = 0) -> None:
         if q and len(q) == 4 and q[1] % degree:
             raise NotApplicable(f"tensor-parallel: degree {degree} does not divide the {q[1]} attention heads "
                                 f"of {_common_parent(col, row)}")
+
+
+def _collective_backend(dev, backend: str):
+    """The backend whose collective figures :meth:`DeviceProfile.allreduce_ns` uses (None: none)."""
+    figures = dev.collective or {}
+    return backend if backend in figures else next(iter(figures), None)
 
 
 def _input_dims(ctx, pairs) -> int:

@@ -10,7 +10,7 @@ from daydream.model import Phase
 from daydream.optimizations import NotApplicable, WhatIfContext, get
 from daydream.sim import simulate
 
-from conftest import flat_profile
+from conftest import GraphMaker, flat_profile
 
 MODULES = [
     {"path": "M", "type": "x.M", "param_bytes": 0},
@@ -54,7 +54,7 @@ def fixed_api_overhead(monkeypatch):
     import daydream.optimizations.tensor_parallel as tp
 
     monkeypatch.setattr(tp, "api_overhead_ns",
-                        lambda threads=1, input_dims=2: {"forward_ns": 7000, "backward_ns": 11000, "optimizer_ns": 3000})
+                        lambda threads=1, input_dims=2, allreduce_bytes=0: {"forward_ns": 7000, "backward_ns": 11000, "optimizer_ns": 3000})
 
 
 def _apply(maker, spec, **prof):
@@ -169,11 +169,33 @@ def test_api_overhead_is_measured_with_the_traced_linears_input_rank(own_trace, 
     from daydream.whatif import predict
 
     asked = []
-    monkeypatch.setattr(tp, "api_overhead_ns", lambda threads=1, input_dims=2: asked.append(input_dims) or
+    monkeypatch.setattr(tp, "api_overhead_ns", lambda threads=1, input_dims=2, allreduce_bytes=0:
+                        asked.append((input_dims, allreduce_bytes)) or
                         {"forward_ns": 7000, "backward_ns": 11000, "optimizer_ns": 3000})
     for name in ("transformer", "mlp"):
         predict(own_trace(name), ["tensor-parallel:degree=2"], device=flat_profile())
-    assert asked == [3, 2]
+    # the all-reduce size is each trace's first row linear's output (gloo figures: a CPU profile)
+    assert [d for d, _ in asked] == [3, 2] and asked[0][1] == 262144 and asked[1][1] > 0
+
+
+def test_torch_api_allreduces_take_the_measured_functional_collective_ratio(monkeypatch):
+    """``api=torch``: each inserted all-reduce is the ring figure times the measured ratio of
+    torch's functional-collective all-reduce to a plain one; ``api=megatron`` keeps the figure."""
+    import daydream.optimizations.tensor_parallel as tp
+
+    monkeypatch.setattr(tp, "api_overhead_ns", lambda threads=1, input_dims=2, allreduce_bytes=0:
+                        {"forward_ns": 0, "backward_ns": 0, "optimizer_ns": 0, "allreduce_ratio": 1.25,
+                         "allreduce_bytes": allreduce_bytes})
+    ring = int(2 * 1 / 2 * 1e6 / 1e9 * 1e9 + 2 * 10_000)                 # as in the exact test above
+    durations, notes = {}, {}
+    for api in ("torch", "megatron"):
+        m = GraphMaker()
+        _graph(m)
+        notes[api] = _apply(m, f"tensor-parallel:degree=2,api={api}").notes
+        durations[api] = [int(m.g.tasks["dur_ns"][i]) for i in range(m.g.n_tasks)
+                          if m.g.task_name(i).startswith("TP all-reduce")]
+    assert durations == {"torch": [int(ring * 1.25)] * 2, "megatron": [ring] * 2}
+    assert any("1.25x a plain gloo all-reduce of 0.95 MiB" in n for n in notes["torch"])
 
 
 def test_torch_api_overhead_is_added_around_the_column_linear(maker):
@@ -199,8 +221,10 @@ def test_api_overhead_is_measured_on_a_two_rank_mesh_against_the_pair_split_by_h
     from daydream.optimizations.tensor_parallel import API_MESH_RANKS
     from daydream.workloads.tensor_parallel import measure_api_overhead
 
-    out = measure_api_overhead(calls=5, repeats=1, profiled=False, input_dims=3)
+    out = measure_api_overhead(calls=5, repeats=1, profiled=False, input_dims=3, allreduce_bytes=4096)
     assert out["mesh_ranks"] == API_MESH_RANKS == 2 and out["input_dims"] == 3
+    assert out["allreduce_calibrated_ns"] > 0 and out["allreduce_in_line_ns"] > 0
+    assert out["allreduce_ratio"] == pytest.approx(out["allreduce_in_line_ns"] / out["allreduce_calibrated_ns"])
     with pytest.raises(ValueError, match="input_dims"):
         measure_api_overhead(input_dims=1)
     assert out["forward_ns"] > 0 and out["backward_ns"] >= 0 and out["optimizer_ns"] >= 0

@@ -142,8 +142,13 @@ class MegatronPair(nn.Module):
 EVICT_BYTES = 8 << 20
 
 
+#: Rounds (``calls`` all-reduces each) in which :func:`measure_api_overhead` times the two
+#: collective paths in turns.
+ALLREDUCE_ROUNDS = (12, 20)
+
+
 def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 9, profiled: bool = True,
-                         input_dims: int = 2, evict_bytes: int = EVICT_BYTES) -> dict:
+                         input_dims: int = 2, evict_bytes: int = EVICT_BYTES, allreduce_bytes: int = 0) -> dict:
     """Host time torch's TP API adds to one column/row pair: forward, backward and optimizer ns.
 
     On :data:`API_MESH_RANKS` gloo processes (a core each where there are
@@ -166,22 +171,37 @@ def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 9, p
     With ``profiled`` both run under ``torch.profiler`` with shapes recorded,
     as in a ``daydream trace`` (the many small ops of DTensor's dispatch each
     pay the profiler's per-op cost, as the traced baseline's ops did).
+
+    With ``allreduce_bytes``, the same processes also time an all-reduce of
+    that many bytes as ``daydream calibrate`` does (back to back on one
+    buffer) and as torch's TP API runs it in training (functional
+    collectives, right after the matmul that makes its input, its first use
+    waiting; from the later rank's start to the later end, both ranks
+    reading one clock), in turns (:data:`ALLREDUCE_ROUNDS`).
+    ``allreduce_ratio`` is the second mean over the first: what the
+    profile's all-reduce figure is multiplied by for such an all-reduce.
     Starts its own processes.
     """
     if input_dims < 2:
         raise ValueError(f"input_dims must be at least 2, got {input_dims}")
-    res = first_result(_api_overhead_worker, API_MESH_RANKS,
-                       (API_MESH_RANKS, threads, calls, repeats, profiled, input_dims, evict_bytes), 300)
-    diff = [[s - p for s, p in zip(split, plain)] for plain, split in res]
+    pairs, paths = first_result(_api_overhead_worker, API_MESH_RANKS,
+                                (API_MESH_RANKS, threads, calls, repeats, profiled, input_dims, evict_bytes,
+                                 allreduce_bytes), 300)
+    diff = [[s - p for s, p in zip(split, plain)] for plain, split in pairs]
     fwd, both, step = (max(0.0, statistics.median(d[k] for d in diff)) for k in range(3))
-    return {"forward_ns": fwd, "backward_ns": max(0.0, both - fwd), "optimizer_ns": step,
-            "torch": torch.__version__, "threads": threads, "profiled": profiled, "mesh_ranks": API_MESH_RANKS,
-            "input_dims": input_dims, "evict_bytes": evict_bytes}
+    out = {"forward_ns": fwd, "backward_ns": max(0.0, both - fwd), "optimizer_ns": step,
+           "torch": torch.__version__, "threads": threads, "profiled": profiled, "mesh_ranks": API_MESH_RANKS,
+           "input_dims": input_dims, "evict_bytes": evict_bytes, "allreduce_bytes": allreduce_bytes}
+    if paths:
+        out["allreduce_ratio"] = paths["in_line"] / paths["calibrated"]
+        out.update({f"allreduce_{k}_ns": v for k, v in paths.items()})
+    return out
 
 
-def _api_overhead_worker(rank, port, world, threads, calls, repeats, profiled, input_dims, evict_bytes, q) -> None:
-    """One rank of :func:`measure_api_overhead`: per repeat, ``(plain, split)`` each ``(forward,
-    forward+backward, step)`` ns a call, on rank 0's queue."""
+def _api_overhead_worker(rank, port, world, threads, calls, repeats, profiled, input_dims, evict_bytes,
+                         allreduce_bytes, q) -> None:
+    """One rank of :func:`measure_api_overhead`: on rank 0's queue, per repeat ``(plain, split)``
+    each ``(forward, forward+backward, step)`` ns a call, and :func:`_allreduce_paths`' means."""
     import contextlib
     import time
 
@@ -224,10 +244,47 @@ def _api_overhead_worker(rank, port, world, threads, calls, repeats, profiled, i
         for _ in range(repeats):              # take turns: a spell of the machine falls on both
             out.append(tuple((per_call(lambda: m(x).sum()), per_call(lambda: m(x).sum().backward()),
                               per_call(opts[k].step)) for k, m in models.items()))
+        paths = _allreduce_paths(rank, world, allreduce_bytes) if allreduce_bytes > 0 else None
     plain = split = mesh = m = models = opts = None     # noqa: F841 - dropped before the process group
     shut_down_distributed()
     if rank == 0:
-        q.put(out)
+        q.put((out, paths))
+
+
+def _allreduce_paths(rank: int, world: int, nbytes: int) -> dict:
+    """``{"calibrated": ns, "in_line": ns}``: the mean all-reduce of ``nbytes`` as ``daydream
+    calibrate`` times it (``dist.all_reduce`` back to back on one buffer, after a barrier: the
+    loop's time over its calls) and as torch's TP API runs it in training (functional
+    collectives, right after the matmul that makes its input, its first use waiting; from the
+    last rank's start to the last rank's end), in turns, :data:`ALLREDUCE_ROUNDS`."""
+    import time
+
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    rows = max(1, nbytes // 1024)                        # float32 [rows, 256]: nbytes
+    a, w, buf = torch.randn(rows, 256), torch.randn(256, 256), torch.zeros(rows, 256)
+    group = dist.group.WORLD
+    for _ in range(3):                                   # warm-up
+        dist.all_reduce(buf)
+        funcol.all_reduce(a @ w, "sum", group).add_(0.0)
+    loops, calls_in_line = [], []
+    rounds, calls = ALLREDUCE_ROUNDS
+    for _ in range(rounds):
+        dist.barrier()
+        t0 = time.monotonic_ns()
+        for _ in range(calls):
+            dist.all_reduce(buf)
+        loops.append((time.monotonic_ns() - t0) / calls)
+        for _ in range(calls):
+            y = a @ w
+            t0 = time.monotonic_ns()
+            funcol.all_reduce(y, "sum", group).add_(0.0)     # the first use waits
+            calls_in_line.append((t0, time.monotonic_ns()))
+    every = [None] * world
+    dist.all_gather_object(every, calls_in_line)
+    return {"calibrated": statistics.fmean(loops),
+            "in_line": statistics.fmean(max(c[1] for c in call) - max(c[0] for c in call) for call in zip(*every))}
 
 
 def prepare(argv=None) -> Workload:
