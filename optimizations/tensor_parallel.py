@@ -24,7 +24,13 @@ Model
   activation bytes of the row linear's output (module table).  They are
   inserted in line on the lane of the work they follow: the next op needs
   their result (no asynchronous overlap, as in Megatron-LM without
-  sequence-parallel overlap).
+  sequence-parallel overlap).  With ``api=torch`` on gloo figures the
+  all-reduce of the first pair's size costs what it was measured to cost
+  here as torch's TP API runs it in training (functional collectives, right
+  after the matmul that makes its input; :func:`api_overhead_ns`), other
+  sizes and degrees scaled from it by the profile's ring model: the
+  profile's figure is timed back to back, which read 1.4-2.5 ms for 1 MiB on
+  the development VM where the real runs' in-line all-reduces took 2.6-3.5.
 * **Co-run** (``corun=profile``, the default; as ``data-parallel``): on a
   CPU host the T ranks compute on its cores at once, sharing its cache and
   memory bandwidth, so every rank's traced thread work (the split and
@@ -149,8 +155,7 @@ class TensorParallel(Optimization):
         pbytes = self._scale_optimizer(ctx, table, split, nbytes)
         slow_thread_work(ctx, corun_rate(ctx, 1.0, self.corun), f"tensor-parallel: {T_} ranks", self.corun)
         cost = self._api_cost(ctx, pairs, table) if self.api == "torch" else None
-        ratio = (cost or {}).get("allreduce_ratio", 1.0)
-        n, ar_bytes, ar_ns, iters = self._insert_allreduces(ctx, pairs, table, ratio)
+        n, ar_bytes, ar_ns, iters = self._insert_allreduces(ctx, pairs, table, self._in_line_scale(ctx, cost))
         if self.api == "torch":
             self._insert_api_overhead(ctx, pairs, cost)
         ctx.metrics["param_bytes_per_rank"] = int(pbytes)
@@ -203,8 +208,7 @@ class TensorParallel(Optimization):
     # -------------------------------------------------------- all-reduces
     def _insert_allreduces(self, ctx, pairs, table, ratio: float = 1.0):
         """Megatron's g (forward, after the row linear) and f (backward, after the column linear),
-        each ``ratio`` times the profile's all-reduce time (torch's API issues them through
-        functional collectives: :meth:`_api_cost`).
+        each ``ratio`` times the profile's all-reduce time (:meth:`_in_line_scale`).
 
         Returns (count, bytes, ns, rank-iterations) of the inserted all-reduces."""
         g, dev = ctx.graph, ctx.device
@@ -241,6 +245,14 @@ class TensorParallel(Optimization):
         gloo = _collective_backend(ctx.device, self.backend) == "gloo"
         return api_overhead_ns(ctx.device.threads or 1, _input_dims(ctx, pairs), nb if gloo else 0)
 
+    def _in_line_scale(self, ctx, cost) -> float:
+        """The all-reduce as torch's TP API runs it in training, measured here (``cost``), over the
+        profile's figure for the same bytes on the measurement's ranks; 1 where not measured."""
+        if not cost or "allreduce_in_line_ns" not in cost:
+            return 1.0
+        backend = None if self.backend == "auto" else self.backend
+        return cost["allreduce_in_line_ns"] / ctx.device.allreduce_ns(cost["allreduce_bytes"], API_MESH_RANKS, backend)
+
     def _insert_api_overhead(self, ctx, pairs, cost) -> None:
         """Host time of torch's TP API (DTensor) per pair (``cost``: :meth:`_api_cost`): before the
         column linear's forward, after its backward, on the CPU thread that runs them; before the
@@ -271,8 +283,9 @@ class TensorParallel(Optimization):
         ctx.note(f"tensor-parallel: torch TP API (DTensor) host overhead per pair, measured here: "
                  f"{cost['forward_ns'] / 1e3:.0f} us forward, {cost['backward_ns'] / 1e3:.0f} us backward, "
                  f"{cost.get('optimizer_ns', 0) / 1e3:.0f} us optimizer step"
-                 + (f"; its all-reduces (functional collectives) take {cost['allreduce_ratio']:.2f}x a plain "
-                    f"gloo all-reduce of {cost['allreduce_bytes'] / 2**20:.2f} MiB" if "allreduce_ratio" in cost else ""))
+                 + (f"; its in-line all-reduce of {cost['allreduce_bytes'] / 2**20:.2f} MiB as run in training "
+                    f"{cost['allreduce_in_line_ns'] / 1e6:.2f} ms (the profile's figure scaled to it)"
+                    if "allreduce_in_line_ns" in cost else ""))
 
     # ---------------------------------------------------------- optimizer
     def _scale_optimizer(self, ctx, table, split, nbytes) -> int:
@@ -293,7 +306,7 @@ class TensorParallel(Optimization):
 
 def api_overhead_ns(threads: int = 1, input_dims: int = 2, allreduce_bytes: int = 0):
     """``{"forward_ns", "backward_ns", "optimizer_ns"}`` torch's TP API adds per column/row pair here,
-    and with ``allreduce_bytes`` its all-reduce of that size against a plain one (``"allreduce_ratio"``).
+    and with ``allreduce_bytes`` an all-reduce of that size as it runs one in training (``"allreduce_in_line_ns"``).
 
     Measured once per thread count, input rank (``input_dims``: the split
     linears' input, 3 for a transformer's ``(batch, sequence, features)``),

@@ -173,13 +173,12 @@ def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 9, p
     pay the profiler's per-op cost, as the traced baseline's ops did).
 
     With ``allreduce_bytes``, the same processes also time an all-reduce of
-    that many bytes as ``daydream calibrate`` does (back to back on one
-    buffer) and as torch's TP API runs it in training (functional
+    that many bytes as torch's TP API runs it in training (functional
     collectives, right after the matmul that makes its input, its first use
     waiting; from the later rank's start to the later end, both ranks
-    reading one clock), in turns (:data:`ALLREDUCE_ROUNDS`).
-    ``allreduce_ratio`` is the second mean over the first: what the
-    profile's all-reduce figure is multiplied by for such an all-reduce.
+    reading one clock: ``allreduce_in_line_ns``) and, in turns with it
+    (:data:`ALLREDUCE_ROUNDS`), as ``daydream calibrate`` does (back to back
+    on one buffer: ``allreduce_calibrated_ns``, for comparison).
     Starts its own processes.
     """
     if input_dims < 2:
@@ -193,7 +192,6 @@ def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 9, p
            "torch": torch.__version__, "threads": threads, "profiled": profiled, "mesh_ranks": API_MESH_RANKS,
            "input_dims": input_dims, "evict_bytes": evict_bytes, "allreduce_bytes": allreduce_bytes}
     if paths:
-        out["allreduce_ratio"] = paths["in_line"] / paths["calibrated"]
         out.update({f"allreduce_{k}_ns": v for k, v in paths.items()})
     return out
 
