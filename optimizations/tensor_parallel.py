@@ -129,8 +129,9 @@ class TensorParallel(Optimization):
               Param("stragglers", True, "wait at each iteration's last all-reduce for the slowest rank, from "
                     "the trace's own iteration-to-iteration spread and the profile's process_spread", bool),
               Param("layers", "", "regex of module paths that may be split (default: every Linear)", str),
-              Param("api", "torch", "host overhead of the TP implementation: torch (DTensor, measured on this "
-                    "machine) or megatron (plain tensors, none)", str, ("torch", "megatron")),
+              Param("api", "torch", "TP implementation: torch (DTensor: its host overhead and, on gloo, its in-line "
+                    "all-reduces as measured on this machine) or megatron (plain tensors: no overhead, the "
+                    "profile's all-reduce)", str, ("torch", "megatron")),
               Param("heads", 0, "attention heads per layer, to refuse degrees that do not divide them "
                     "(0: from the trace's attention shapes when recorded)", int))
     assumptions = __doc__

@@ -54,7 +54,8 @@ def fixed_api_overhead(monkeypatch):
     import daydream.optimizations.tensor_parallel as tp
 
     monkeypatch.setattr(tp, "api_overhead_ns",
-                        lambda threads=1, input_dims=2, allreduce_bytes=0: {"forward_ns": 7000, "backward_ns": 11000, "optimizer_ns": 3000})
+                        lambda threads=1, input_dims=2, allreduce_bytes=0:
+                        {"forward_ns": 7000, "backward_ns": 11000, "optimizer_ns": 3000})
 
 
 def _apply(maker, spec, **prof):
