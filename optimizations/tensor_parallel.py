@@ -219,9 +219,7 @@ class TensorParallel(Optimization):
         pos = lane_position(g)
         todo, barriers = [], []
         for col, row in pairs:
-            nb = int(table[row].get("output_bytes") or 0)
-            if not nb:
-                raise NotApplicable(f"tensor-parallel: the module table has no output size for {row}")
+            nb = _output_bytes(table, row)
             dur = int(dev.allreduce_ns(nb, self.degree, backend) * ratio)
             for phase, layer in ((Phase.FORWARD, row), (Phase.BACKWARD, col)):
                 m = work & (T["phase"] == phase) & (T["layer"] == g.layers.get(layer))
@@ -242,7 +240,7 @@ class TensorParallel(Optimization):
         """:func:`api_overhead_ns` for the traced pairs: their input rank and, where the all-reduces
         take gloo's figures (a CPU profile), the first pair's all-reduce size; None if it cannot
         be measured here."""
-        nb = int(table[pairs[0][1]].get("output_bytes") or 0)
+        nb = _output_bytes(table, pairs[0][1])          # refused here, before 30 s of measuring
         gloo = _collective_backend(ctx.device, self.backend) == "gloo"
         return api_overhead_ns(ctx.device.threads or 1, _input_dims(ctx, pairs), nb if gloo else 0)
 
@@ -384,6 +382,14 @@ def check_divisible(ctx, pairs, degree: int, heads: int = 0) -> None:
         if q and len(q) == 4 and q[1] % degree:
             raise NotApplicable(f"tensor-parallel: degree {degree} does not divide the {q[1]} attention heads "
                                 f"of {_common_parent(col, row)}")
+
+
+def _output_bytes(table: dict, row: str) -> int:
+    """The row linear's output bytes (module table): what its all-reduce moves."""
+    nb = int(table[row].get("output_bytes") or 0)
+    if not nb:
+        raise NotApplicable(f"tensor-parallel: the module table has no output size for {row}")
+    return nb
 
 
 def _collective_backend(dev, backend: str):

@@ -179,6 +179,22 @@ def test_api_overhead_is_measured_with_the_traced_linears_input_rank(own_trace, 
     assert [d for d, _ in asked] == [3, 2] and asked[0][1] == 262144 and asked[1][1] > 0
 
 
+def test_a_row_without_output_size_is_refused_before_measuring(own_trace, monkeypatch):
+    """The all-reduce size is checked before torch's TP API overhead is measured (about 30 s)."""
+    import daydream.optimizations.tensor_parallel as tp
+    from daydream.whatif import predict
+
+    asked = []
+    monkeypatch.setattr(tp, "api_overhead_ns", lambda *a, **k: asked.append(a) or {})
+    trace = own_trace("transformer")
+    for m in trace.ranks[0].meta["daydream"]["modules"]:
+        if m["path"].endswith("attn.proj"):
+            m["output_bytes"] = None
+    with pytest.raises(NotApplicable, match="no output size for .*attn.proj"):
+        predict(trace, ["tensor-parallel:degree=2"], device=flat_profile())
+    assert asked == []
+
+
 def test_torch_api_allreduces_cost_what_they_were_measured_to_cost_in_line(monkeypatch):
     """``api=torch``: an all-reduce of the measured size costs the in-line time measured for it,
     other sizes the ring model's figure scaled alike; ``api=megatron`` keeps the profile's figure."""
