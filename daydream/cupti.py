@@ -73,6 +73,7 @@ __all__ = [
     "attach_external_ids",
     "make_collector",
     "sentinels",
+    "timestamp_ns",
 ]
 
 
@@ -498,6 +499,13 @@ class CuptiTracer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def timestamp_ns() -> int:
+    """CUPTI's current timestamp: the clock its activity records are stamped with."""
+    ext = _require_extension()
+    with _translated(ext):
+        return int(ext.timestamp_ns())
 
 
 def push_external_correlation_id(external_id: int,

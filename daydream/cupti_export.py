@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from .cupti import (ActivityKind, ActivityRecords, CuptiTracer, CuptiUnavailableError, ExternalKind, MemcpyKind,
-                    SyncType, available)
+                    SyncType, available, timestamp_ns)
+from .cupti_align import ClockMap, clock_sample, current_thread_pair, map_threads
 
 __all__ = ["attach_external_ids", "CuptiKernelCollector", "make_collector"]
 
@@ -65,18 +66,44 @@ _CHROME_CATEGORY = {
 }
 
 
-def _chrome_events(records: ActivityRecords) -> list:
-    """Kineto-style Chrome trace events (``ts``/``dur`` in µs) for the timed rows."""
+_API_KINDS = (ActivityKind.RUNTIME, ActivityKind.DRIVER)
+_CPU_CATS = ("cpu_op", "user_annotation")
+
+
+def _cpu_ops_by_thread(doc: dict) -> dict:
+    """CPU thread id -> (starts, ends) in ns since the document's base, from its Kineto ops."""
+    spans: dict = {}
+    for e in doc.get("traceEvents", []) if isinstance(doc, dict) else []:
+        if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in _CPU_CATS:
+            try:
+                spans.setdefault(int(e["tid"]), []).append((float(e["ts"]) * 1e3,
+                                                            (float(e["ts"]) + float(e.get("dur", 0))) * 1e3))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return {tid: (np.array([a for a, _ in v]), np.array([b for _, b in v])) for tid, v in spans.items()}
+
+
+def _chrome_events(records: ActivityRecords, clock: ClockMap | None = None, base_ns: int = 0,
+                   thread_map: dict | None = None) -> list:
+    """Kineto-style Chrome trace events (``ts``/``dur`` in µs since ``base_ns``) for the timed rows.
+
+    ``clock`` maps CUPTI's timestamps onto the Unix clock (identity when
+    omitted) and ``thread_map`` CUPTI thread ids onto the CPU trace's.
+    """
     cols = records.columns
+    clock = clock or ClockMap()
+    thread_map = thread_map or {}
     external = attach_external_ids(records)
+    starts = clock.since(base_ns, cols["start_ns"])
+    ends = clock.since(base_ns, cols["end_ns"])
     events = []
     for i in np.flatnonzero(records.mask(*_CHROME_CATEGORY)):
         kind = ActivityKind(int(cols["kind"][i]))
-        start, end = int(cols["start_ns"][i]), int(cols["end_ns"][i])
         args = {"correlation": int(cols["correlation_id"][i]),
                 "External id": int(external[i])}
-        if kind in (ActivityKind.RUNTIME, ActivityKind.DRIVER):
+        if kind in _API_KINDS:
             pid, tid = int(cols["process_id"][i]), int(cols["thread_id"][i])
+            tid = thread_map.get(tid, tid)
             args["cbid"] = int(cols["cbid"][i])
         else:
             pid, tid = int(cols["device_id"][i]), int(cols["stream_id"][i])
@@ -98,30 +125,45 @@ def _chrome_events(records: ActivityRecords) -> list:
         else:
             name = records.name(i) or f"cbid {int(cols['cbid'][i])}"
         events.append({"ph": "X", "cat": _CHROME_CATEGORY[kind], "name": name,
-                       "pid": pid, "tid": tid, "ts": start / 1000.0,
-                       "dur": (end - start) / 1000.0, "args": args})
+                       "pid": pid, "tid": tid, "ts": float(starts[i]) / 1e3,
+                       "dur": max(float(ends[i] - starts[i]), 0.0) / 1e3, "args": args})
     return events
 
 
 class CuptiKernelCollector:
     """Adapter for ``daydream.collect``: start, stop, then Chrome trace events.
 
+    It reads both clocks when it starts and stops (:mod:`daydream.cupti_align`)
+    and remembers the starting thread's pair of ids, so that its events land
+    on the CPU trace's clock and threads.
+
     Parameters
     ----------
     tracer : CuptiTracer, optional
         The tracer to drive; a default one otherwise.
+    read_clock : callable, optional
+        CUPTI's clock (:func:`daydream.cupti.timestamp_ns`); tests pass their own.
     """
 
-    def __init__(self, tracer: CuptiTracer | None = None):
+    def __init__(self, tracer: CuptiTracer | None = None, read_clock=None):
         self.tracer = tracer or CuptiTracer()
         self.records: ActivityRecords | None = None
+        self._read_clock = read_clock or timestamp_ns
+        self._samples: list = []
+        self._known_threads: dict = {}
+        #: How the last :meth:`chrome_events` aligned the records (for the trace's metadata).
+        self.alignment: dict = {}
 
     def start(self) -> None:
         """Start the tracer (raises :class:`CuptiUnavailableError` with the reason)."""
         self.tracer.start()
+        cupti_tid, native_tid = current_thread_pair()
+        self._known_threads = {cupti_tid: native_tid}
+        self._samples = [clock_sample(self._read_clock)]
 
     def stop(self) -> None:
         """Stop the tracer and keep its records."""
+        self._samples.append(clock_sample(self._read_clock))
         self.records = self.tracer.stop()
 
     @property
@@ -129,9 +171,30 @@ class CuptiKernelCollector:
         """Activity records lost (CUPTI buffers full, or over the row limit); 0 before :meth:`stop`."""
         return 0 if self.records is None else int(self.records.dropped_records)
 
-    def chrome_events(self) -> list:
-        """Kernels, copies, memsets, runtime calls and syncs as Chrome trace events."""
-        return [] if self.records is None else _chrome_events(self.records)
+    def chrome_events(self, doc: dict | None = None) -> list:
+        """Kernels, copies, memsets, runtime calls and syncs as Chrome trace events.
+
+        Parameters
+        ----------
+        doc : dict, optional
+            The CPU side's Chrome-trace document (Kineto's export): its
+            ``baseTimeNanoseconds`` and CPU ops place the events on its clock
+            and threads.  Without it, ``ts`` is µs of the Unix clock.
+        """
+        if self.records is None:
+            return []
+        doc = doc if isinstance(doc, dict) else {}
+        base_ns = int(doc.get("baseTimeNanoseconds") or 0)
+        clock = ClockMap.fit(self._samples)
+        cols = self.records.columns
+        api = self.records.mask(*_API_KINDS)
+        threads = map_threads(cols["thread_id"][api], clock.since(base_ns, cols["start_ns"][api]),
+                              clock.since(base_ns, cols["end_ns"][api]), _cpu_ops_by_thread(doc),
+                              self._known_threads)
+        unmapped = sorted(set(np.unique(cols["thread_id"][api]).tolist()) - set(threads))
+        self.alignment = {"clock": clock.as_metadata(), "threads": {str(k): v for k, v in threads.items()},
+                          "unmapped_threads": unmapped}
+        return _chrome_events(self.records, clock, base_ns, threads)
 
 
 def make_collector() -> CuptiKernelCollector:

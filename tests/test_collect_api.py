@@ -318,7 +318,7 @@ def test_kernel_collector_seam_merges_events(tmp_path, monkeypatch):
         def stop(self):
             self.stopped = True
 
-        def chrome_events(self):
+        def chrome_events(self, doc):
             return [{"ph": "X", "cat": "kernel", "name": "fake_kernel", "pid": 0, "tid": 7,
                      "ts": 1.0, "dur": 2.0, "args": {"External id": 1}}]
 

@@ -174,7 +174,7 @@ def test_cupti_overflow_is_counted_in_metadata_and_reported(tmp_path, capfd, mon
         def stop(self):
             self.dropped_records = 1234
 
-        def chrome_events(self):
+        def chrome_events(self, doc):
             return []
 
     from daydream.collect import activities

@@ -9,6 +9,7 @@ The extension plugs in through :class:`KernelCollector`: ``daydream.cupti``
 exposes ``make_collector()`` returning an object with ``start()``, ``stop()``
 and ``chrome_events()``; the tracer starts it together with Kineto, stops it
 at the end of the recorded iterations, and appends its Chrome-trace events
+(placed on the clock and threads of Kineto's document, which it is given)
 (kernels carrying ``args["External id"]`` that matches the CPU ops'
 external correlation ids) to ``traceEvents`` before the atomic write.
 """
@@ -38,7 +39,7 @@ class KernelCollector(Protocol):
 
     def stop(self) -> None: ...
 
-    def chrome_events(self) -> list[dict]: ...
+    def chrome_events(self, doc: dict) -> list[dict]: ...
 
 
 @dataclass(frozen=True)

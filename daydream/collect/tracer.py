@@ -457,7 +457,7 @@ class Tracer:
         out = rank_path(self.options.path, rank, world)
         doc = _exported(self._prof, out.parent)
         if self._collector is not None:
-            doc.setdefault("traceEvents", []).extend(self._collector.chrome_events())
+            doc.setdefault("traceEvents", []).extend(self._collector.chrome_events(doc))
         normalize_marker_events(doc.get("traceEvents", []))
         self._copy_shapes(doc.get("traceEvents", []))
         if world > 1 and not isinstance(doc.get("distributedInfo"), dict):
@@ -488,6 +488,9 @@ class Tracer:
                    f"that GPU work is missing from the trace")
             meta["notes"].append(msg)
             print(f"daydream: warning: {msg}", file=sys.stderr, flush=True)
+        alignment = getattr(self._collector, "alignment", None)
+        if alignment:
+            meta["cupti_alignment"] = alignment
         if self._collector is None and meta["cuda_source"] == "daydream.cupti":
             meta["cuda_source"] = "none"
         return meta

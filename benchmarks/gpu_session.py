@@ -1,0 +1,159 @@
+"""Everything issue 3's GPU half asks for, in one run on a CUDA machine.
+
+Each step runs in its own process with a time limit, so one failure leaves
+the others' results; everything lands in OUT (``summary.json``, one log per
+step, the traces):
+
+1. ``doctor``: torch, device, the CUPTI extension built / loaded / usable.
+2. ``tests``: the CUPTI, alignment and collection tests (the GPU-only ones run here).
+3. ``trace``: each bundled workload traced on the GPU with kernels from
+   torch.profiler and from ``daydream.cupti``; each trace replayed by the core
+   (measured against simulated iteration time), with its event counts and the
+   extension's clock/thread alignment.
+4. ``overhead``: ``benchmarks/gpu_overhead.py`` (the extension against torch.profiler).
+5. ``whatif``: a GPU profile (``daydream calibrate --device cuda --quick``), then
+   ``amp:dtype=bfloat16`` and ``fused-adam`` predicted from each baseline trace
+   and measured by tracing the real variant.
+
+    python benchmarks/gpu_session.py OUT [--steps ...] [--only trace,overhead]
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = ("mlp", "cnn", "transformer")
+VARIANTS = {  # what-if -> (baseline flags, variant flags), as daydream.validate.CASES
+    "amp:dtype=bfloat16": ((), ("--autocast", "bfloat16")),
+    "fused-adam": (("--optimizer", "adam", "--optimizer-impl", "for-loop"),
+                   ("--optimizer", "adam", "--optimizer-impl", "fused")),
+}
+
+
+def _run(out: Path, name: str, cmd: list, timeout: int) -> dict:
+    t0 = time.time()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "KINETO_LOG_LEVEL": os.environ.get("KINETO_LOG_LEVEL", "5")}
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+        rc, so, se = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, so, se = "timeout", str(exc.stdout or ""), str(exc.stderr or "")
+    (out / f"{name}.log").write_text(f"$ {' '.join(map(str, cmd))}\nrc={rc}\n--- stdout\n{so}\n--- stderr\n{se}")
+    print(f"[{time.time() - t0:6.1f}s] {name}: rc={rc}", flush=True)
+    return {"rc": rc, "stdout": so, "stderr": se, "s": round(time.time() - t0, 1)}
+
+
+def _daydream(*args) -> list:
+    return [sys.executable, "-m", "daydream", *map(str, args)]
+
+
+def _trace_cmd(path: Path, workload: str, flags, steps: int, cupti: bool) -> list:
+    return _daydream("trace", "-f", "-o", path, "--warmup", 6, "-n", 10, *(["--cupti"] if cupti else []), "--",
+                     sys.executable, "-m", f"daydream.workloads.{workload}", "--device", "cuda",
+                     "--steps", steps, "--quiet", *flags)
+
+
+def _inspect(path: Path) -> dict:
+    """Event counts per category, the activities metadata, and the replay error."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError) as exc:
+        return {"error": f"unreadable: {exc}"}
+    cats = Counter(e.get("cat") for e in doc.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X")
+    info = {"cats": dict(cats), "activities": doc.get("daydream", {}).get("activities"),
+            "device": doc.get("daydream", {}).get("device")}
+    try:
+        from daydream.analysis import replay
+
+        rep, _ = replay(path)
+        info.update(measured_ms=rep.measured_ms, simulated_ms=rep.simulated_ms, replay_error_pct=rep.error_pct,
+                    iterations=len(rep.iterations))
+    except Exception as exc:  # noqa: BLE001 - report and go on
+        info["replay_error"] = f"{type(exc).__name__}: {exc}"
+    return info
+
+
+def step_trace(out: Path, steps: int, summary: dict) -> None:
+    rows = summary.setdefault("trace", {})
+    for w in WORKLOADS:
+        for cupti in (False, True):
+            key = f"{w}.{'cupti' if cupti else 'torch'}"
+            path = out / f"{key}.json.gz"
+            r = _run(out, f"trace.{key}", _trace_cmd(path, w, (), steps, cupti), 240)
+            rows[key] = {"rc": r["rc"], **(_inspect(path) if path.exists() else {"error": "no trace"})}
+            print(json.dumps({key: {k: v for k, v in rows[key].items() if k != "device"}})[:1500], flush=True)
+
+
+def step_whatif(out: Path, steps: int, summary: dict) -> None:
+    prof = out / "device-cuda.json"
+    r = _run(out, "calibrate", _daydream("calibrate", "--device", "cuda", "--quick", "--no-collectives",
+                                         "-o", prof, "--force"), 300)
+    if not prof.exists():
+        summary["whatif"] = {"error": "calibration failed", "rc": r["rc"]}
+        return
+    from daydream.analysis import replay
+
+    rows = summary.setdefault("whatif", {})
+    for w in WORKLOADS:
+        for opt, (base_flags, var_flags) in VARIANTS.items():
+            key = f"{w}.{opt.split(':')[0]}"
+            base, var = out / f"{key}.base.json.gz", out / f"{key}.variant.json.gz"
+            _run(out, f"whatif.{key}.base", _trace_cmd(base, w, base_flags, steps, False), 240)
+            _run(out, f"whatif.{key}.variant", _trace_cmd(var, w, var_flags, steps, False), 240)
+            pr = _run(out, f"whatif.{key}.predict", _daydream("whatif", base, "--opt", opt, "--profile", prof,
+                                                              "--json"), 240)
+            row = {}
+            try:
+                pred = json.loads(pr["stdout"])
+                row.update(baseline_measured_ms=pred["measured_ms"], baseline_simulated_ms=pred["baseline_ms"],
+                           predicted_ms=pred["predicted_ms"])
+                measured = replay(var)[0].measured_ms
+                row.update(measured_ms=measured, error_pct=round((pred["predicted_ms"] / measured - 1) * 100, 2))
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = f"{type(exc).__name__}: {exc}; {pr['stderr'][-400:]}"
+            rows[key] = row
+            print(json.dumps({key: row}), flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--only", default="doctor,tests,trace,overhead,whatif")
+    ap.add_argument("--overhead-rounds", type=int, default=6)
+    args = ap.parse_args(argv)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    only = set(args.only.split(","))
+    summary: dict = {}
+    if "doctor" in only:
+        summary["doctor"] = _run(out, "doctor", _daydream("doctor"), 120)["stdout"]
+    if "tests" in only:
+        r = _run(out, "tests", [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-x",
+                                "tests/test_cupti.py", "tests/test_cupti_align.py", "tests/test_collect_api.py",
+                                "tests/test_tracer_safety.py", "tests/test_doctor.py"], 300)
+        summary["tests"] = {"rc": r["rc"], "tail": r["stdout"][-1500:]}
+    if "trace" in only:
+        step_trace(out, args.steps, summary)
+    if "overhead" in only:
+        r = _run(out, "overhead", [sys.executable, "benchmarks/gpu_overhead.py", "--rounds",
+                                   str(args.overhead_rounds), "--keep", str(out / "overhead")], 400)
+        summary["overhead"] = {"rc": r["rc"], "rows": [json.loads(x) for x in r["stdout"].splitlines()
+                                                       if x.startswith("{")], "table": r["stdout"][-1200:]}
+    if "whatif" in only:
+        step_whatif(out, args.steps, summary)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Placing CUPTI records on the CPU trace's clock and threads (daydream.cupti_align).
+
+The clock and thread maps need no extension; the collector test builds real
+activity records in memory with ``daydream._cupti.SyntheticBuffer`` and a
+CUPTI clock that ticks twice per ns with an offset, as a TSC source would.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from daydream import cupti
+from daydream.cupti_align import (MIN_SCALE_SPAN_NS, ClockMap, ClockSample, clock_sample,
+                                  current_thread_pair, map_threads)
+
+_ext, _why = cupti.load_extension()
+
+
+def test_clock_map_through_two_samples_keeps_ns_precision_at_unix_magnitudes():
+    u0 = 1_795_567_387_640_237_571
+    m = ClockMap.fit([ClockSample(3 * u0, u0, 40), ClockSample(3 * u0 + 3 * 10**9, u0 + 10**9, 60)])
+    assert m.scale == pytest.approx(1 / 3) and m.error_ns == 60 and m.samples == 2
+    base = u0 - 5_000
+    assert m.since(base, 3 * u0 + 3 * 7).tolist() == 5_007.0
+    assert m.since(base, np.array([3 * u0 + 3 * 10**6], dtype=np.uint64)).tolist() == [10**6 + 5_000.0]
+
+
+def test_clock_map_of_close_samples_is_an_offset_and_no_samples_the_identity():
+    m = ClockMap.fit([ClockSample(100, 1_100, 1), ClockSample(100 + MIN_SCALE_SPAN_NS - 1, 5, 1)])
+    assert m.scale == 1.0 and float(m.since(0, 100)) == 1_100.0
+    assert float(ClockMap.fit([]).since(0, 123)) == 123.0
+
+
+def test_clock_sample_brackets_the_reading():
+    before = time.time_ns()
+    s = clock_sample(time.time_ns)
+    after = time.time_ns()
+    assert before <= s.unix_ns <= after and abs(s.cupti_ns - s.unix_ns) <= s.error_ns
+    assert s.error_ns >= 1
+
+
+def test_map_threads_prefers_known_pairs_then_containment():
+    ops = {11: (np.array([0.0, 100.0]), np.array([50.0, 200.0])),
+           12: (np.array([300.0]), np.array([400.0]))}
+    tid = np.array([1, 2, 2, 3, 3, 4])
+    start = np.array([10.0, 110.0, 310.0, 120.0, 500.0, 900.0])
+    end = np.array([20.0, 120.0, 320.0, 130.0, 510.0, 910.0])
+    got = map_threads(tid, start, end, ops, known={1: 99})
+    # 1: known; 2: one call in each thread's ops, the first best wins; 3: half inside 11;
+    # 4: inside nothing, stays unmapped
+    assert got == {1: 99, 2: 11, 3: 11}
+    # a call that starts inside an op but ends after it is not contained
+    assert map_threads(np.array([5]), np.array([40.0]), np.array([60.0]), ops) == {}
+
+
+@pytest.mark.skipif(_ext is None, reason=f"daydream._cupti not available: {_why}")
+def test_collector_puts_records_on_the_documents_clock_and_threads():
+    def ticks(unix_ns):            # a CUPTI source ticking twice per ns
+        return 2 * unix_ns + 12_345
+
+    t0 = time.time_ns()
+    me_cupti, me_native = current_thread_pair()
+    buf = _ext.SyntheticBuffer()
+    buf.add_api(cbid=211, start_ns=ticks(t0 + 1_000), end_ns=ticks(t0 + 3_000), correlation_id=1,
+                thread_id=me_cupti)
+    buf.add_kernel(start_ns=ticks(t0 + 10_000), end_ns=ticks(t0 + 14_000), correlation_id=1, name="k")
+    buf.add_api(cbid=211, start_ns=ticks(t0 + 20_000), end_ns=ticks(t0 + 21_000), correlation_id=2,
+                thread_id=777)
+
+    class Tracer:
+        def start(self):
+            pass
+
+        def stop(self):
+            return cupti.decode(buf)
+
+    col = cupti.CuptiKernelCollector(tracer=Tracer(), read_clock=lambda: ticks(time.time_ns()))
+    col.start()
+    time.sleep(0.005)          # more than MIN_SCALE_SPAN_NS of CUPTI time between the samples
+    col.stop()
+    base = t0 - 2_000_000      # Kineto's baseTimeNanoseconds: ts are µs since it
+    doc = {"baseTimeNanoseconds": base, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 4242, "ts": 2_019.5, "dur": 2.0}]}
+    events = {e["name"] if e["cat"] == "kernel" else e["args"]["correlation"]: e
+              for e in col.chrome_events(doc)}
+    err_us = col.alignment["clock"]["error_ns"] / 1e3 + 0.01
+    assert events["k"]["ts"] == pytest.approx(2_010.0, abs=err_us)
+    assert events["k"]["dur"] == pytest.approx(4.0, rel=0.01)
+    assert events[1]["tid"] == me_native and events[1]["ts"] == pytest.approx(2_001.0, abs=err_us)
+    assert events[2]["tid"] == 4242                      # found by containment
+    assert col.alignment["clock"]["scale"] == pytest.approx(0.5, rel=1e-3)
+    assert col.alignment["unmapped_threads"] == []
