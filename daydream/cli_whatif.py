@@ -48,7 +48,7 @@ def whatif(traces, opts, device, profile_path, iteration_marker, as_json, output
         return
     click.echo(f"optimizations: {' + '.join(report.optimizations)}   (device: {report.device})")
     click.echo(f"measured  {report.measured_ms:10.3f} ms")
-    click.echo(f"baseline  {report.baseline_ms:10.3f} ms   (simulated, unedited)")
+    click.echo(f"baseline  {report.baseline_ms:10.3f} ms   (simulated, before the optimizations)")
     click.echo(f"predicted {report.predicted_ms:10.3f} ms   speedup {report.speedup:.3f}x")
     click.echo(f"\n{'phase':<12}{'baseline ms':>12}{'predicted ms':>14}{'change':>10}   (task time per iteration)")
     for phase, (b, p) in report.phases.items():

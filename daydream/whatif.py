@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .analysis import trace_and_graph
+from .graph.stalls import settle_stalls
 from .device import DeviceProfile, default_profile_path, load_profile
 from .published import published
 from .errors import DaydreamError
@@ -126,6 +127,12 @@ def layer_busy_ms(result: SimResult) -> dict:
 def predict(trace_or_paths, optimizations, device=None, profile_path=None, iteration_marker=None):
     """Apply ``optimizations`` (specs like ``"amp:dtype=bfloat16"`` or instances) in order.
 
+    Ops that stalled in one iteration (:mod:`daydream.graph.stalls`) are first
+    given their duration in the other iterations, the rest kept as time before
+    the next op, so no optimization rescales the machine's stalls (the replay,
+    and so the baseline, is unchanged by it); the report's notes say so when
+    that happened.
+
     Returns
     -------
     report : WhatIfReport
@@ -138,8 +145,11 @@ def predict(trace_or_paths, optimizations, device=None, profile_path=None, itera
     if not opts:
         raise DaydreamError("no optimization given (see `daydream optimizations`)")
     trace, base_graph = trace_and_graph(trace_or_paths, iteration_marker)
+    stalls = settle_stalls(base_graph)
     base = simulate(base_graph)
     ctx = WhatIfContext(graph=base_graph.copy(), trace=trace, device=device_for(trace, device, profile_path))
+    if stalls.tasks:
+        ctx.notes.append(stalls.note(len(base.iterations()[0].measured_ns)))
     for opt in opts:
         opt.apply(ctx)
     check_acyclic(ctx.graph)

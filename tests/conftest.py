@@ -141,6 +141,16 @@ def profile():
     return flat_profile()
 
 
+def settled_graph(trace):
+    """The graph :func:`daydream.whatif.predict` starts from: built, stalled ops settled."""
+    from daydream.graph import build_graph
+    from daydream.graph.stalls import settle_stalls
+
+    g = build_graph(trace)
+    settle_stalls(g)
+    return g
+
+
 @pytest.fixture(scope="session")
 def own_trace():
     from daydream import load_trace

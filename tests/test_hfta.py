@@ -5,13 +5,12 @@ import numpy as np
 import pytest
 
 from daydream.device import Curve, DeviceProfile
-from daydream.graph import build_graph
 from daydream.model import EventKind, LaneKind, Phase
 from daydream.optimizations import NotApplicable, OptionError, get
 from daydream.optimizations.hfta import TaskClass, classify, fused_durations
 from daydream.whatif import predict
 
-from conftest import flat_profile
+from conftest import flat_profile, settled_graph
 
 
 def _graph(maker):
@@ -70,7 +69,7 @@ def test_on_a_gpu_kernels_grow_with_n_and_cpu_ops_stay(maker):
 
 def test_whatif_on_mlp_trace(own_trace):
     dev = flat_profile(matmul=1e10, bw=1e10, overhead_ns=1000)
-    base = build_graph(own_trace("mlp"))
+    base = settled_graph(own_trace("mlp"))
     n = 4
     report, res = predict(own_trace("mlp"), [f"hfta:models={n},remeasure=0"], device=dev)   # curves only
     # one CPU thread, nothing overlaps: the iteration grows by exactly the added task time

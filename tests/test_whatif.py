@@ -17,7 +17,7 @@ from daydream.optimizations import NotApplicable, OptionError, get, names
 from daydream.primitives import select
 from daydream.whatif import predict
 
-from conftest import REPO, flat_profile
+from conftest import REPO, flat_profile, settled_graph
 
 
 def test_every_registered_optimization_lists_parameters():
@@ -132,7 +132,7 @@ def test_amp_times_each_op_from_its_reruns_and_its_surplus_in_training(own_trace
         return predict(own_trace("mlp"), ["amp:dtype=bfloat16,cast_overhead=false"], device=profile)[1].graph
 
     same, slower = predicted_durations(100_000.0), predicted_durations(300_000.0)
-    g0 = build_graph(own_trace("mlp"))
+    g0 = settled_graph(own_trace("mlp"))
     comp = np.flatnonzero((g0.tasks["flops"] > 0) & np.isin(g0.tasks["phase"], (Phase.FORWARD, Phase.BACKWARD)))
     assert len(comp)
     # an op re-run 0.2 ms slower in bf16 gains exactly 0.2 ms, however long it took in the trace
@@ -180,7 +180,7 @@ def test_amp_reruns_batch_norms_after_convolutions_with_low_precision_input(own_
 
     monkeypatch.setattr(amp_module, "dtype_time_pairs", pairs)
     trace = own_trace("cnn")
-    g0 = build_graph(trace)
+    g0 = settled_graph(trace)
     g1 = predict(trace, ["amp:dtype=bfloat16,cast_overhead=false"], device=profile)[1].graph
     T = g0.tasks
     bn = select(g0, name="^aten::native_batch_norm$")
@@ -217,7 +217,7 @@ def test_backend_convolutions_are_rerun_as_the_portable_op(own_trace):
 def test_amp_halves_compute_on_a_device_twice_as_fast_in_bf16(own_trace):
     fast = flat_profile(matmul=1e10, bf16_matmul=2e10)
     report, res = predict(own_trace("mlp"), ["amp:dtype=bfloat16,cast_overhead=false,remeasure=false"], device=fast)
-    g0 = build_graph(own_trace("mlp"))
+    g0 = settled_graph(own_trace("mlp"))
     comp = np.flatnonzero((g0.tasks["flops"] > 0) & np.isin(g0.tasks["phase"], (Phase.FORWARD, Phase.BACKWARD)))
     assert len(comp)
     g1 = res.graph
