@@ -115,10 +115,6 @@ class ClockMap:
         d = np.asarray(cupti_ns, dtype=np.int64) - np.int64(self.ref_cupti_ns)
         return float(self.ref_unix_ns - int(base_unix_ns)) + self.scale * d.astype(np.float64)
 
-    def unix_ns(self, cupti_ns) -> np.ndarray:
-        """CUPTI timestamps on the Unix clock, as float64 ns (coarse: prefer :meth:`since`)."""
-        return self.since(0, cupti_ns)
-
     def as_metadata(self) -> dict:
         return {"scale": self.scale, "ref_cupti_ns": self.ref_cupti_ns, "ref_unix_ns": self.ref_unix_ns,
                 "error_ns": self.error_ns, "samples": self.samples}
