@@ -16,6 +16,7 @@ step, the traces):
    and measured by tracing the real variant.
 
     python benchmarks/gpu_session.py OUT [--steps ...] [--only trace,overhead]
+    python benchmarks/gpu_session.py OUT --device cpu --only trace,whatif   # dry run of the plumbing
 """
 from __future__ import annotations
 
@@ -55,9 +56,12 @@ def _daydream(*args) -> list:
     return [sys.executable, "-m", "daydream", *map(str, args)]
 
 
+DEVICE = "cuda"
+
+
 def _trace_cmd(path: Path, workload: str, flags, steps: int, cupti: bool) -> list:
     return _daydream("trace", "-f", "-o", path, "--warmup", 6, "-n", 10, *(["--cupti"] if cupti else []), "--",
-                     sys.executable, "-m", f"daydream.workloads.{workload}", "--device", "cuda",
+                     sys.executable, "-m", f"daydream.workloads.{workload}", "--device", DEVICE,
                      "--steps", steps, "--quiet", *flags)
 
 
@@ -94,8 +98,8 @@ def step_trace(out: Path, steps: int, summary: dict) -> None:
 
 
 def step_whatif(out: Path, steps: int, summary: dict) -> None:
-    prof = out / "device-cuda.json"
-    r = _run(out, "calibrate", _daydream("calibrate", "--device", "cuda", "--quick", "--no-collectives",
+    prof = out / f"device-{DEVICE}.json"
+    r = _run(out, "calibrate", _daydream("calibrate", "--device", DEVICE, "--quick", "--no-collectives",
                                          "-o", prof, "--force"), 300)
     if not prof.exists():
         summary["whatif"] = {"error": "calibration failed", "rc": r["rc"]}
@@ -130,8 +134,11 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--only", default="doctor,tests,trace,overhead,whatif")
     ap.add_argument("--overhead-rounds", type=int, default=6)
+    ap.add_argument("--device", default="cuda", help="cuda; cpu only to check the script itself")
     args = ap.parse_args(argv)
-    out = args.out
+    global DEVICE
+    DEVICE = args.device
+    out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(","))
     summary: dict = {}
