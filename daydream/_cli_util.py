@@ -43,11 +43,22 @@ def internal_error_exit(what: str) -> None:
     sys.exit(INTERNAL_ERROR_STATUS)
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush cannot fail on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def handle_errors(fn):
     """Decorator: :class:`DaydreamError` becomes ``error: ...`` and exit 2; Ctrl-C exit 130.
 
-    Any other exception is a bug in daydream: one line naming it and how to get
-    the traceback (``DAYDREAM_DEBUG=1``), exit 3.
+    A reader that closed the output early (``daydream info T | head``) ends the
+    command quietly, exit 141 as a process killed by SIGPIPE would.  Any other
+    exception is a bug in daydream: one line naming it and how to get the
+    traceback (``DAYDREAM_DEBUG=1``), exit 3.
     """
 
     @functools.wraps(fn)
@@ -60,6 +71,9 @@ def handle_errors(fn):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+        except BrokenPipeError:
+            _quiet_stdout()
+            sys.exit(141)
         except (SystemExit, click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:  # noqa: BLE001 - the last line of defence against a traceback

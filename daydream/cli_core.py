@@ -10,6 +10,8 @@ import click
 from .analysis import replay as run_replay, summarize
 from ._cli_util import handle_errors
 from .fileio import check_writable, provenance, write_json
+from .graph import build_graph
+from .graph.stalls import settle_stalls
 from .loader import load_trace
 from .overhead import describe
 from .sim.export import to_chrome_trace
@@ -89,12 +91,19 @@ def info(traces, iteration_marker, top, as_json):
     faults against those of the warm-up iterations that ran before any
     profiler session (the first two left out).
 
+    Stalls are ops that ran over 3x their time in the other iterations (the
+    machine took the CPU from them): a trace with many was taken on a busy
+    machine; what-ifs keep that time but do not rescale it.
+
     \b
     Example:
       daydream info run.pt.trace.json.gz --top 5
     """
     _progress(f"loading {len(traces)} path(s)...")
-    s = summarize(load_trace(list(traces), iteration_marker), top)
+    trace = load_trace(list(traces), iteration_marker)
+    s = summarize(trace, top)
+    stalls = settle_stalls(build_graph(trace))
+    n_it = max(sum(r.n_iterations for r in trace) / max(len(trace.ranks), 1), 1)
     _warn_repairs(s.repairs)
     if as_json:
         click.echo(json.dumps({"ranks": [dict(zip(("rank", "source", "events", "iterations",
@@ -104,7 +113,9 @@ def info(traces, iteration_marker, top, as_json):
                                "top_layers": [{"layer": l, "ms": ms} for l, ms in s.top_layers],
                                "top_kernels": [{"name": n, "count": c, "ms": ms} for n, c, ms in s.top_kernels],
                                "tracing_overhead": [{"rank": rank, "pct": o.pct, **dataclasses.asdict(o)}
-                                                    for rank, o in s.overhead]}))
+                                                    for rank, o in s.overhead],
+                               "stalls": {"ops": stalls.tasks, "ms_per_iteration": stalls.excess_ns / n_it / 1e6,
+                                          "worst": list(stalls.worst)}}))
         return
     click.echo(f"devices: {', '.join(s.devices)}")
     click.echo(f"{'rank':>4}  {'events':>8}  {'iterations':>10}  {'mean iteration ms':>17}  source")
@@ -112,6 +123,8 @@ def info(traces, iteration_marker, top, as_json):
         click.echo(f"{rank:>4}  {n:>8}  {its:>10}  {ms:17.3f}  {src}")
     for rank, o in s.overhead:
         click.echo(f"rank {rank}: {describe(o)}")
+    if stalls.tasks:
+        click.echo(f"stalls: {stalls.note(n_it)}")
     click.echo("\ntime per iteration by phase (ms):")
     click.echo(f"  {'phase':<12}{'CPU':>10}{'GPU':>10}")
     for p, (cpu, gpu) in s.phase_ms.items():

@@ -141,3 +141,42 @@ def test_predictions_keep_a_stall_unscaled_and_say_so(tmp_path):
     own_excess_ms = (dur - med) / 1e6 - 30.0
     assert report.predicted_ms - plain.predicted_ms == pytest.approx((30.0 + 0.5 * own_excess_ms) / 4, abs=0.01)
     assert any("aten::addmm in iteration" in n and "machine's stalls" in n for n in report.notes)
+
+
+def test_info_reports_the_traces_stalls(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+    from conftest import REPO
+
+    from daydream.cli import main
+
+    stalled = tmp_path / "stalled.json.gz"
+    _with_stall(REPO / "traces" / "mlp.trace.json.gz", stalled, 30_000.0)
+    plain = json.loads(CliRunner().invoke(main, ["info", "--json", str(REPO / "traces" / "mlp.trace.json.gz")]).stdout)
+    res = CliRunner().invoke(main, ["info", "--json", str(stalled)])
+    assert res.exit_code == 0
+    got = json.loads(res.stdout)["stalls"]
+    assert got["worst"][:2] == ["aten::addmm", 2]
+    # the 30 ms added, and the op's own excess over its peers, over 5 iterations
+    own_ms = (got["worst"][2] - got["worst"][3]) / 1e6 - 30.0
+    assert got["ms_per_iteration"] - plain["stalls"]["ms_per_iteration"] == pytest.approx((30.0 + own_ms) / 5, abs=1e-6)
+    text = CliRunner().invoke(main, ["info", str(stalled)]).output
+    assert "stalls: " in text and "aten::addmm in iteration 2" in text
+
+
+def test_a_closed_output_pipe_ends_the_command_quietly(capsys, monkeypatch):
+    from daydream import _cli_util
+    from daydream._cli_util import handle_errors
+
+    quieted = []
+    monkeypatch.setattr(_cli_util, "_quiet_stdout", lambda: quieted.append(True))   # not this process's fd 1
+
+    @handle_errors
+    def writes_to_a_closed_pipe():
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(SystemExit) as exit_info:
+        writes_to_a_closed_pipe()
+    assert exit_info.value.code == 141 and quieted == [True]
+    assert capsys.readouterr().err == ""
