@@ -192,6 +192,23 @@ def test_unexpected_errors_are_one_line_unless_debugging(monkeypatch):
     assert isinstance(res.exception, KeyError)
 
 
+def test_a_closed_output_pipe_ends_the_command_quietly(capsys, monkeypatch):
+    from daydream import _cli_util
+    from daydream._cli_util import handle_errors
+
+    quieted = []
+    monkeypatch.setattr(_cli_util, "_quiet_stdout", lambda: quieted.append(True))   # not this process's fd 1
+
+    @handle_errors
+    def writes_to_a_closed_pipe():
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(SystemExit) as exit_info:
+        writes_to_a_closed_pipe()
+    assert exit_info.value.code == 141 and quieted == [True]
+    assert capsys.readouterr().err == ""
+
+
 def test_results_csv_records_provenance_and_reads_back(tmp_path):
     from daydream.plots import read_accuracy_csv
     from daydream.validate import ValidationRow, write_results

@@ -14,8 +14,10 @@ the time between ops that optimizations treat as the program's own (Python,
 dispatch) and do not rescale.  An unedited replay is unchanged by it: the
 successor starts where it did.
 
-Peers are the tasks of the same rank, CPU thread, op name, layer, phase, input
-bytes and FLOPs at the same occurrence in every iteration (the k-th such op of
+Only ops (not runtime calls) that wait for nothing during simulation and
+release nothing but the next op on their thread are looked at.  Peers are the
+tasks of the same rank, CPU thread, op name, layer, phase, input bytes and
+FLOPs at the same occurrence in every iteration (the k-th such op of
 iteration i and of iteration j); only the forward, backward and optimizer
 phases are looked at (data loading has real periodic costs, such as an epoch's
 first batch), and only groups of at least :data:`MIN_PEERS`.  A task stalled
@@ -41,7 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import LaneKind, Phase
+from ..model import EventKind, LaneKind, Phase
+from .graph import WaitKind
 
 __all__ = ["StallReport", "settle_stalls", "STALL_FACTOR", "STALL_MIN_NS", "MIN_PEERS"]
 
@@ -92,12 +95,20 @@ def _group_ids(cols: np.ndarray) -> np.ndarray:
 
 
 def _candidates(g) -> np.ndarray:
+    """Traced CPU ops of the compute phases whose end only releases the next op on their thread.
+
+    Runtime calls (a launch blocks on a full queue: the GPU's pace, not a stall), tasks that
+    wait during simulation and tasks with edges out are left out, so that moving time from a
+    task's end to its successor's gap cannot move any start.
+    """
     T = g.tasks
     cpu = np.array([ln.kind == LaneKind.CPU_THREAD for ln in g.lanes], dtype=bool)
     if not len(cpu):
         return np.zeros(0, np.int64)
-    return np.flatnonzero(cpu[T["lane"]] & (T["iteration"] >= 0) & np.isin(T["phase"], _PHASES)
-                          & (T["event"] >= 0))
+    ok = (cpu[T["lane"]] & (T["iteration"] >= 0) & np.isin(T["phase"], _PHASES) & (T["event"] >= 0)
+          & (T["kind"] == EventKind.CPU_OP) & (T["wait_kind"] == WaitKind.NONE))
+    ok[g.edges["src"]] = False
+    return np.flatnonzero(ok)
 
 
 def _successors(g, tasks: np.ndarray) -> np.ndarray:
