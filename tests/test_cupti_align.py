@@ -92,3 +92,100 @@ def test_collector_puts_records_on_the_documents_clock_and_threads():
     assert events[2]["tid"] == 4242                      # found by containment
     assert col.alignment["clock"]["scale"] == pytest.approx(0.5, rel=1e-3)
     assert col.alignment["unmapped_threads"] == []
+
+
+@pytest.mark.skipif(_ext is None, reason=f"daydream._cupti not available: {_why}")
+def test_a_cupti_trace_merges_into_one_graph_with_its_cpu_ops(tmp_path, monkeypatch):
+    """End to end without a GPU: a real traced CPU run whose "launches" (inside a module's
+    forward on this thread, and inside backward ops under an unknown CUPTI thread id) come
+    back as CUPTI records on a clock ticking twice per ns; the written trace loads, every
+    kernel is launched by a runtime call on the CPU ops' thread, and takes the module's layer."""
+    import json
+    import os
+    import threading
+
+    import torch
+    from torch import nn
+
+    from daydream import trace
+    from daydream.analysis import trace_and_graph
+    from daydream.collect import tracer as tracer_mod
+    from daydream.collect.activities import ActivityPlan, CudaSource
+    from daydream.graph import EdgeKind
+    from daydream.model import EventKind, LaneKind
+
+    def ticks():
+        return 2 * time.time_ns() + 12_345
+
+    launches = []                       # (CUPTI thread id, start, end) in CUPTI ticks
+
+    def launch(tid):
+        t0 = ticks()
+        while ticks() - t0 < 4_000:     # a 2 us "cudaLaunchKernel"
+            pass
+        launches.append((tid, t0, ticks()))
+
+    class Launch(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            launch(threading.get_ident() & 0xFFFFFFFF)
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            launch(0xDEAD)              # a thread CUPTI names and nothing else does
+            return g * 1.0
+
+    class Launcher(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return Launch.apply(self.lin(x))
+
+    class Tracer:
+        def start(self):
+            launches.clear()
+
+        def stop(self):
+            buf = _ext.SyntheticBuffer()
+            for c, (tid, s, e) in enumerate(launches, start=1):
+                buf.add_api(cbid=211, start_ns=s, end_ns=e, correlation_id=c, process_id=os.getpid(),
+                            thread_id=tid)
+                buf.add_kernel(start_ns=e + 10_000, end_ns=e + 50_000, correlation_id=c, name=f"k{c}")
+            return cupti.decode(buf)
+
+    col = cupti.CuptiKernelCollector(tracer=Tracer(), read_clock=ticks)
+    plan = ActivityPlan(("cpu", "cuda"), (torch.profiler.ProfilerActivity.CPU,), CudaSource.CUPTI_EXTENSION)
+    monkeypatch.setattr(tracer_mod, "plan_activities", lambda acts, use_cupti: (plan, col))
+    model = nn.Sequential(Launcher(), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    out = tmp_path / "t.json"
+    with trace(out, warmup=1, iterations=3, use_cupti=True):
+        for _ in range(6):
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+    meta = json.loads(out.read_text())["daydream"]["activities"]
+    assert meta["cuda_source"] == "daydream.cupti"
+    main_native = threading.get_native_id()
+    assert meta["cupti_alignment"]["threads"] == {str(threading.get_ident() & 0xFFFFFFFF): main_native,
+                                                   str(0xDEAD): main_native}
+    assert meta["cupti_alignment"]["clock"]["scale"] == pytest.approx(0.5, rel=1e-3)
+
+    _, g = trace_and_graph(out)
+    T = g.tasks
+    kernels = np.flatnonzero(T["kind"] == EventKind.KERNEL)
+    assert len(kernels) >= 6                               # forward and backward, in 3 iterations
+    launch_edges = g.edges["kind"] == EdgeKind.LAUNCH
+    by_kernel = dict(zip(g.edges["dst"][launch_edges].tolist(), g.edges["src"][launch_edges].tolist()))
+    cpu_lane = {int(T["lane"][t]) for t in np.flatnonzero(T["kind"] == EventKind.CPU_OP)}
+    for k in kernels.tolist():
+        call = by_kernel[k]
+        assert T["kind"][call] == EventKind.RUNTIME and int(T["lane"][call]) in cpu_lane
+        assert g.lanes[int(T["lane"][k])].kind == LaneKind.GPU_STREAM
+    fwd = kernels[T["phase"][kernels] == 0]
+    bwd = kernels[T["phase"][kernels] == 1]
+    assert len(fwd) == len(bwd) == 3
+    assert {g.layers[int(x)] for x in T["layer"][kernels]} == {"Sequential.0"}
