@@ -12,6 +12,10 @@ Two things differ between the records of ``daydream._cupti`` and the CPU ops
   reads ``cuptiGetTimestamp`` bracketed by two ``time.time_ns()`` calls, and
   :meth:`ClockMap.fit` turns samples taken at the start and the end of a
   recording into a linear map, so the map holds whatever CUPTI's source is.
+  Which source the records carry is not certain either (whether
+  ``cuptiGetTimestamp`` follows a registered callback is not documented), so
+  several candidate clocks are sampled and :func:`pick_clock` keeps the one
+  under which the calling thread's runtime calls lie inside its CPU ops.
 * **The thread ids.**  CUPTI's ``threadId`` is the low 32 bits of the calling
   thread's ``pthread_t``; Kineto's CPU ops carry the kernel's thread id.  The
   calling thread's pair is known (``threading.get_ident`` and
@@ -39,7 +43,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-__all__ = ["ClockSample", "ClockMap", "clock_sample", "current_thread_pair", "map_threads",
+__all__ = ["ClockSample", "ClockMap", "clock_sample", "current_thread_pair", "map_threads", "pick_clock",
            "MIN_SCALE_SPAN_NS", "MIN_THREAD_SCORE"]
 
 #: Samples closer than this (in CUPTI time) give an offset only: the scale of a
@@ -170,3 +174,53 @@ def map_threads(api_tid: np.ndarray, api_start: np.ndarray, api_end: np.ndarray,
             if score >= MIN_THREAD_SCORE:
                 out[tid] = cpu
     return out
+
+
+def pick_clock(candidates: Mapping[str, ClockMap], api_tid: np.ndarray, api_start: np.ndarray,
+               api_end: np.ndarray, cpu_ops: Mapping[int, tuple], known: Mapping[int, int],
+               base_ns: int = 0) -> tuple:
+    """The candidate clock under which the known threads' runtime calls nest in their CPU ops.
+
+    Parameters
+    ----------
+    candidates : mapping
+        Name -> :class:`ClockMap` of each clock the records may carry, in order of preference
+        (the first wins ties, and when nothing can be scored).
+    api_tid, api_start, api_end : numpy.ndarray
+        The runtime calls' CUPTI thread ids and raw CUPTI timestamps.
+    cpu_ops : mapping
+        CPU thread id -> ``(starts, ends)`` of its ops, ns since ``base_ns``.
+    known : mapping
+        CUPTI thread id -> CPU thread id pairs known for sure.
+
+    Returns
+    -------
+    tuple
+        ``(name, ClockMap, share)``: ``share`` of the known threads' calls inside their
+        thread's ops under it (NaN when none could be scored).
+
+    Examples
+    --------
+    >>> ops = {7: (np.array([1_000.0]), np.array([2_000.0]))}
+    >>> c = {"a": ClockMap(), "b": ClockMap(2.0)}
+    >>> name, _, share = pick_clock(c, np.array([9]), np.array([700]), np.array([800]), ops, {9: 7})
+    >>> name, share
+    ('b', 1.0)
+    """
+    names = list(candidates)
+    mine = np.isin(api_tid, list(known))
+    if not names or not mine.any():
+        return (names[0], candidates[names[0]], float("nan")) if names else ("", ClockMap(), float("nan"))
+    shares = {}
+    for name in names:
+        clock = candidates[name]
+        s, e = clock.since(base_ns, api_start[mine]), clock.since(base_ns, api_end[mine])
+        tids = api_tid[mine]
+        inside = np.zeros(len(s), bool)
+        for cupti_tid, cpu_tid in known.items():
+            sel = tids == cupti_tid
+            if sel.any() and cpu_tid in cpu_ops:
+                inside[sel] = _contained(*cpu_ops[cpu_tid], s[sel], e[sel])
+        shares[name] = float(inside.mean())
+    best = max(names, key=lambda n: (shares[n], -names.index(n)))
+    return best, candidates[best], shares[best]

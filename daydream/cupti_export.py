@@ -13,7 +13,7 @@ import numpy as np
 
 from .cupti import (ActivityKind, ActivityRecords, CuptiTracer, CuptiUnavailableError, ExternalKind, MemcpyKind,
                     SyncType, available, timestamp_ns)
-from .cupti_align import ClockMap, clock_sample, current_thread_pair, map_threads
+from .cupti_align import ClockMap, clock_sample, current_thread_pair, map_threads, pick_clock
 
 __all__ = ["attach_external_ids", "CuptiKernelCollector", "make_collector"]
 
@@ -133,23 +133,24 @@ def _chrome_events(records: ActivityRecords, clock: ClockMap | None = None, base
 class CuptiKernelCollector:
     """Adapter for ``daydream.collect``: start, stop, then Chrome trace events.
 
-    It reads both clocks when it starts and stops (:mod:`daydream.cupti_align`)
-    and remembers the starting thread's pair of ids, so that its events land
-    on the CPU trace's clock and threads.
+    It reads each candidate clock and the Unix clock when it starts and stops
+    (:mod:`daydream.cupti_align`) and remembers the starting thread's pair of
+    ids, so that its events land on the CPU trace's clock and threads.
 
     Parameters
     ----------
     tracer : CuptiTracer, optional
         The tracer to drive; a default one otherwise.
-    read_clock : callable, optional
-        CUPTI's clock (:func:`daydream.cupti.timestamp_ns`); tests pass their own.
+    clocks : mapping of str to callable, optional
+        The clocks the records may be stamped with, in order of preference
+        (:func:`default_clocks`); tests pass their own.
     """
 
-    def __init__(self, tracer: CuptiTracer | None = None, read_clock=None):
+    def __init__(self, tracer: CuptiTracer | None = None, clocks=None):
         self.tracer = tracer or CuptiTracer()
         self.records: ActivityRecords | None = None
-        self._read_clock = read_clock or timestamp_ns
-        self._samples: list = []
+        self._clocks = dict(clocks or default_clocks())
+        self._samples: dict = {}
         self._known_threads: dict = {}
         #: How the last :meth:`chrome_events` aligned the records (for the trace's metadata).
         self.alignment: dict = {}
@@ -159,11 +160,12 @@ class CuptiKernelCollector:
         self.tracer.start()
         cupti_tid, native_tid = current_thread_pair()
         self._known_threads = {cupti_tid: native_tid}
-        self._samples = [clock_sample(self._read_clock)]
+        self._samples = {name: [clock_sample(read)] for name, read in self._clocks.items()}
 
     def stop(self) -> None:
         """Stop the tracer and keep its records."""
-        self._samples.append(clock_sample(self._read_clock))
+        for name, read in self._clocks.items():
+            self._samples[name].append(clock_sample(read))
         self.records = self.tracer.stop()
 
     @property
@@ -185,16 +187,30 @@ class CuptiKernelCollector:
             return []
         doc = doc if isinstance(doc, dict) else {}
         base_ns = int(doc.get("baseTimeNanoseconds") or 0)
-        clock = ClockMap.fit(self._samples)
         cols = self.records.columns
         api = self.records.mask(*_API_KINDS)
-        threads = map_threads(cols["thread_id"][api], clock.since(base_ns, cols["start_ns"][api]),
-                              clock.since(base_ns, cols["end_ns"][api]), _cpu_ops_by_thread(doc),
-                              self._known_threads)
-        unmapped = sorted(set(np.unique(cols["thread_id"][api]).tolist()) - set(threads))
-        self.alignment = {"clock": clock.as_metadata(), "threads": {str(k): v for k, v in threads.items()},
-                          "unmapped_threads": unmapped}
+        tid, start, end = cols["thread_id"][api], cols["start_ns"][api], cols["end_ns"][api]
+        ops = _cpu_ops_by_thread(doc)
+        maps = {name: ClockMap.fit(samples) for name, samples in self._samples.items()}
+        name, clock, share = pick_clock(maps, tid, start, end, ops, self._known_threads, base_ns)
+        threads = map_threads(tid, clock.since(base_ns, start), clock.since(base_ns, end), ops, self._known_threads)
+        unmapped = sorted(set(np.unique(tid).tolist()) - set(threads))
+        self.alignment = {"clock": {"source": name, "calls_inside_ops": share, **clock.as_metadata()},
+                          "threads": {str(k): v for k, v in threads.items()}, "unmapped_threads": unmapped}
         return _chrome_events(self.records, clock, base_ns, threads)
+
+
+def default_clocks() -> dict:
+    """CUPTI's own timestamp, then torch's approximate clock (which Kineto registers with CUPTI
+    as the records' source when it enables CUPTI) where this torch has it."""
+    clocks = {"cupti": timestamp_ns}
+    try:
+        from torch._C import _profiler
+
+        clocks["torch approximate clock"] = _profiler._get_approximate_time
+    except (ImportError, AttributeError):
+        pass
+    return clocks
 
 
 def make_collector() -> CuptiKernelCollector:

@@ -13,7 +13,7 @@ import pytest
 
 from daydream import cupti
 from daydream.cupti_align import (MIN_SCALE_SPAN_NS, ClockMap, ClockSample, clock_sample,
-                                  current_thread_pair, map_threads)
+                                  current_thread_pair, map_threads, pick_clock)
 
 _ext, _why = cupti.load_extension()
 
@@ -55,6 +55,17 @@ def test_map_threads_prefers_known_pairs_then_containment():
     assert map_threads(np.array([5]), np.array([40.0]), np.array([60.0]), ops) == {}
 
 
+def test_pick_clock_keeps_the_first_candidate_when_nothing_tells_them_apart():
+    ops = {7: (np.array([1_000.0]), np.array([2_000.0]))}
+    clocks = {"first": ClockMap(), "second": ClockMap(2.0)}
+    call = (np.array([9]), np.array([5_000]), np.array([5_100]))
+    # the known thread's call lies inside no op under either clock: a tie
+    assert pick_clock(clocks, *call, ops, {9: 7})[::2] == ("first", 0.0)
+    # no call of a known thread at all: nothing to score
+    name, _, share = pick_clock(clocks, *call, ops, {8: 7})
+    assert name == "first" and np.isnan(share)
+
+
 @pytest.mark.skipif(_ext is None, reason=f"daydream._cupti not available: {_why}")
 def test_collector_puts_records_on_the_documents_clock_and_threads():
     def ticks(unix_ns):            # a CUPTI source ticking twice per ns
@@ -76,12 +87,15 @@ def test_collector_puts_records_on_the_documents_clock_and_threads():
         def stop(self):
             return cupti.decode(buf)
 
-    col = cupti.CuptiKernelCollector(tracer=Tracer(), read_clock=lambda: ticks(time.time_ns()))
+    # a decoy clock first: the records are not stamped with it, and the calls do not nest under it
+    col = cupti.CuptiKernelCollector(tracer=Tracer(), clocks={"decoy": time.time_ns,
+                                                              "ticks": lambda: ticks(time.time_ns())})
     col.start()
     time.sleep(0.005)          # more than MIN_SCALE_SPAN_NS of CUPTI time between the samples
     col.stop()
     base = t0 - 2_000_000      # Kineto's baseTimeNanoseconds: ts are µs since it
     doc = {"baseTimeNanoseconds": base, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 1, "tid": me_native, "ts": 2_000.5, "dur": 3.0},
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 4242, "ts": 2_019.5, "dur": 2.0}]}
     events = {e["name"] if e["cat"] == "kernel" else e["args"]["correlation"]: e
               for e in col.chrome_events(doc)}
@@ -91,6 +105,7 @@ def test_collector_puts_records_on_the_documents_clock_and_threads():
     assert events[1]["tid"] == me_native and events[1]["ts"] == pytest.approx(2_001.0, abs=err_us)
     assert events[2]["tid"] == 4242                      # found by containment
     assert col.alignment["clock"]["scale"] == pytest.approx(0.5, rel=1e-3)
+    assert col.alignment["clock"]["source"] == "ticks" and col.alignment["clock"]["calls_inside_ops"] == 1.0
     assert col.alignment["unmapped_threads"] == []
 
 
@@ -156,7 +171,7 @@ def test_a_cupti_trace_merges_into_one_graph_with_its_cpu_ops(tmp_path, monkeypa
                 buf.add_kernel(start_ns=e + 10_000, end_ns=e + 50_000, correlation_id=c, name=f"k{c}")
             return cupti.decode(buf)
 
-    col = cupti.CuptiKernelCollector(tracer=Tracer(), read_clock=ticks)
+    col = cupti.CuptiKernelCollector(tracer=Tracer(), clocks={"cupti": time.time_ns, "ticks": ticks})
     plan = ActivityPlan(("cpu", "cuda"), (torch.profiler.ProfilerActivity.CPU,), CudaSource.CUPTI_EXTENSION)
     monkeypatch.setattr(tracer_mod, "plan_activities", lambda acts, use_cupti: (plan, col))
     model = nn.Sequential(Launcher(), nn.ReLU(), nn.Linear(8, 2))
@@ -173,6 +188,7 @@ def test_a_cupti_trace_merges_into_one_graph_with_its_cpu_ops(tmp_path, monkeypa
     assert meta["cupti_alignment"]["threads"] == {str(threading.get_ident() & 0xFFFFFFFF): main_native,
                                                    str(0xDEAD): main_native}
     assert meta["cupti_alignment"]["clock"]["scale"] == pytest.approx(0.5, rel=1e-3)
+    assert meta["cupti_alignment"]["clock"]["source"] == "ticks"
 
     _, g = trace_and_graph(out)
     T = g.tasks
