@@ -15,7 +15,7 @@ from .cupti import (ActivityKind, ActivityRecords, CuptiTracer, CuptiUnavailable
                     SyncType, available, timestamp_ns)
 from .cupti_align import ClockMap, clock_sample, current_thread_pair, map_threads, pick_clock
 
-__all__ = ["attach_external_ids", "CuptiKernelCollector", "make_collector"]
+__all__ = ["attach_external_ids", "CuptiKernelCollector", "default_clocks", "make_collector"]
 
 
 def attach_external_ids(records: ActivityRecords, kind: ExternalKind | None = None) -> np.ndarray:
@@ -195,6 +195,7 @@ class CuptiKernelCollector:
         name, clock, share = pick_clock(maps, tid, start, end, ops, self._known_threads, base_ns)
         threads = map_threads(tid, clock.since(base_ns, start), clock.since(base_ns, end), ops, self._known_threads)
         unmapped = sorted(set(np.unique(tid).tolist()) - set(threads))
+        share = None if share != share else share          # NaN (nothing to score) is not JSON
         self.alignment = {"clock": {"source": name, "calls_inside_ops": share, **clock.as_metadata()},
                           "threads": {str(k): v for k, v in threads.items()}, "unmapped_threads": unmapped}
         return _chrome_events(self.records, clock, base_ns, threads)
