@@ -6,6 +6,7 @@ CUPTI clock that ticks twice per ns with an offset, as a TSC source would.
 """
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -107,6 +108,10 @@ def test_collector_puts_records_on_the_documents_clock_and_threads():
     assert col.alignment["clock"]["scale"] == pytest.approx(0.5, rel=1e-3)
     assert col.alignment["clock"]["source"] == "ticks" and col.alignment["clock"]["calls_inside_ops"] == 1.0
     assert col.alignment["unmapped_threads"] == []
+    # without the CPU side nothing tells the clocks apart: the first is kept, and the metadata stays JSON
+    col.chrome_events()
+    assert col.alignment["clock"]["source"] == "decoy" and col.alignment["clock"]["calls_inside_ops"] is None
+    json.dumps(col.alignment, allow_nan=False)
 
 
 @pytest.mark.skipif(_ext is None, reason=f"daydream._cupti not available: {_why}")
@@ -115,7 +120,6 @@ def test_a_cupti_trace_merges_into_one_graph_with_its_cpu_ops(tmp_path, monkeypa
     forward on this thread, and inside backward ops under an unknown CUPTI thread id) come
     back as CUPTI records on a clock ticking twice per ns; the written trace loads, every
     kernel is launched by a runtime call on the CPU ops' thread, and takes the module's layer."""
-    import json
     import os
     import threading
 
