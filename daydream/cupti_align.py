@@ -197,7 +197,8 @@ def pick_clock(candidates: Mapping[str, ClockMap], api_tid: np.ndarray, api_star
     -------
     tuple
         ``(name, ClockMap, share)``: ``share`` of the known threads' calls inside their
-        thread's ops under it (NaN when none could be scored).
+        thread's ops under it (NaN when none could be scored: no such call, or no ops of
+        those threads).
 
     Examples
     --------
@@ -208,7 +209,7 @@ def pick_clock(candidates: Mapping[str, ClockMap], api_tid: np.ndarray, api_star
     ('b', 1.0)
     """
     names = list(candidates)
-    mine = np.isin(api_tid, list(known))
+    mine = np.isin(api_tid, [c for c, cpu in known.items() if cpu in cpu_ops])   # calls with ops to nest in
     if not names or not mine.any():
         return (names[0], candidates[names[0]], float("nan")) if names else ("", ClockMap(), float("nan"))
     shares = {}
