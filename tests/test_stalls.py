@@ -55,6 +55,15 @@ def test_peers_are_the_same_op_at_the_same_occurrence_with_the_same_work(maker):
     assert settle_stalls(maker2.g).tasks == 1 and maker2.g.tasks["dur_ns"][ids2[5]] == 100_000
 
 
+def test_the_same_op_twice_an_iteration_is_compared_occurrence_by_occurrence(maker):
+    # the first call of each iteration takes 0.1 ms, the second 2 ms: neither is a stall of the other
+    lane = maker.lane()
+    for i in range(5):
+        for d in (100_000, 2_000_000):
+            maker.task(lane, d, name="aten::addmm", iteration=i, phase=0, event=len(maker.g.lane_tasks[lane]))
+    assert settle_stalls(maker.g).tasks == 0
+
+
 def test_a_settled_graph_replays_as_before(maker):
     from daydream.sim import simulate
 
