@@ -246,6 +246,14 @@ class DeviceProfile:
         curve = self.elementwise.get(dtype) or self.elementwise["float32"]
         return float(curve.points[-1][1])
 
+    def collective_backend(self, backend: str | None = None) -> str | None:
+        """The backend whose figures :meth:`allreduce_ns` uses for ``backend`` (None: no figures).
+
+        >>> DeviceProfile("x", "cpu", {}, {}, 0, collective={"gloo": (1e9, 0.0)}).collective_backend("nccl")
+        'gloo'
+        """
+        return _backend_in(self.collective or {}, backend)
+
     def allreduce_ns(self, nbytes: float, workers: int, backend: str | None = None) -> float:
         """Ring all-reduce time: ``2 (n-1)/n * bytes / bw + latency * 2 (n-1)``."""
         if workers <= 1:
@@ -409,9 +417,14 @@ def _fwd_bwd(v) -> tuple:
     return tuple(int(x) for x in v)
 
 
+def _backend_in(figures: dict, backend: str | None):
+    """The backend whose figures are used: ``backend`` if given, else the first (None: none)."""
+    return backend if backend in figures else next(iter(figures), None)
+
+
 def _for_backend(figures: dict, backend: str | None):
     """``figures[backend]``, or the first backend's figures where that one is not given."""
-    return figures[backend] if backend in figures else next(iter(figures.values()))
+    return figures[_backend_in(figures, backend)]
 
 
 def _interp(pts, x: float, flat: bool = False) -> float:

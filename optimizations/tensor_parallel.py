@@ -207,6 +207,11 @@ class TensorParallel(Optimization):
             T["dur_ns"][t] = int(round(T["dur_ns"][t] * ratio))
 
     # -------------------------------------------------------- all-reduces
+    @property
+    def _backend(self) -> str | None:
+        """The ``backend`` parameter as the device profile takes it (None: its first figures)."""
+        return None if self.backend == "auto" else self.backend
+
     def _insert_allreduces(self, ctx, pairs, table, ratio: float = 1.0):
         """Megatron's g (forward, after the row linear) and f (backward, after the column linear),
         each ``ratio`` times the profile's all-reduce time (:meth:`_in_line_scale`).
@@ -214,13 +219,12 @@ class TensorParallel(Optimization):
         Returns (count, bytes, ns, rank-iterations) of the inserted all-reduces."""
         g, dev = ctx.graph, ctx.device
         T = g.tasks
-        backend = None if self.backend == "auto" else self.backend
         work = work_mask(g) & (T["layer"] >= 0)
         pos = lane_position(g)
         todo, barriers = [], []
         for col, row in pairs:
             nb = _output_bytes(table, row)
-            dur = int(dev.allreduce_ns(nb, self.degree, backend) * ratio)
+            dur = int(dev.allreduce_ns(nb, self.degree, self._backend) * ratio)
             for phase, layer in ((Phase.FORWARD, row), (Phase.BACKWARD, col)):
                 m = work & (T["phase"] == phase) & (T["layer"] == g.layers.get(layer))
                 for rank, it in _rank_iterations(T, m):
@@ -241,7 +245,7 @@ class TensorParallel(Optimization):
         take gloo's figures (a CPU profile), the first pair's all-reduce size; None if it cannot
         be measured here."""
         nb = _output_bytes(table, pairs[0][1])          # refused here, before 30 s of measuring
-        gloo = _collective_backend(ctx.device, self.backend) == "gloo"
+        gloo = ctx.device.collective_backend(self._backend) == "gloo"
         return api_overhead_ns(ctx.device.threads or 1, _input_dims(ctx, pairs), nb if gloo else 0)
 
     def _in_line_scale(self, ctx, cost) -> float:
@@ -249,8 +253,8 @@ class TensorParallel(Optimization):
         profile's figure for the same bytes on the measurement's ranks; 1 where not measured."""
         if not cost or "allreduce_in_line_ns" not in cost:
             return 1.0
-        backend = None if self.backend == "auto" else self.backend
-        return cost["allreduce_in_line_ns"] / ctx.device.allreduce_ns(cost["allreduce_bytes"], API_MESH_RANKS, backend)
+        return cost["allreduce_in_line_ns"] / ctx.device.allreduce_ns(cost["allreduce_bytes"], API_MESH_RANKS,
+                                                                      self._backend)
 
     def _insert_api_overhead(self, ctx, pairs, cost) -> None:
         """Host time of torch's TP API (DTensor) per pair (``cost``: :meth:`_api_cost`): before the
@@ -390,12 +394,6 @@ def _output_bytes(table: dict, row: str) -> int:
     if not nb:
         raise NotApplicable(f"tensor-parallel: the module table has no output size for {row}")
     return nb
-
-
-def _collective_backend(dev, backend: str):
-    """The backend whose collective figures :meth:`DeviceProfile.allreduce_ns` uses (None: none)."""
-    figures = dev.collective or {}
-    return backend if backend in figures else next(iter(figures), None)
 
 
 def _input_dims(ctx, pairs) -> int:
