@@ -67,6 +67,16 @@ def test_pick_clock_keeps_the_first_candidate_when_nothing_tells_them_apart():
     assert name == "first" and np.isnan(share)
 
 
+def test_default_clocks_try_cuptis_own_first_then_torchs_approximate_clock():
+    from daydream.cupti_export import default_clocks
+
+    clocks = default_clocks()
+    assert list(clocks) == ["cupti", "torch approximate clock"]
+    assert clocks["cupti"] is cupti.timestamp_ns
+    a, b = clocks["torch approximate clock"](), clocks["torch approximate clock"]()
+    assert 0 < a <= b
+
+
 @pytest.mark.skipif(_ext is None, reason=f"daydream._cupti not available: {_why}")
 def test_collector_puts_records_on_the_documents_clock_and_threads():
     def ticks(unix_ns):            # a CUPTI source ticking twice per ns
