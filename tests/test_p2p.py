@@ -312,3 +312,42 @@ def test_profile_keeps_hold_points_and_refuses_negative_ones(tmp_path):
     open(path, "w").write(json.dumps(doc))
     with pytest.raises(DaydreamError, match="p2p_late_hold gloo: needs"):
         load_profile(path)
+
+
+def test_one_way_sends_start_from_a_token_not_a_barrier(monkeypatch):
+    """Each timed send follows a token from the receiver (which then waits for the data), never a
+    barrier: after ``dist.barrier()`` a pinned process's send returned a scheduler slice late in
+    a share of tries.  Rank 0 gets the receiver's stamps back and returns their mean lead (30 us)."""
+    torch = pytest.importorskip("torch")
+    from daydream import calibrate_procs as cp
+
+    calls, now = [], [0]
+
+    class Dist:
+        @staticmethod
+        def barrier():
+            raise AssertionError("a barrier before a timed send")
+
+        @staticmethod
+        def recv(t, src):
+            calls.append(("recv", src, t.numel()))
+            if t.numel() > 1:                   # the receiver's stamps: 30 us after each send's start
+                t.copy_(torch.tensor(sent) + 30_000)
+
+        @staticmethod
+        def send(t, dst):
+            calls.append(("send", dst, t.numel()))
+            if t.numel() == 64:
+                sent.append(now[0])
+
+    def tick():
+        now[0] += 1_000_000
+        return now[0]
+
+    sent = []
+    monkeypatch.setattr(cp, "_spin", lambda seconds, work=None: None)
+    monkeypatch.setattr(cp.time, "perf_counter_ns", tick)
+    got = cp._p2p_one_way_ns(torch, Dist, 0, torch.zeros(64))
+    assert got == pytest.approx(30_000.0)
+    tries = cp.P2P_TRIES + 3
+    assert calls[:2] == [("recv", 1, 1), ("send", 1, 64)] and len(calls) == 2 * tries + 1
