@@ -52,9 +52,11 @@ def first_result(target, ranks: int, args=(), timeout_s: float = 120.0):
             p.join(timeout=60)
 
 #: Point-to-point calibration: transfers timed per size, and the sender's busy time before each
-#: (the receiver is already waiting, as a pipeline stage waiting for its input is).  Tries started
-#: by a barrier stalled for milliseconds in 5-40 % of sends (:func:`_hand_token`); started by a
-#: token, none of hundreds did, and four calibrations in a row fitted 22-25 us (session 29).
+#: (the receiver is already waiting, as a pipeline stage waiting for its input is).  Some sends
+#: stall for milliseconds, in spells; their mean cost is part of what a real hand-over costs
+#: (the trimmed mean is kept), but 30 tries caught from none to several of them: the fitted
+#: latency read 40 / 245 / 323 / 890 us in four calibrations within a minute, and 69 / 173 / 192
+#: / 281 us with 150 tries (session 28; the median one-way send 34-81 us meanwhile).
 P2P_TRIES, P2P_BUSY_S = 120, 0.001
 #: Sizes up to which a send's host cost (posting it) is taken as fixed; above, the
 #: posting thread may write part of the data itself and its cost is in the transfer.
@@ -126,26 +128,13 @@ def _spin(seconds: float, work=None) -> None:
             work()
 
 
-def _hand_token(dist, rank, token) -> None:
-    """Start a try: rank 1 sends ``token`` to rank 0, which waits for it.  Rank 1 goes on to post
-    its receive at once, so that it waits for the try's data, as a pipeline stage waits for its
-    input.  Not a barrier: in a process pinned to one core, a send posted after ``dist.barrier()``
-    returned late by a scheduler slice (2-4 ms) in 5-40 % of tries, even 4 ms after it (sends
-    after a token: none of 200), and a real hand-over has no barrier before it."""
-    if rank == 0:
-        dist.recv(token, 1)
-    else:
-        dist.send(token, 0)
-
-
 def _p2p_one_way_ns(torch, dist, rank, t) -> float:
     """Rank 0: the trimmed mean (fastest 95 %) of :data:`P2P_TRIES` sends of ``t`` after 3
     warm-up ones, each from its start on rank 0 to the receive's end on rank 1 (both stamp the
     same monotonic clock; rank 1 sends its stamps over at the end).  Rank 1: 0."""
     stamps = torch.zeros(P2P_TRIES + 3, dtype=torch.int64)
-    token = torch.zeros(1)
     for i in range(len(stamps)):
-        _hand_token(dist, rank, token)
+        dist.barrier()
         if rank == 0:
             _spin(P2P_BUSY_S)
             stamps[i] = time.perf_counter_ns()
