@@ -6,7 +6,8 @@ schedule helpers wrapped, so that each rank logs its forward and backward chunks
 for them (``wait <what>``), on one monotonic clock.  Prints one step's actions of both
 ranks in time order, then per rank the median chunk times over the measured steps and the
 hand-over times: from the later of a send's post ending and the peer starting to wait for it,
-to the end of that wait (what the receiver waited beyond its own lateness).
+to the end of that wait (what the receiver waited beyond its own lateness), apart for sends
+whose receiver was already waiting and those it waited for later.
 
 The wrapped helpers (``schedules._batch_p2p``, ``schedules._wait_batch_p2p``,
 ``stage._PipelineStageBase.forward_one_chunk`` / ``backward_one_chunk``) are private to torch
@@ -101,17 +102,19 @@ def report(logs: dict, step: int, warmup: int) -> None:
         print(f"rank {r}: median us per action over {len(s[warmup:])} steps: "
               + ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in sorted(chunks.items())))
     for src, dst in ((0, 1), (1, 0)):
-        got = []
+        got = {True: [], False: []}     # by whether the peer was already waiting when the send was posted
         for a_step, b_step in zip(steps[src][warmup:], steps[dst][warmup:]):
             sends = [b for what, _, b in a_step if what.startswith("post:") and "send" in what]
             waits = [(a, b) for what, a, b in b_step if what.startswith("wait") and "recv" in what]
             for s in sends:
                 a, b = min(((a, b) for a, b in waits if b >= s), key=lambda w: w[1], default=(0, None))
                 if b is not None:
-                    got.append((b - max(a, s)) / 1e3)
-        if got:
-            print(f"rank {src} -> {dst}: hand-over (peer's wait after the send's post), median {statistics.median(got):.0f} "
-                  f"us, mean {statistics.fmean(got):.0f} us, largest {max(got):.0f} us ({len(got)} sends)")
+                    got[a <= s].append((b - max(a, s)) / 1e3)
+        for waiting, us in got.items():
+            if us:
+                print(f"rank {src} -> {dst}, peer {'already waiting' if waiting else 'waiting later'}: hand-over "
+                      f"median {statistics.median(us):.0f} us, mean {statistics.fmean(us):.0f} us, over 1 ms "
+                      f"{sum(x > 1000 for x in us)} of {len(us)}, largest {max(us):.0f} us")
 
 
 def main(argv=None) -> None:
