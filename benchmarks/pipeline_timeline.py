@@ -3,7 +3,7 @@
 Runs the pipeline workload (2 processes, torch's pipelining API over gloo) with torch's
 schedule helpers wrapped, so that each rank logs its forward and backward chunks
 (``F<mb>`` / ``B<mb>``), each batch of point-to-point posts (``post:<what>``) and each wait
-for them (``wait <what>``), on one monotonic clock.  Prints one step's actions of both
+for them (``wait <what>``), on one monotonic clock, idle CPUs polling (as ``daydream validate`` runs).  Prints one step's actions of both
 ranks in time order, then per rank the median chunk times over the measured steps and the
 hand-over times: from the later of a send's post ending and the peer starting to wait for it,
 to the end of that wait (what the receiver waited beyond its own lateness), apart for sends
@@ -124,7 +124,10 @@ def main(argv=None) -> None:
     p.add_argument("--step", type=int, default=10, help="the step whose actions are printed")
     args = p.parse_args(own)
     warmup = int(workload[workload.index("--warmup") + 1]) if "--warmup" in workload else 3
-    with tempfile.TemporaryDirectory() as tmp:
+    from daydream.cpuidle import polling_idle
+
+    with tempfile.TemporaryDirectory() as tmp, polling_idle() as held:
+        print(f"idle CPUs polling: {held} (as daydream validate runs)")
         os.environ[_DIR_ENV] = tmp
         _install()
         from daydream.workloads import pipeline
