@@ -1,6 +1,7 @@
 """Per-task timeline of the real Hydra runtime (``daydream.workloads.hydra --task-log``).
 
-Runs the workload with ``--task-log`` (or reads the logs of an earlier run with ``--logs DIR``)
+Runs the workload with ``--task-log`` as ``daydream validate`` runs it (its malloc settings, idle
+CPUs polling), or reads the logs of an earlier run with ``--logs DIR``)
 and prints, per schedule and process:
 
 * the median round span and busy time;
@@ -106,9 +107,12 @@ def main(argv=None) -> None:
     if argv[:1] == ["--logs"] and len(argv) == 2:
         report(load(argv[1]))
         return
-    with tempfile.TemporaryDirectory() as tmp:
+    from daydream.cpuidle import polling_idle
+    from daydream.validate import run_env
+
+    with tempfile.TemporaryDirectory() as tmp, polling_idle():     # as daydream validate runs it
         cmd = [sys.executable, "-m", "daydream.workloads.hydra", *argv, "--task-log", tmp]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=run_env())
         print(proc.stdout.strip())
         if proc.returncode:
             raise SystemExit(proc.returncode)
