@@ -15,7 +15,7 @@ The wrapped helpers (``schedules._batch_p2p``, ``schedules._wait_batch_p2p``,
 
 Usage (the validation's sizes)::
 
-    python benchmarks/pipeline_timeline.py [--step 10] -- --schedule gpipe --microbatches 4 \\
+    python benchmarks/pipeline_timeline.py [--step 10] [--demote] -- --schedule gpipe --microbatches 4 \\
         --steps 14 --warmup 4 --threads 1 --pin-cores --hidden 1024 --batch-size 64 --layers 4 \\
         --in-features 512
 """
@@ -34,7 +34,7 @@ from pathlib import Path
 __all__ = ["main", "report"]
 
 _LOG, _DESC, _RANK = [], {}, [None]
-_DIR_ENV = "DAYDREAM_PIPELINE_TIMELINE_DIR"
+_DIR_ENV, _DEMOTE_ENV = "DAYDREAM_PIPELINE_TIMELINE_DIR", "DAYDREAM_PIPELINE_TIMELINE_DEMOTE"
 
 
 def _install() -> None:
@@ -46,6 +46,10 @@ def _install() -> None:
     batch, wait = schedules._batch_p2p, schedules._wait_batch_p2p
 
     def logged_batch(ops, desc=None):
+        if os.environ.get(_DEMOTE_ENV) and _RANK[0] is None:    # the first post: gloo's threads exist
+            from p2p_start import _demote_gloo_threads
+
+            _demote_gloo_threads()
         t0 = time.perf_counter_ns()
         works = batch(ops, desc)
         if ops:
@@ -122,7 +126,11 @@ def main(argv=None) -> None:
     own, workload = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--step", type=int, default=10, help="the step whose actions are printed")
+    p.add_argument("--demote", action="store_true", help="gloo's socket thread at nice 19 in each rank "
+                   "(as benchmarks/p2p_start.py --demote)")
     args = p.parse_args(own)
+    if args.demote:
+        os.environ[_DEMOTE_ENV] = "1"
     warmup = int(workload[workload.index("--warmup") + 1]) if "--warmup" in workload else 3
     from daydream.cpuidle import polling_idle
 
