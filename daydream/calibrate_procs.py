@@ -58,6 +58,10 @@ def first_result(target, ranks: int, args=(), timeout_s: float = 120.0):
 #: latency read 40 / 245 / 323 / 890 us in four calibrations within a minute, and 69 / 173 / 192
 #: / 281 us with 150 tries (session 28; the median one-way send 34-81 us meanwhile).
 P2P_TRIES, P2P_BUSY_S = 120, 0.001
+#: A timed send counts as stalled when it took more than this many times the median send (the
+#: stalled ones wait for the rank's socket thread, which holds the shared core until the
+#: scheduler's tick: ``benchmarks/p2p_start.py --demote``; session 29).
+P2P_STALL_FACTOR = 10
 #: Sizes up to which a send's host cost (posting it) is taken as fixed; above, the
 #: posting thread may write part of the data itself and its cost is in the transfer.
 P2P_POST_MAX_BYTES = 2 ** 18
@@ -82,8 +86,9 @@ def _gloo_worker(rank, port, sizes, kind, q):
         out = []
         for nbytes in sizes:
             t = torch.zeros(nbytes // 4)
-            out.append((nbytes, _p2p_one_way_ns(torch, dist, rank, t), *_p2p_post_ns(torch, dist, rank, t),
-                        _p2p_late_recv_ns(torch, dist, rank, t)))
+            mean, median, stalled = _p2p_one_way_ns(torch, dist, rank, t)
+            out.append((nbytes, mean, *_p2p_post_ns(torch, dist, rank, t), _p2p_late_recv_ns(torch, dist, rank, t),
+                        median, stalled))
     if kind == "p2p":
         held = torch.zeros(P2P_HOLD_ELEMENTS)
         out = (out, _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)),
@@ -128,10 +133,12 @@ def _spin(seconds: float, work=None) -> None:
             work()
 
 
-def _p2p_one_way_ns(torch, dist, rank, t) -> float:
-    """Rank 0: the trimmed mean (fastest 95 %) of :data:`P2P_TRIES` sends of ``t`` after 3
-    warm-up ones, each from its start on rank 0 to the receive's end on rank 1 (both stamp the
-    same monotonic clock; rank 1 sends its stamps over at the end).  Rank 1: 0."""
+def _p2p_one_way_ns(torch, dist, rank, t) -> tuple:
+    """Rank 0: ``(trimmed mean, median, stalled share)`` of :data:`P2P_TRIES` sends of ``t``
+    after 3 warm-up ones, each from its start on rank 0 to the receive's end on rank 1 (both
+    stamp the same monotonic clock; rank 1 sends its stamps over at the end): the mean of the
+    fastest 95 %, in ns, and the share of sends over :data:`P2P_STALL_FACTOR` times the median.
+    Rank 1: zeros."""
     stamps = torch.zeros(P2P_TRIES + 3, dtype=torch.int64)
     for i in range(len(stamps)):
         dist.barrier()
@@ -146,9 +153,11 @@ def _p2p_one_way_ns(torch, dist, rank, t) -> float:
     if rank == 0:
         dist.recv(peer, 1)
         one_way = sorted((peer - stamps)[3:].tolist())
-        return statistics.fmean(one_way[:max(1, int(len(one_way) * 0.95))])
+        median = statistics.median(one_way)
+        stalled = sum(x > P2P_STALL_FACTOR * median for x in one_way) / len(one_way)
+        return statistics.fmean(one_way[:max(1, int(len(one_way) * 0.95))]), median, stalled
     dist.send(stamps, 0)
-    return 0.0
+    return 0.0, 0.0, 0.0
 
 
 def _p2p_post_ns(torch, dist, rank, t) -> tuple:
@@ -452,7 +461,7 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     (:func:`_p2p_late_hold_pts`) and the cost of data landing on a busy receiver
     (:func:`_p2p_land_pts`), as a dict of :class:`~daydream.device.DeviceProfile` field
     name to figure: ``{"p2p": (bytes/s, latency ns), "p2p_post": (send ns, receive ns),
-    "p2p_handshake": ns, "p2p_collision": ((gap ns, extra ns), ...), "p2p_hold": ((gap ns, extra
+    "p2p_handshake": ns, "p2p_sends": (median send ns, stalled share), "p2p_collision": ((gap ns, extra ns), ...), "p2p_hold": ((gap ns, extra
     ns), ...), "p2p_late_hold": ((busy ns, share), ...), "p2p_land": ((bytes, extra ns), ...)}``."""
     pts = first_result(_gloo_worker, 2, (sizes, kind))
     if kind == "p2p":
@@ -460,7 +469,9 @@ def gloo_fit(sizes, kind: str = "allreduce"):
         small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]
         post = tuple(statistics.median(p[k] for p in small) for k in (2, 3))
         handshake = statistics.median(p2p_handshake_ns(p[1], p[2], p[3], p[4]) for p in small)
+        sends = (statistics.median(p[5] for p in small), statistics.fmean(p[6] for p in small))
         return {"p2p": _fit_relative([p[:2] for p in pts]), "p2p_post": post, "p2p_handshake": handshake,
+                "p2p_sends": sends,
                 "p2p_collision": collision, "p2p_hold": hold, "p2p_late_hold": late, "p2p_land": land}
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)

@@ -81,6 +81,15 @@ def _bandwidth_text(bytes_per_s: float) -> str:
     return "bandwidth not resolved" if bytes_per_s >= UNRESOLVED_BYTES_PER_S else f"{bytes_per_s / 1e9:.2f} GB/s"
 
 
+def _sends_text(sends) -> str:
+    """What a point-to-point latency is made of, for ``calibrate``'s summary line."""
+    from .calibrate_procs import P2P_STALL_FACTOR
+
+    median_ns, stalled = sends
+    return (f" (median send {median_ns / 1e3:.0f} us; {100 * stalled:.0f} % of sends took over "
+            f"{P2P_STALL_FACTOR}x that, and their mean cost is in the latency)") if stalled else ""
+
+
 @click.command()
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
 @click.option("-o", "--output", type=click.Path(), help="Where to save the profile (default: the user cache).")
@@ -103,6 +112,7 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                progress=lambda m: click.echo(f"calibrating: {m} ...", err=True))
     path = save_profile(prof, output)
     links = "".join(f"; {what} {name} {_bandwidth_text(bw)} + {lat / 1e3:.0f} us"
+                    + (_sends_text(prof.p2p_sends[name]) if what == "send" and name in prof.p2p_sends else "")
                     for what, figures in (("all-reduce", prof.collective), ("send", prof.p2p))
                     for name, (bw, lat) in figures.items())
     links += "".join(f"; posting a {name} send / receive {s / 1e3:.0f} / {r / 1e3:.0f} us"

@@ -112,6 +112,12 @@ class DeviceProfile:
     p2p_post : dict of str to (send_ns, recv_ns)
         Per backend: host time of posting a send and a receive (the calling
         thread's share of a hand-over, before the transfer); where absent, 0.
+    p2p_sends : dict of str to (median_ns, stalled_share)
+        Per backend, what the ``p2p`` latency is made of (reported by ``daydream calibrate``,
+        used by no model): the median timed send of the sizes up to 256 KiB and the share of
+        timed sends that took over ten times it (on a CPU host whose ranks are pinned, a send
+        can wait for its rank's socket thread until the scheduler's tick; the fitted latency
+        keeps their mean cost).
     p2p_handshake : dict of str to ns
         Per backend: what a receive posted after its send waits beyond its post and
         the transfer (gloo moves data only once both sides have posted: the
@@ -152,6 +158,7 @@ class DeviceProfile:
     p2p: dict = field(default_factory=dict)
     p2p_post: dict = field(default_factory=dict)
     p2p_handshake: dict = field(default_factory=dict)
+    p2p_sends: dict = field(default_factory=dict)
     p2p_collision: dict = field(default_factory=dict)
     p2p_hold: dict = field(default_factory=dict)
     p2p_late_hold: dict = field(default_factory=dict)
@@ -373,6 +380,7 @@ class DeviceProfile:
         d["collective"] = {k: list(v) for k, v in self.collective.items()}
         d["p2p"] = {k: list(v) for k, v in self.p2p.items()}
         d["p2p_post"] = {k: list(v) for k, v in self.p2p_post.items()}
+        d["p2p_sends"] = {k: list(v) for k, v in self.p2p_sends.items()}
         for k in _POINTS:
             d[k] = {b: [list(p) for p in v] for b, v in getattr(self, k).items()}
         d["loader_fetch"] = list(self.loader_fetch)
@@ -393,6 +401,7 @@ class DeviceProfile:
                    p2p={k: tuple(v) for k, v in d.get("p2p", {}).items()},
                    p2p_post={k: tuple(v) for k, v in d.get("p2p_post", {}).items()},
                    p2p_handshake={k: float(v) for k, v in d.get("p2p_handshake", {}).items()},
+                   p2p_sends={k: tuple(float(x) for x in v) for k, v in d.get("p2p_sends", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
                    compiled_call_ns=_fwd_bwd(d.get("compiled_call_ns", (0, 0))),
@@ -517,6 +526,9 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
     for name, v in prof.p2p_handshake.items():
         if not (_positive(v) or v == 0):
             return f"p2p_handshake {name}: needs ns >= 0"
+    for name, v in prof.p2p_sends.items():
+        if len(v) != 2 or not (_positive(v[0]) or v[0] == 0) or not 0 <= v[1] <= 1:
+            return f"p2p_sends {name}: needs (median ns >= 0, stalled share from 0 to 1)"
     for name, pts in prof.p2p_late_hold.items():
         if not pts or not all(len(p) == 2 and _positive(p[0]) and 0 <= p[1] <= 1 for p in pts):
             return f"p2p_late_hold {name}: needs (busy ns > 0, share from 0 to 1) points"

@@ -52,6 +52,60 @@ def test_profile_keeps_the_p2p_handshake_and_refuses_a_negative_one(tmp_path):
         load_profile(path)
 
 
+def test_profile_keeps_what_sends_are_made_of_and_refuses_a_share_over_one(tmp_path):
+    path = save_profile(dataclasses.replace(flat_profile(), p2p_sends={"gloo": (30_000.0, 0.25)}),
+                        str(tmp_path / "p.json"))
+    assert load_profile(path).p2p_sends == {"gloo": (30_000.0, 0.25)}
+    doc = json.loads(open(path).read())
+    doc["p2p_sends"] = {"gloo": [30_000.0, 1.5]}
+    open(path, "w").write(json.dumps(doc))
+    with pytest.raises(DaydreamError, match="p2p_sends gloo: needs"):
+        load_profile(path)
+
+
+def test_calibrate_says_what_share_of_sends_stalled():
+    from daydream.cli_whatif import _sends_text
+
+    assert _sends_text((30_000.0, 0.25)) == (" (median send 30 us; 25 % of sends took over 10x that, "
+                                             "and their mean cost is in the latency)")
+    assert _sends_text((30_000.0, 0.0)) == ""
+
+
+def test_one_way_sends_report_their_mean_median_and_stalled_share(monkeypatch):
+    """Rank 0 gets the receiver's stamps back: of 123 sends (3 warm-up), 110 take 30 us and 10
+    take 3 ms; the trimmed mean drops the slowest 6, the stalled share counts those over 10x
+    the median."""
+    torch = pytest.importorskip("torch")
+    from daydream import calibrate_procs as cp
+
+    took = [30_000] * 3 + [30_000] * 110 + [3_000_000] * 10
+    sent, now = [], [0]
+
+    class Dist:
+        @staticmethod
+        def barrier():
+            pass
+
+        @staticmethod
+        def send(t, dst):
+            sent.append(now[0])
+
+        @staticmethod
+        def recv(t, src):
+            t.copy_(torch.tensor([a + b for a, b in zip(sent, took)]))
+
+    def tick():
+        now[0] += 10_000_000
+        return now[0]
+
+    monkeypatch.setattr(cp, "P2P_TRIES", 120)
+    monkeypatch.setattr(cp, "_spin", lambda seconds, work=None: None)
+    monkeypatch.setattr(cp.time, "perf_counter_ns", tick)
+    mean, median, stalled = cp._p2p_one_way_ns(torch, Dist, 0, torch.zeros(4))
+    assert median == 30_000 and stalled == pytest.approx(10 / 120)
+    assert mean == pytest.approx((110 * 30_000 + 4 * 3_000_000) / 114)
+
+
 def test_hydra_transfers_take_the_p2p_figures(own_trace):
     trace = own_trace("mlp")
     old = flat_profile(allreduce=(1e9, 500_000.0))
@@ -154,6 +208,8 @@ def test_gloo_p2p_measures_two_processes(tmp_path):
     assert bw > 1e6 and 0 <= lat < 1e9
     assert 0 < send < 1e8 and 0 < recv < 1e8     # a posting call returns in well under 0.1 s
     assert 0 <= handshake < 1e8
+    median, stalled = got["p2p_sends"]
+    assert 0 < median < 1e8 and 0 <= stalled <= 1
     gaps = [g for g, _ in collision]
     assert gaps == [g * 1e3 for g in P2P_COLLIDE_GAPS_US] and collision[-1][1] == 0.0
     assert all(0 <= extra < 1e8 for _, extra in collision)
