@@ -56,7 +56,10 @@ def first_result(target, ranks: int, args=(), timeout_s: float = 120.0):
 #: stall for milliseconds, in spells; their mean cost is part of what a real hand-over costs
 #: (the trimmed mean is kept), but 30 tries caught from none to several of them: the fitted
 #: latency read 40 / 245 / 323 / 890 us in four calibrations within a minute, and 69 / 173 / 192
-#: / 281 us with 150 tries (session 28; the median one-way send 34-81 us meanwhile).
+#: / 281 us with 150 tries (session 28; the median one-way send 34-81 us meanwhile), and 241-822
+#: us with 120 (session 29).  The stalled sends wait for their rank's socket thread, which holds
+#: the shared core until the scheduler's tick; real hand-overs stall too, at a rate of their own
+#: (docs/validation-log.md, "Session 29").
 P2P_TRIES, P2P_BUSY_S = 120, 0.001
 #: A timed send counts as stalled when it took more than this many times the median send (the
 #: stalled ones wait for the rank's socket thread, which holds the shared core until the
@@ -461,8 +464,9 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     (:func:`_p2p_late_hold_pts`) and the cost of data landing on a busy receiver
     (:func:`_p2p_land_pts`), as a dict of :class:`~daydream.device.DeviceProfile` field
     name to figure: ``{"p2p": (bytes/s, latency ns), "p2p_post": (send ns, receive ns),
-    "p2p_handshake": ns, "p2p_sends": (median send ns, stalled share), "p2p_collision": ((gap ns, extra ns), ...), "p2p_hold": ((gap ns, extra
-    ns), ...), "p2p_late_hold": ((busy ns, share), ...), "p2p_land": ((bytes, extra ns), ...)}``."""
+    "p2p_handshake": ns, "p2p_sends": (median send ns, stalled share), "p2p_collision": ((gap ns,
+    extra ns), ...), "p2p_hold": ((gap ns, extra ns), ...), "p2p_late_hold": ((busy ns, share), ...),
+    "p2p_land": ((bytes, extra ns), ...)}``."""
     pts = first_result(_gloo_worker, 2, (sizes, kind))
     if kind == "p2p":
         pts, collision, hold, late, land = pts
