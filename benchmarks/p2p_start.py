@@ -7,6 +7,8 @@ receive's return on rank 1 (one monotonic clock).  Tries start in one of these w
 
 * ``barrier``: ``dist.barrier()``, then rank 0 computes (spins) ``--busy-ms`` first (what
   ``calibrate_procs._p2p_one_way_ns`` does);
+* ``posted-barrier``: the same, rank 1 posting its receive (``irecv``) before the barrier
+  rather than after it (as the Hydra runtime posts a round's receives before its barrier);
 * ``token``: rank 1 sends a 1-element token that rank 0 receives, then the same;
 * ``token-mm``: the same, rank 0 computing ``torch.mm`` instead of spinning.
 
@@ -32,7 +34,7 @@ from daydream.cpuidle import polling_idle
 
 __all__ = ["main"]
 
-STARTS = ("barrier", "token", "token-mm")
+STARTS = ("barrier", "posted-barrier", "token", "token-mm")
 
 
 def _demote_gloo_threads() -> None:
@@ -58,7 +60,8 @@ def _worker(rank, port, q, start, tries, busy_s, nbytes, demote):
     work = (lambda: torch.mm(a, b)) if start == "token-mm" else None
     stamps = torch.zeros(tries + 3, dtype=torch.int64)
     for i in range(len(stamps)):
-        if start == "barrier":
+        posted = dist.irecv(t, 0) if rank == 1 and start == "posted-barrier" else None
+        if start.endswith("barrier"):
             dist.barrier()
         elif rank == 0:
             dist.recv(token, 1)
@@ -69,7 +72,7 @@ def _worker(rank, port, q, start, tries, busy_s, nbytes, demote):
             stamps[i] = time.perf_counter_ns()
             dist.send(t, 1)
         else:
-            dist.recv(t, 0)
+            (posted or dist.irecv(t, 0)).wait()
             stamps[i] = time.perf_counter_ns()
     if rank == 0:
         peer = torch.zeros_like(stamps)
@@ -99,7 +102,7 @@ def main(argv=None) -> None:
             us = np.array(q.get())
             for proc in procs:
                 proc.join()
-            print(f"{start:9s} one-way median {np.median(us):6.0f} us, mean {us.mean():6.0f} us, "
+            print(f"{start:14s} one-way median {np.median(us):6.0f} us, mean {us.mean():6.0f} us, "
                   f"over 0.5 ms {100 * (us > 500).mean():4.1f} % of {len(us)}", flush=True)
 
 
