@@ -113,11 +113,12 @@ class DeviceProfile:
         Per backend: host time of posting a send and a receive (the calling
         thread's share of a hand-over, before the transfer); where absent, 0.
     p2p_sends : dict of str to (median_ns, stalled_share)
-        Per backend, what the ``p2p`` latency is made of (reported by ``daydream calibrate``,
-        used by no model): the median timed send of the sizes up to 256 KiB and the share of
+        Per backend, what the ``p2p`` latency is made of (reported by ``daydream calibrate``):
+        the median timed send of the sizes up to 256 KiB and the share of
         timed sends that took over ten times it (on a CPU host whose ranks are pinned, a send
         can wait for its rank's socket thread until the scheduler's tick; the fitted latency
-        keeps their mean cost).
+        keeps their mean cost).  A send to a receive posted well before it does not wait so
+        (:meth:`p2p_preposted_ns`).
     p2p_handshake : dict of str to ns
         Per backend: what a receive posted after its send waits beyond its post and
         the transfer (gloo moves data only once both sides have posted: the
@@ -288,6 +289,28 @@ class DeviceProfile:
             return 0.0
         bw, lat = _for_backend(figures, backend)
         return nbytes / bw * 1e9 + lat
+
+    def p2p_preposted_ns(self, nbytes: float, backend: str | None = None) -> float:
+        """One send to a receive posted before the sender's previous synchronisation (a runtime
+        that posts a step's receives up front): :meth:`p2p_ns` with the latency lowered to the
+        median timed send of ``p2p_sends`` where that is lower.  The fitted latency carries the
+        mean cost of sends that waited for their rank's socket thread until the scheduler's tick,
+        which happened to 26-41 % of sends whose receive was posted after the barrier that
+        started them and to 0-0.5 % of those whose receive was posted before it
+        (``python benchmarks/p2p_start.py``; docs/validation-log.md, "Session 29").
+
+        >>> prof = DeviceProfile("x", "cpu", {}, {}, 0, p2p={"gloo": (1e9, 300e3)},
+        ...                      p2p_sends={"gloo": (40e3, 0.2)})
+        >>> prof.p2p_ns(1e6), prof.p2p_preposted_ns(1e6)
+        (1300000.0, 1040000.0)
+        >>> DeviceProfile("x", "cpu", {}, {}, 0, p2p={"gloo": (1e9, 300e3)}).p2p_preposted_ns(1e6)
+        1300000.0
+        """
+        if nbytes <= 0 or not self.p2p or not self.p2p_sends:
+            return self.p2p_ns(nbytes, backend)
+        bw, lat = _for_backend(self.p2p, backend)
+        median = _for_backend(self.p2p_sends, backend)[0]
+        return nbytes / bw * 1e9 + min(lat, median)
 
     def p2p_post_ns(self, backend: str | None = None) -> tuple:
         """``(send, receive)``: host ns the sending and the receiving thread spend posting one

@@ -26,9 +26,11 @@ project's simulator: per model, forward shards in order, backward shards in
 reverse, each shard's optimizer step after its backward; between devices an
 activation (forward) or gradient (backward) transfer of the cut layer's
 output bytes on a link lane per direction, lasting ``bytes / bw + latency``
-with the device profile's point-to-point figures
-(:meth:`daydream.device.DeviceProfile.p2p_ns`; without them, one step of
-the all-reduce model); the sending device first spends the profile's host
+with the device profile's point-to-point figures for a receive posted ahead
+(:meth:`daydream.device.DeviceProfile.p2p_preposted_ns`: the latency no
+higher than the calibrated median send, since the fitted one carries sends
+stalled by a receive posted late; without point-to-point figures, one step
+of the all-reduce model); the sending device first spends the profile's host
 cost of posting a send (``p2p_post``), which the transfer time includes.
 Receives are posted before a step starts (as the real runtime does); one
 whose data lands while its device runs another shard lengthens that shard
@@ -390,7 +392,7 @@ class Hydra(Optimization):
         dev = ctx.device
         if D > 1 and not (dev.p2p or dev.collective):
             raise NotApplicable(f"hydra: device profile {dev.name!r} has no transfer figures; run daydream calibrate")
-        transfer_ns, (send_post_ns, _) = dev.p2p_ns, dev.p2p_post_ns()
+        transfer_ns, (send_post_ns, _) = dev.p2p_preposted_ns, dev.p2p_post_ns()
         rate = corun_rate(ctx, 1.0, self.corun) if D > 1 else 1.0
         graphs, results, resumed, landed = {}, {}, {}, {}
         for sched in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL):
