@@ -94,7 +94,8 @@ def _gloo_worker(rank, port, sizes, kind, q):
                         median, stalled))
     if kind == "p2p":
         held = torch.zeros(P2P_HOLD_ELEMENTS)
-        out = (out, _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)),
+        out = (out, _p2p_preposted_ns(torch, dist, rank, torch.zeros(min(sizes) // 4)),
+               _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)),
                _p2p_hold_pts(torch, dist, rank, held), _p2p_late_hold_pts(torch, dist, rank, held),
                _p2p_land_pts(torch, dist, rank))
     if rank == 0:
@@ -161,6 +162,33 @@ def _p2p_one_way_ns(torch, dist, rank, t) -> tuple:
         return statistics.fmean(one_way[:max(1, int(len(one_way) * 0.95))]), median, stalled
     dist.send(stamps, 0)
     return 0.0, 0.0, 0.0
+
+
+def _p2p_preposted_ns(torch, dist, rank, t) -> float:
+    """Rank 0: the trimmed mean one-way time, in ns, of :data:`P2P_TRIES` sends of ``t`` (after 3
+    warm-up ones) to a receive rank 1 posted *before* the barrier that starts each send, as a
+    runtime that posts a step's receives up front has them (the Hydra runtime).  Such sends do not
+    wait for their rank's socket thread until the scheduler's tick, as 20-40 % of those to a
+    receive posted after the barrier did here (``python benchmarks/p2p_start.py``: posted-barrier
+    mean 30-44 us, 0-0.5 % over 0.5 ms; barrier 545-985 us, 20-39 %).  Rank 1: 0."""
+    stamps = torch.zeros(P2P_TRIES + 3, dtype=torch.int64)
+    for i in range(len(stamps)):
+        posted = dist.irecv(t, 0) if rank == 1 else None
+        dist.barrier()
+        if rank == 0:
+            _spin(P2P_BUSY_S)
+            stamps[i] = time.perf_counter_ns()
+            dist.send(t, 1)
+        else:
+            posted.wait()
+            stamps[i] = time.perf_counter_ns()
+    peer = torch.zeros_like(stamps)
+    if rank == 0:
+        dist.recv(peer, 1)
+        one_way = sorted((peer - stamps)[3:].tolist())
+        return statistics.fmean(one_way[:max(1, int(len(one_way) * 0.95))])
+    dist.send(stamps, 0)
+    return 0.0
 
 
 def _p2p_post_ns(torch, dist, rank, t) -> tuple:
@@ -464,18 +492,20 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     (:func:`_p2p_late_hold_pts`) and the cost of data landing on a busy receiver
     (:func:`_p2p_land_pts`), as a dict of :class:`~daydream.device.DeviceProfile` field
     name to figure: ``{"p2p": (bytes/s, latency ns), "p2p_post": (send ns, receive ns),
-    "p2p_handshake": ns, "p2p_sends": (median send ns, stalled share), "p2p_collision": ((gap ns,
+    "p2p_handshake": ns, "p2p_sends": (median send ns, stalled share), "p2p_preposted": ns (a send of the
+    smallest size to a receive posted before the barrier that starts it, :func:`_p2p_preposted_ns`),
+    "p2p_collision": ((gap ns,
     extra ns), ...), "p2p_hold": ((gap ns, extra ns), ...), "p2p_late_hold": ((busy ns, share), ...),
     "p2p_land": ((bytes, extra ns), ...)}``."""
     pts = first_result(_gloo_worker, 2, (sizes, kind))
     if kind == "p2p":
-        pts, collision, hold, late, land = pts
+        pts, preposted, collision, hold, late, land = pts
         small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]
         post = tuple(statistics.median(p[k] for p in small) for k in (2, 3))
         handshake = statistics.median(p2p_handshake_ns(p[1], p[2], p[3], p[4]) for p in small)
         sends = (statistics.median(p[5] for p in small), statistics.fmean(p[6] for p in small))
         return {"p2p": _fit_relative([p[:2] for p in pts]), "p2p_post": post, "p2p_handshake": handshake,
-                "p2p_sends": sends,
+                "p2p_sends": sends, "p2p_preposted": preposted,
                 "p2p_collision": collision, "p2p_hold": hold, "p2p_late_hold": late, "p2p_land": land}
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)

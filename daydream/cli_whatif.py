@@ -117,6 +117,8 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                     for name, (bw, lat) in figures.items())
     links += "".join(f"; posting a {name} send / receive {s / 1e3:.0f} / {r / 1e3:.0f} us"
                      for name, (s, r) in prof.p2p_post.items())
+    links += "".join(f"; a {name} send to a receive posted ahead {ns / 1e3:.0f} us"
+                     for name, ns in prof.p2p_preposted.items())
     if prof.core_to_core_ns:
         links += f"; cores {span_text(prof.core_to_core_ns)} apart (core-to-core round trip)"
     click.echo(f"{prof.name}: op overhead {prof.op_overhead_ns} ns; "

@@ -113,12 +113,15 @@ class DeviceProfile:
         Per backend: host time of posting a send and a receive (the calling
         thread's share of a hand-over, before the transfer); where absent, 0.
     p2p_sends : dict of str to (median_ns, stalled_share)
-        Per backend, what the ``p2p`` latency is made of (reported by ``daydream calibrate``):
-        the median timed send of the sizes up to 256 KiB and the share of
+        Per backend, what the ``p2p`` latency is made of (reported by ``daydream calibrate``,
+        used by no model): the median timed send of the sizes up to 256 KiB and the share of
         timed sends that took over ten times it (on a CPU host whose ranks are pinned, a send
         can wait for its rank's socket thread until the scheduler's tick; the fitted latency
-        keeps their mean cost).  A send to a receive posted well before it does not wait so
-        (:meth:`p2p_preposted_ns`).
+        keeps their mean cost).
+    p2p_preposted : dict of str to ns
+        Per backend: the one-way time of a small send whose receive was posted before the
+        synchronisation that starts it (a runtime that posts a step's receives up front), which
+        does not wait so (:meth:`p2p_preposted_ns`); where absent, the ``p2p`` latency.
     p2p_handshake : dict of str to ns
         Per backend: what a receive posted after its send waits beyond its post and
         the transfer (gloo moves data only once both sides have posted: the
@@ -160,6 +163,7 @@ class DeviceProfile:
     p2p_post: dict = field(default_factory=dict)
     p2p_handshake: dict = field(default_factory=dict)
     p2p_sends: dict = field(default_factory=dict)
+    p2p_preposted: dict = field(default_factory=dict)
     p2p_collision: dict = field(default_factory=dict)
     p2p_hold: dict = field(default_factory=dict)
     p2p_late_hold: dict = field(default_factory=dict)
@@ -293,24 +297,23 @@ class DeviceProfile:
     def p2p_preposted_ns(self, nbytes: float, backend: str | None = None) -> float:
         """One send to a receive posted before the sender's previous synchronisation (a runtime
         that posts a step's receives up front): :meth:`p2p_ns` with the latency lowered to the
-        median timed send of ``p2p_sends`` where that is lower.  The fitted latency carries the
+        calibrated ``p2p_preposted`` time where that is lower.  The fitted latency carries the
         mean cost of sends that waited for their rank's socket thread until the scheduler's tick,
-        which happened to 26-41 % of sends whose receive was posted after the barrier that
+        which happened to 20-41 % of sends whose receive was posted after the barrier that
         started them and to 0-0.5 % of those whose receive was posted before it
         (``python benchmarks/p2p_start.py``; docs/validation-log.md, "Session 29").
 
         >>> prof = DeviceProfile("x", "cpu", {}, {}, 0, p2p={"gloo": (1e9, 300e3)},
-        ...                      p2p_sends={"gloo": (40e3, 0.2)})
+        ...                      p2p_preposted={"gloo": 40e3})
         >>> prof.p2p_ns(1e6), prof.p2p_preposted_ns(1e6)
         (1300000.0, 1040000.0)
         >>> DeviceProfile("x", "cpu", {}, {}, 0, p2p={"gloo": (1e9, 300e3)}).p2p_preposted_ns(1e6)
         1300000.0
         """
-        if nbytes <= 0 or not self.p2p or not self.p2p_sends:
+        if nbytes <= 0 or not self.p2p or not self.p2p_preposted:
             return self.p2p_ns(nbytes, backend)
         bw, lat = _for_backend(self.p2p, backend)
-        median = _for_backend(self.p2p_sends, backend)[0]
-        return nbytes / bw * 1e9 + min(lat, median)
+        return nbytes / bw * 1e9 + min(lat, float(_for_backend(self.p2p_preposted, backend)))
 
     def p2p_post_ns(self, backend: str | None = None) -> tuple:
         """``(send, receive)``: host ns the sending and the receiving thread spend posting one
@@ -424,6 +427,7 @@ class DeviceProfile:
                    p2p={k: tuple(v) for k, v in d.get("p2p", {}).items()},
                    p2p_post={k: tuple(v) for k, v in d.get("p2p_post", {}).items()},
                    p2p_handshake={k: float(v) for k, v in d.get("p2p_handshake", {}).items()},
+                   p2p_preposted={k: float(v) for k, v in d.get("p2p_preposted", {}).items()},
                    p2p_sends={k: tuple(float(x) for x in v) for k, v in d.get("p2p_sends", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
@@ -546,9 +550,10 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
     for name, v in prof.p2p_post.items():
         if len(v) != 2 or not all(_positive(x) or x == 0 for x in v):
             return f"p2p_post {name}: needs (send ns >= 0, receive ns >= 0)"
-    for name, v in prof.p2p_handshake.items():
-        if not (_positive(v) or v == 0):
-            return f"p2p_handshake {name}: needs ns >= 0"
+    for kind in ("p2p_handshake", "p2p_preposted"):
+        for name, v in getattr(prof, kind).items():
+            if not (_positive(v) or v == 0):
+                return f"{kind} {name}: needs ns >= 0"
     for name, v in prof.p2p_sends.items():
         if len(v) != 2 or not (_positive(v[0]) or v[0] == 0) or not 0 <= v[1] <= 1:
             return f"p2p_sends {name}: needs (median ns >= 0, stalled share from 0 to 1)"

@@ -28,9 +28,9 @@ activation (forward) or gradient (backward) transfer of the cut layer's
 output bytes on a link lane per direction, lasting ``bytes / bw + latency``
 with the device profile's point-to-point figures for a receive posted ahead
 (:meth:`daydream.device.DeviceProfile.p2p_preposted_ns`: the latency no
-higher than the calibrated median send, since the fitted one carries sends
-stalled by a receive posted late; without point-to-point figures, one step
-of the all-reduce model); the sending device first spends the profile's host
+higher than the calibrated time of such a send, ``p2p_preposted``, since the
+fitted one carries sends stalled by a receive posted late; without
+point-to-point figures, one step of the all-reduce model); the sending device first spends the profile's host
 cost of posting a send (``p2p_post``), which the transfer time includes.
 Receives are posted before a step starts (as the real runtime does); one
 whose data lands while its device runs another shard lengthens that shard
@@ -423,6 +423,11 @@ class Hydra(Optimization):
         if rate < 1.0:
             ctx.note(f"hydra: a device's shard runs at {rate:.2f}x its speed alone while another device is busy "
                      f"(corun={self.corun}; `corun=off` leaves it out)")
+        clean_ns, fitted_ns = dev.p2p_preposted_ns(1.0), dev.p2p_ns(1.0)   # a 1-byte send: the latency
+        if D > 1 and clean_ns < fitted_ns:
+            ctx.note(f"hydra: receives are posted ahead: a hand-over's latency is the profile's send to such a "
+                     f"receive, {clean_ns / 1e3:.0f} us, not its fitted {fitted_ns / 1e3:.0f} us (which carries "
+                     "sends stalled by a receive posted late)")
         ctx.note(f"hydra: {K} model(s) x {D} shard(s) of {', '.join(map(str, costs.layers))} layer(s); "
                  f"shard forward/backward ms: "
                  + ", ".join(f"{f / 1e6:.2f}/{b / 1e6:.2f}" for f, b in zip(costs.fwd_ns, costs.bwd_ns))

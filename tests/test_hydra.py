@@ -170,19 +170,21 @@ def test_data_landing_on_a_busy_device_lengthens_its_shard(own_trace):
     assert on.metrics["shard_parallel_makespan_ms"] > off.metrics["shard_parallel_makespan_ms"]
 
 
-def test_transfers_to_receives_posted_ahead_cost_the_median_send(own_trace):
+def test_transfers_to_receives_posted_ahead_cost_the_calibrated_preposted_send(own_trace):
     """The runtime posts a step's receives before its barrier: each hand-over costs the profile's
-    median send, not the fitted latency that carries sends stalled by a late receive.  One model
-    over two devices, one after the other: its two transfers (activation, gradient) are on the
-    critical path, so the makespan drops by exactly 2 x (300 - 40) us."""
+    send to a receive posted ahead, not the fitted latency that carries sends stalled by a late
+    receive.  One model over two devices, one after the other: its two transfers (activation,
+    gradient) are on the critical path, so the makespan drops by exactly 2 x (300 - 40) us."""
     import dataclasses
 
     base = dataclasses.replace(flat_profile(), p2p={"gloo": (1e9, 300_000.0)})
-    clean = dataclasses.replace(base, p2p_sends={"gloo": (40_000.0, 0.2)})
+    clean = dataclasses.replace(base, p2p_preposted={"gloo": 40_000.0})
     spec = "hydra:models=1,devices=2,corun=off,schedule=model-parallel"
     (fitted, _), (median, _) = (predict(own_trace("mlp"), [spec], device=d) for d in (base, clean))
     drop = fitted.metrics["model_parallel_makespan_ms"] - median.metrics["model_parallel_makespan_ms"]
     assert drop == pytest.approx(2 * 0.260, abs=1e-6)
+    assert any("receive, 40 us, not its fitted 300 us" in n for n in median.notes)
+    assert not any("posted ahead" in n for n in fitted.notes)
 
 
 def test_corun_stretch_exact():

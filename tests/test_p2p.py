@@ -63,6 +63,19 @@ def test_profile_keeps_what_sends_are_made_of_and_refuses_a_share_over_one(tmp_p
         load_profile(path)
 
 
+def test_profile_keeps_the_send_to_a_receive_posted_ahead_and_refuses_a_negative_one(tmp_path):
+    path = save_profile(dataclasses.replace(flat_profile(), p2p={"gloo": (1e9, 300_000.0)},
+                                            p2p_preposted={"gloo": 35_000.0}), str(tmp_path / "p.json"))
+    prof = load_profile(path)
+    assert prof.p2p_preposted == {"gloo": 35_000.0}
+    assert prof.p2p_preposted_ns(1e6) == 1e6 / 1e9 * 1e9 + 35_000.0 < prof.p2p_ns(1e6)
+    doc = json.loads(open(path).read())
+    doc["p2p_preposted"] = {"gloo": -1}
+    open(path, "w").write(json.dumps(doc))
+    with pytest.raises(DaydreamError, match="p2p_preposted gloo: needs"):
+        load_profile(path)
+
+
 def test_calibrate_says_what_share_of_sends_stalled():
     from daydream.cli_whatif import _sends_text
 
@@ -261,6 +274,7 @@ def test_calibrate_measures_and_reports_send_figures(tmp_path):
     prof = load_profile(str(out))
     (bw, lat), = prof.p2p.values()
     assert bw > 0 and lat >= 0 and "send gloo" in res.output and "all-reduce gloo" in res.output
+    assert prof.p2p_preposted["gloo"] > 0 and "a gloo send to a receive posted ahead" in res.output
     # --quick still spans 1 KiB to 8 MiB, so the fits see the bandwidth, not only the latency
     # (a 1 KiB gloo all-reduce took 1.6-1.8 ms here, a 1 MiB one 1.9-2.4: too close to tell apart)
     assert bw < UNRESOLVED_BYTES_PER_S and prof.collective["gloo"][0] < UNRESOLVED_BYTES_PER_S
