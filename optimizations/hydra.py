@@ -30,8 +30,9 @@ with the device profile's point-to-point figures for a receive posted ahead
 (:meth:`daydream.device.DeviceProfile.p2p_preposted_ns`: the latency no
 higher than the calibrated time of such a send, ``p2p_preposted``, since the
 fitted one carries sends stalled by a receive posted late; without
-point-to-point figures, one step of the all-reduce model); the sending device first spends the profile's host
-cost of posting a send (``p2p_post``), which the transfer time includes.
+point-to-point figures, one step of the all-reduce model); the sending
+device first spends the profile's host cost of posting a send
+(``p2p_post``), which the transfer time includes.
 Receives are posted before a step starts (as the real runtime does); one
 whose data lands while its device runs another shard lengthens that shard
 by the profile's cost of taking a message in on a busy core (``p2p_land``,
