@@ -94,7 +94,7 @@ def _gloo_worker(rank, port, sizes, kind, q):
                         median, stalled))
     if kind == "p2p":
         held = torch.zeros(P2P_HOLD_ELEMENTS)
-        out = (out, _p2p_preposted_ns(torch, dist, rank, torch.zeros(min(sizes) // 4)),
+        out = (out, _p2p_one_way_ns(torch, dist, rank, torch.zeros(min(sizes) // 4), preposted=True)[0],
                _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)),
                _p2p_hold_pts(torch, dist, rank, held), _p2p_late_hold_pts(torch, dist, rank, held),
                _p2p_land_pts(torch, dist, rank))
@@ -137,22 +137,32 @@ def _spin(seconds: float, work=None) -> None:
             work()
 
 
-def _p2p_one_way_ns(torch, dist, rank, t) -> tuple:
+def _p2p_one_way_ns(torch, dist, rank, t, preposted: bool = False) -> tuple:
     """Rank 0: ``(trimmed mean, median, stalled share)`` of :data:`P2P_TRIES` sends of ``t``
     after 3 warm-up ones, each from its start on rank 0 to the receive's end on rank 1 (both
     stamp the same monotonic clock; rank 1 sends its stamps over at the end): the mean of the
     fastest 95 %, in ns, and the share of sends over :data:`P2P_STALL_FACTOR` times the median.
-    Rank 1: zeros."""
+    Rank 1: zeros.
+
+    Each send is started by a barrier; rank 1 posts its receive after it, or with ``preposted``
+    before it, as a runtime that posts a step's receives up front has them (the Hydra runtime).
+    Those do not wait for their rank's socket thread until the scheduler's tick, as 20-40 % of
+    the others did here (``python benchmarks/p2p_start.py``: posted-barrier mean 30-44 us, 0-0.5 %
+    over 0.5 ms; barrier 545-985 us, 20-39 %)."""
     stamps = torch.zeros(P2P_TRIES + 3, dtype=torch.int64)
     for i in range(len(stamps)):
+        posted = dist.irecv(t, 0) if preposted and rank == 1 else None
         dist.barrier()
         if rank == 0:
             _spin(P2P_BUSY_S)
             stamps[i] = time.perf_counter_ns()
             dist.send(t, 1)
+            continue
+        if posted is not None:
+            posted.wait()
         else:
             dist.recv(t, 0)
-            stamps[i] = time.perf_counter_ns()
+        stamps[i] = time.perf_counter_ns()
     peer = torch.zeros_like(stamps)
     if rank == 0:
         dist.recv(peer, 1)
@@ -162,33 +172,6 @@ def _p2p_one_way_ns(torch, dist, rank, t) -> tuple:
         return statistics.fmean(one_way[:max(1, int(len(one_way) * 0.95))]), median, stalled
     dist.send(stamps, 0)
     return 0.0, 0.0, 0.0
-
-
-def _p2p_preposted_ns(torch, dist, rank, t) -> float:
-    """Rank 0: the trimmed mean one-way time, in ns, of :data:`P2P_TRIES` sends of ``t`` (after 3
-    warm-up ones) to a receive rank 1 posted *before* the barrier that starts each send, as a
-    runtime that posts a step's receives up front has them (the Hydra runtime).  Such sends do not
-    wait for their rank's socket thread until the scheduler's tick, as 20-40 % of those to a
-    receive posted after the barrier did here (``python benchmarks/p2p_start.py``: posted-barrier
-    mean 30-44 us, 0-0.5 % over 0.5 ms; barrier 545-985 us, 20-39 %).  Rank 1: 0."""
-    stamps = torch.zeros(P2P_TRIES + 3, dtype=torch.int64)
-    for i in range(len(stamps)):
-        posted = dist.irecv(t, 0) if rank == 1 else None
-        dist.barrier()
-        if rank == 0:
-            _spin(P2P_BUSY_S)
-            stamps[i] = time.perf_counter_ns()
-            dist.send(t, 1)
-        else:
-            posted.wait()
-            stamps[i] = time.perf_counter_ns()
-    peer = torch.zeros_like(stamps)
-    if rank == 0:
-        dist.recv(peer, 1)
-        one_way = sorted((peer - stamps)[3:].tolist())
-        return statistics.fmean(one_way[:max(1, int(len(one_way) * 0.95))])
-    dist.send(stamps, 0)
-    return 0.0
 
 
 def _p2p_post_ns(torch, dist, rank, t) -> tuple:
@@ -493,7 +476,7 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     (:func:`_p2p_land_pts`), as a dict of :class:`~daydream.device.DeviceProfile` field
     name to figure: ``{"p2p": (bytes/s, latency ns), "p2p_post": (send ns, receive ns),
     "p2p_handshake": ns, "p2p_sends": (median send ns, stalled share), "p2p_preposted": ns (a send of the
-    smallest size to a receive posted before the barrier that starts it, :func:`_p2p_preposted_ns`),
+    smallest size to a receive posted before the barrier that starts it: :func:`_p2p_one_way_ns`),
     "p2p_collision": ((gap ns,
     extra ns), ...), "p2p_hold": ((gap ns, extra ns), ...), "p2p_late_hold": ((busy ns, share), ...),
     "p2p_land": ((bytes, extra ns), ...)}``."""
