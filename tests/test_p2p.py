@@ -209,6 +209,25 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
     assert open(given).read() == before and len(said) == 1
 
 
+def test_cached_profile_without_the_preposted_send_gets_it_measured(tmp_path, monkeypatch):
+    """A profile calibrated before ``p2p_preposted`` existed, with every other point-to-point
+    figure, is measured again by ``validate`` so that ``hydra`` gets the figure."""
+    import daydream.calibrate as cal
+    from daydream import validate
+    from daydream.device import default_profile_path
+
+    figures = {"p2p": (3e9, 50_000.0), "p2p_post": (40_000.0, 30_000.0), "p2p_handshake": 9_000.0,
+               "p2p_collision": ((0.0, 2e6), (1e5, 0.0)), "p2p_hold": ((0.0, 1e6), (8e5, 0.0)),
+               "p2p_late_hold": ((1e6, 0.1),), "p2p_land": ((16384.0, 1e5),)}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: {**figures, "p2p_preposted": 30_000.0})
+    older = dataclasses.replace(flat_profile(), **{k: {"gloo": v} for k, v in figures.items()})
+    cached = save_profile(older, default_profile_path("cpu", validate.THREADS))
+    said = []
+    assert validate.ensure_profile(progress=said.append) == cached
+    assert load_profile(cached).p2p_preposted == {"gloo": 30_000.0} and "point-to-point" in said[0]
+
+
 def test_gloo_p2p_measures_two_processes(tmp_path):
     """Two spawned gloo processes, two sizes: a few seconds."""
     pytest.importorskip("torch")
