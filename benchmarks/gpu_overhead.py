@@ -19,20 +19,46 @@ Goal (issue 3): the extension's overhead against torch.profiler's, the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import importlib
 import json
 import statistics
+from collections import Counter
 import sys
 import tempfile
 from pathlib import Path
 
+from daydream import cupti
 from daydream.collect import trace
+from daydream.cupti import CuptiTracer
 from daydream.workloads.common import prepare
 
 __all__ = ["measure", "main"]
 
 ARMS = ("untraced", "torch.profiler", "cupti")
+#: Arms that take the overhead apart (``--arms``): the CPU side alone (torch.profiler, CPU
+#: activity only), daydream's CUPTI tracer alone (no torch.profiler), and the extension
+#: recording every runtime/driver call (no ``DEFAULT_SKIPPED_APIS``).
+EXTRA_ARMS = ("cpu-only", "cupti-alone", "cupti-all")
+
+
+@contextlib.contextmanager
+def _arm(arm: str, path: Path, block: int):
+    """The recording of one arm around ``block + 2`` iterations."""
+    if arm == "cupti-alone":
+        with CuptiTracer():
+            yield
+        return
+    kw = {"activities": ("cpu",)} if arm == "cpu-only" else {"use_cupti": arm.startswith("cupti")}
+    saved = cupti.DEFAULT_SKIPPED_APIS
+    if arm == "cupti-all":
+        cupti.DEFAULT_SKIPPED_APIS = ()
+    try:
+        with trace(path, warmup=2, iterations=block, **kw):
+            yield
+    finally:
+        cupti.DEFAULT_SKIPPED_APIS = saved
 
 
 def _kernels(path: Path) -> tuple:
@@ -43,26 +69,30 @@ def _kernels(path: Path) -> tuple:
     return n, doc.get("daydream", {}).get("activities", {})
 
 
-def measure(name: str, rounds: int, block: int, extra: list, keep_dir: Path | None = None) -> dict:
+def measure(name: str, rounds: int, block: int, extra: list, keep_dir: Path | None = None,
+            arms=ARMS) -> dict:
     """Median step time (ms) of each arm of one workload, and the overheads."""
     mod = importlib.import_module(f"daydream.workloads.{name}")
     w = prepare(name, mod.build, ["--quiet", "--device", "cuda", *extra], mod.add_args, mod.BATCH_SIZE)
     w.train(5)
-    times = {a: [] for a in ARMS}
+    times = {a: [] for a in arms}
     last = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
-            order = ARMS[r % 3:] + ARMS[:r % 3]
+            order = arms[r % len(arms):] + arms[:r % len(arms)]
             for arm in order:
                 if arm == "untraced":
                     times[arm] += w.train(block)[1:]
                     continue
                 path = (keep_dir or Path(tmp)) / f"{name}.{arm.replace('.', '_')}.json.gz"
                 path.unlink(missing_ok=True)
-                with trace(path, warmup=2, iterations=block, use_cupti=arm == "cupti"):
+                with _arm(arm, path, block):
                     t = w.train(block + 2)
                 times[arm] += t[2:block + 1]
                 last[arm] = path
+        with CuptiTracer() as alone:  # which kinds arrive with no torch.profiler session around
+            w.train(3)
+        alone_kinds = Counter(cupti.ActivityKind(int(k)).name for k in alone.records.columns["kind"])
         kernels, acts = _kernels(last["cupti"])
         torch_kernels, _ = _kernels(last["torch.profiler"])
     med = {a: statistics.median(v) * 1e3 for a, v in times.items()}
@@ -76,7 +106,11 @@ def measure(name: str, rounds: int, block: int, extra: list, keep_dir: Path | No
         "kernels_in_torch_trace": torch_kernels,
         "cupti_source": acts.get("cuda_source"),
         "cupti_notes": acts.get("notes", []),
-        "samples": [len(times[a]) for a in ARMS],
+        "samples": [len(times[a]) for a in arms],
+        "cupti_alone_rows_by_kind": dict(alone_kinds),
+        "cupti_skipped_apis": acts.get("cupti_skipped_apis"),
+        **{f"{a}_vs_untraced_pct": round((med[a] / med["untraced"] - 1) * 100, 2)
+           for a in arms if a in EXTRA_ARMS},
     }
 
 
@@ -86,6 +120,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--block", type=int, default=10)
     ap.add_argument("--keep", type=Path, help="folder to keep the last trace of each arm in")
+    ap.add_argument("--arms", default=",".join(ARMS),
+                    help=f"arms to run; the first three are required, more from {', '.join(EXTRA_ARMS)}")
     ap.add_argument("extra", nargs="*", help="flags passed to every workload (after --)")
     args = ap.parse_args(argv)
     import torch
@@ -97,7 +133,10 @@ def main(argv=None) -> int:
         args.keep.mkdir(parents=True, exist_ok=True)
     rows = []
     for n in args.workloads.split(","):
-        rows.append(measure(n, args.rounds, args.block, args.extra, args.keep))
+        arms = tuple(args.arms.split(","))
+        if arms[:3] != ARMS or not set(arms) <= set(ARMS + EXTRA_ARMS):
+            ap.error(f"--arms must start with {','.join(ARMS)} and add only {', '.join(EXTRA_ARMS)}")
+        rows.append(measure(n, args.rounds, args.block, args.extra, args.keep, arms))
         print(json.dumps(rows[-1]), flush=True)
     print(f"{'workload':12s} {'untraced':>9s} {'torch':>9s} {'cupti':>9s} {'torch ovh':>9s} {'cupti ovh':>9s}"
           f" {'cupti/torch':>11s} {'kernels':>8s}")

@@ -39,6 +39,8 @@ VARIANTS = {  # what-if -> (baseline flags, variant flags), as daydream.validate
 }
 
 
+TEST_FILES = ("tests/test_cupti.py", "tests/test_cupti_align.py", "tests/test_collect_api.py",
+              "tests/test_tracer_safety.py", "tests/test_doctor.py")
 DEADLINE = float("inf")  # time.time() after which no step starts (--budget-s)
 
 
@@ -93,7 +95,33 @@ def _inspect(path: Path) -> dict:
     return info
 
 
-def step_trace(out: Path, steps: int, summary: dict) -> None:
+def step_doctor(out: Path, args, summary: dict) -> None:
+    summary["doctor"] = _run(out, "doctor", _daydream("doctor"), 120)["stdout"]
+
+
+def step_tests(out: Path, args, summary: dict) -> None:
+    """One process per file, so that a crash at exit names its file (faulthandler on to the end)."""
+    rows = summary.setdefault("tests", {})
+    for f in TEST_FILES:
+        r = _run(out, f"tests.{Path(f).stem}", [sys.executable, "-X", "faulthandler", "-m", "pytest", "-q",
+                                               "-o", "addopts=", "-p", "no:faulthandler", "-rs", f], 120)
+        rows[f] = {"rc": r["rc"], "tail": r["stdout"][-300:], "stderr_tail": r["stderr"][-1500:]}
+
+
+def step_overhead(out: Path, args, summary: dict) -> None:
+    if summary.get("cupti_hung"):
+        return
+    rows = summary.setdefault("overhead", {})
+    for w in WORKLOADS:  # one process each, so that one hang costs one workload
+        r = _run(out, f"overhead.{w}", [sys.executable, "benchmarks/gpu_overhead.py", "--workloads", w,
+                                        "--rounds", str(args.overhead_rounds), "--arms", args.overhead_arms,
+                                        "--keep", str(out / "overhead")], 150)
+        rows[w] = {"rc": r["rc"], "rows": [json.loads(x) for x in r["stdout"].splitlines() if x.startswith("{")],
+                   "table": r["stdout"][-600:]}
+
+
+def step_trace(out: Path, args, summary: dict) -> None:
+    steps = args.steps
     rows = summary.setdefault("trace", {})
     for w in WORKLOADS:
         for cupti in (False, True):
@@ -109,7 +137,8 @@ def step_trace(out: Path, steps: int, summary: dict) -> None:
             print(json.dumps({key: {k: v for k, v in rows[key].items() if k != "device"}})[:1500], flush=True)
 
 
-def step_whatif(out: Path, steps: int, summary: dict) -> None:
+def step_whatif(out: Path, args, summary: dict) -> None:
+    steps = args.steps
     prof = out / f"device-{DEVICE}.json"
     r = _run(out, "calibrate", _daydream("calibrate", "--device", DEVICE, "--quick", "--no-collectives",
                                          "-o", prof, "--force"), 300)
@@ -144,8 +173,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--steps", type=int, default=24)
-    ap.add_argument("--only", default="doctor,tests,trace,overhead,whatif")
+    ap.add_argument("--only", default="doctor,tests,trace,overhead,whatif", help="steps, run in the order given")
     ap.add_argument("--overhead-rounds", type=int, default=6)
+    ap.add_argument("--overhead-arms", default="untraced,torch.profiler,cupti",
+                    help="gpu_overhead.py --arms (add cpu-only,cupti-alone,cupti-all to take it apart)")
     ap.add_argument("--device", default="cuda", help="cuda; cpu only to check the script itself")
     ap.add_argument("--budget-s", type=float, default=float("inf"),
                     help="seconds after which no further step starts (a lent GPU's time is short)")
@@ -154,36 +185,14 @@ def main(argv=None) -> int:
     DEVICE = args.device
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    only = set(args.only.split(","))
     global DEADLINE
     DEADLINE = time.time() + args.budget_s
     summary: dict = {}
-
-    def save():
+    steps = {"doctor": step_doctor, "tests": step_tests, "trace": step_trace, "overhead": step_overhead,
+             "whatif": step_whatif}
+    for name in args.only.split(","):  # in the order given
+        steps[name](out, args, summary)
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    if "doctor" in only:
-        summary["doctor"] = _run(out, "doctor", _daydream("doctor"), 120)["stdout"]
-    if "tests" in only:
-        r = _run(out, "tests", [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-rs",
-                                "tests/test_cupti.py", "tests/test_cupti_align.py", "tests/test_collect_api.py",
-                                "tests/test_tracer_safety.py", "tests/test_doctor.py"], 300)
-        summary["tests"] = {"rc": r["rc"], "tail": r["stdout"][-1500:]}
-    save()
-    if "trace" in only:
-        step_trace(out, args.steps, summary)
-    save()
-    if "overhead" in only and not summary.get("cupti_hung"):
-        rows = summary.setdefault("overhead", {})
-        for w in WORKLOADS:  # one process each, so that one hang costs one workload
-            r = _run(out, f"overhead.{w}", [sys.executable, "benchmarks/gpu_overhead.py", "--workloads", w,
-                                            "--rounds", str(args.overhead_rounds), "--keep",
-                                            str(out / "overhead")], 150)
-            rows[w] = {"rc": r["rc"], "rows": [json.loads(x) for x in r["stdout"].splitlines()
-                                               if x.startswith("{")], "table": r["stdout"][-600:]}
-            save()
-    if "whatif" in only:
-        step_whatif(out, args.steps, summary)
-    save()
     return 0
 
 

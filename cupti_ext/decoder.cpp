@@ -142,6 +142,23 @@ const char* api_name(bool driver, uint32_t cbid) {
   return it->second.empty() ? nullptr : it->second.c_str();
 }
 
+std::vector<uint32_t> api_cbids(bool driver, const std::vector<std::string>& names) {
+  const uint32_t size = driver ? static_cast<uint32_t>(CUPTI_DRIVER_TRACE_CBID_SIZE)
+                               : static_cast<uint32_t>(CUPTI_RUNTIME_TRACE_CBID_SIZE);
+  std::vector<uint32_t> out;
+  for (uint32_t cbid = 1; cbid < size; ++cbid) {
+    const char* name = api_name(driver, cbid);
+    if (name == nullptr) continue;
+    for (const std::string& wanted : names) {
+      if (wanted == name) {
+        out.push_back(cbid);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 bool decode_record(const CUpti_Activity* record, Columns& out) {
   switch (record->kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:

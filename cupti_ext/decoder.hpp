@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "columns.hpp"
 #include "records.hpp"
@@ -30,5 +32,9 @@ DecodeStats decode_buffer(uint8_t* buffer, size_t valid_bytes, Columns& out,
 
 // Name of a runtime (or driver) API callback id, or nullptr.
 const char* api_name(bool driver, uint32_t cbid);
+
+// Callback ids of the runtime (or driver) APIs named, version suffix cut as in
+// api_name(); names CUPTI does not know are left out.  Needs no device.
+std::vector<uint32_t> api_cbids(bool driver, const std::vector<std::string>& names);
 
 }  // namespace daydream

@@ -205,17 +205,26 @@ PYBIND11_MODULE(_cupti, m) {
     return py::make_tuple(why, devices, driver);
   }, "(reason or '', device count, driver version) from libcuda, without CUPTI.");
 
+  m.def("api_cbids", [](std::vector<std::string> names, bool driver) {
+    return api_cbids(driver, names);
+  }, py::arg("names"), py::arg("driver") = false,
+     "Callback ids of the runtime (or driver) APIs named; unknown names are left out.");
   m.def("start", [](std::vector<int> kinds, size_t buffer_bytes, size_t max_buffers,
-                    size_t max_rows) {
+                    size_t max_rows, std::vector<uint32_t> runtime_off,
+                    std::vector<uint32_t> driver_off) {
     TracerOptions o;
     o.kinds = std::move(kinds);
     o.buffer_bytes = buffer_bytes;
     o.max_buffers = max_buffers;
     o.max_rows = max_rows;
+    o.runtime_off = std::move(runtime_off);
+    o.driver_off = std::move(driver_off);
     py::gil_scoped_release nogil;
     tracer_start(o);
   }, py::arg("kinds"), py::arg("buffer_bytes") = 8u << 20, py::arg("max_buffers") = 16,
-     py::arg("max_rows") = 50'000'000, "Enable activity kinds and start tracing.");
+     py::arg("max_rows") = 50'000'000, py::arg("runtime_off") = std::vector<uint32_t>{},
+     py::arg("driver_off") = std::vector<uint32_t>{},
+     "Enable activity kinds (less the runtime / driver API callback ids given) and start tracing.");
   m.def("flush", [] {
     Batch b;
     {

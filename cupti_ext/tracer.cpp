@@ -93,6 +93,12 @@ void disable_enabled(State& s) noexcept {
   s.enabled.clear();
 }
 
+void check_or_disable(State& s, const char* call, CUptiResult rc) {
+  if (rc == CUPTI_SUCCESS) return;
+  disable_enabled(s);
+  throw CuptiCallError(call, static_cast<int>(rc), result_string(rc));
+}
+
 }  // namespace
 
 std::string result_string(int code) {
@@ -176,6 +182,16 @@ void tracer_start(const TracerOptions& options) {
                            static_cast<int>(rc), result_string(rc));
     }
     s.enabled.push_back(kind);
+  }
+  // After the kinds: enabling a kind resets its per-API choices.  Not undone at
+  // stop, since switching an API on without its kind would record it alone.
+  for (uint32_t cbid : options.runtime_off) {
+    check_or_disable(s, "cuptiActivityEnableRuntimeApi",
+                     cuptiActivityEnableRuntimeApi(static_cast<CUpti_CallbackId>(cbid), 0));
+  }
+  for (uint32_t cbid : options.driver_off) {
+    check_or_disable(s, "cuptiActivityEnableDriverApi",
+                     cuptiActivityEnableDriverApi(static_cast<CUpti_CallbackId>(cbid), 0));
   }
   s.active = true;
 }

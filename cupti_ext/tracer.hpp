@@ -42,6 +42,10 @@ struct TracerOptions {
   size_t buffer_bytes = 8u << 20;
   size_t max_buffers = 16;       // bound on buffers handed to CUPTI at once
   size_t max_rows = 50'000'000;  // bound on decoded rows held between flushes
+  // Runtime / driver API callback ids whose records are not wanted
+  // (cuptiActivityEnableRuntimeApi / ...DriverApi(cbid, 0) after the kinds).
+  std::vector<uint32_t> runtime_off;
+  std::vector<uint32_t> driver_off;
 };
 
 struct TracerStats {

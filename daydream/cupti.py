@@ -56,6 +56,7 @@ __all__ = [
     "SyncType",
     "ExternalKind",
     "DEFAULT_KINDS",
+    "DEFAULT_SKIPPED_APIS",
     "CuptiError",
     "CuptiUnavailableError",
     "CuptiStateError",
@@ -138,6 +139,17 @@ DEFAULT_KINDS = (
     ActivityKind.RUNTIME,
     ActivityKind.SYNCHRONIZATION,
     ActivityKind.EXTERNAL_CORRELATION,
+)
+
+#: Runtime and driver APIs whose records :class:`CuptiTracer` does not take:
+#: frequent calls that launch, copy and wait for nothing (cudaGetDevice alone
+#: is ~8 calls per PyTorch op).  Kineto drops the first six from its traces;
+#: here CUPTI is told not to record any of them, which is what costs time.
+#: Their time stays inside the CPU ops that make them.
+DEFAULT_SKIPPED_APIS = (
+    "cudaGetDevice", "cudaSetDevice", "cudaGetLastError", "cudaEventCreate",
+    "cudaEventCreateWithFlags", "cudaEventDestroy", "cudaPeekAtLastError", "cudaGetErrorString",
+    "cuKernelGetName", "cuCtxGetCurrent", "cuCtxSetCurrent", "cuGetProcAddress",
 )
 
 _MODULE = "daydream._cupti"
@@ -430,6 +442,11 @@ class CuptiTracer:
         Buffers CUPTI may hold at once.
     max_rows : int
         Decoded rows held between two flushes.
+    skip_apis : iterable of str, optional
+        Runtime (``cuda...``) and driver (``cu...``) API names whose records
+        CUPTI should not make; :data:`DEFAULT_SKIPPED_APIS` by default, ``()``
+        for every call.  A name this CUPTI does not know raises ``ValueError``
+        when tracing starts (names in the default list are skipped where known).
 
     Examples
     --------
@@ -440,8 +457,10 @@ class CuptiTracer:
     """
 
     def __init__(self, kinds=DEFAULT_KINDS, buffer_bytes: int = 8 << 20, max_buffers: int = 16,
-                 max_rows: int = 50_000_000):
+                 max_rows: int = 50_000_000, skip_apis=None):
         self.kinds = tuple(ActivityKind(k) for k in kinds)
+        self.skip_apis = tuple(DEFAULT_SKIPPED_APIS if skip_apis is None else skip_apis)
+        self._strict_skips = skip_apis is not None
         if buffer_bytes < 1024 or buffer_bytes % 8:
             raise ValueError("buffer_bytes must be a multiple of 8 and at least 1024")
         if max_buffers < 1 or max_rows < 0:
@@ -471,9 +490,10 @@ class CuptiTracer:
         """
         global _atexit_registered
         ext = _require_extension()
+        runtime_off, driver_off = _skipped_cbids(ext, self.skip_apis, self._strict_skips)
         with _translated(ext):
             ext.start([int(k) for k in self.kinds], self.buffer_bytes, self.max_buffers,
-                      self.max_rows)
+                      self.max_rows, runtime_off, driver_off)
         if not _atexit_registered:
             atexit.register(_shutdown_at_exit)
             _atexit_registered = True
@@ -506,6 +526,19 @@ def timestamp_ns() -> int:
     ext = _require_extension()
     with _translated(ext):
         return int(ext.timestamp_ns())
+
+
+def _skipped_cbids(ext, names, strict: bool) -> tuple:
+    """(runtime cbids, driver cbids) of ``names``; unknown names raise ValueError when ``strict``."""
+    runtime = [n for n in names if n.startswith("cuda")]
+    driver = [n for n in names if not n.startswith("cuda")]
+    out = (list(ext.api_cbids(runtime, False)), list(ext.api_cbids(driver, True)))
+    if strict:
+        known = {ext.api_name(c, False) for c in out[0]} | {ext.api_name(c, True) for c in out[1]}
+        unknown = sorted(set(names) - known)
+        if unknown:
+            raise ValueError(f"unknown CUDA runtime/driver API name(s) to skip: {', '.join(unknown)}")
+    return out
 
 
 def push_external_correlation_id(external_id: int,

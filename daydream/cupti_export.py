@@ -169,6 +169,11 @@ class CuptiKernelCollector:
         self.records = self.tracer.stop()
 
     @property
+    def skipped_apis(self) -> tuple:
+        """Runtime / driver API names the tracer asks CUPTI not to record."""
+        return tuple(self.tracer.skip_apis)
+
+    @property
     def dropped_records(self) -> int:
         """Activity records lost (CUPTI buffers full, or over the row limit); 0 before :meth:`stop`."""
         return 0 if self.records is None else int(self.records.dropped_records)

@@ -8,6 +8,7 @@ go through; every field of every decoded kind is checked.
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 import textwrap
@@ -93,6 +94,37 @@ def test_enums_match_cupti_headers():
                             (cupti.SyncType, _ext.SYNC_TYPES),
                             (cupti.ExternalKind, _ext.EXTERNAL_KINDS)]:
         assert {m.name: m.value for m in enum_cls} == dict(table)
+
+
+@needs_ext
+def test_api_names_resolve_to_the_headers_callback_ids():
+    root = _locate().locate_cupti()
+    header = {}
+    for name in ("cupti_runtime_cbid.h", "cupti_driver_cbid.h"):
+        for inc in root.include_dirs:
+            if (inc / name).exists():
+                header[name] = (inc / name).read_text()
+    def cbid(file, symbol):
+        return int(re.search(rf"{symbol}\s*=\s*(\d+)", header[file]).group(1))
+    assert _ext.api_cbids(["cudaGetDevice", "noSuchApi"]) == [
+        cbid("cupti_runtime_cbid.h", "CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020")]
+    assert _ext.api_cbids(["cuKernelGetName"], driver=True) == [
+        cbid("cupti_driver_cbid.h", "CUPTI_DRIVER_TRACE_CBID_cuKernelGetName")]
+    # every version of a name is taken (cudaLaunchKernel has _v7000 and per-thread-stream forms)
+    launch = _ext.api_cbids(["cudaLaunchKernel"])
+    assert launch and all(_ext.api_name(c) == "cudaLaunchKernel" for c in launch)
+    # the default skip list resolves where this CUPTI knows its names, and skips no launch
+    runtime, driver = cupti._skipped_cbids(_ext, cupti.DEFAULT_SKIPPED_APIS, strict=False)
+    names = {_ext.api_name(c) for c in runtime} | {_ext.api_name(c, True) for c in driver}
+    assert {"cudaGetDevice", "cudaGetLastError", "cuKernelGetName"} <= names <= set(cupti.DEFAULT_SKIPPED_APIS)
+    assert not any("Launch" in n or "Memcpy" in n or "Synchronize" in n for n in names)
+
+
+@needs_ext
+def test_an_unknown_api_to_skip_is_refused_before_tracing_starts():
+    with pytest.raises(ValueError, match="cudaNoSuchCall"):
+        cupti.CuptiTracer(skip_apis=["cudaGetDevice", "cudaNoSuchCall"]).start()
+    assert not cupti.CuptiTracer().active
 
 
 @needs_ext

@@ -71,8 +71,13 @@ def test_default_clocks_try_cuptis_own_first_then_torchs_approximate_clock():
     from daydream.cupti_export import default_clocks
 
     clocks = default_clocks()
-    assert list(clocks) == ["cupti", "torch approximate clock"]
     assert clocks["cupti"] is cupti.timestamp_ns
+    from torch._C import _profiler
+
+    if not hasattr(_profiler, "_get_approximate_time"):      # torch builds without it (2.11 + CUDA 13)
+        assert list(clocks) == ["cupti"]
+        return
+    assert list(clocks) == ["cupti", "torch approximate clock"]
     a, b = clocks["torch approximate clock"](), clocks["torch approximate clock"]()
     assert 0 < a <= b
 

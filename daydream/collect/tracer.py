@@ -491,6 +491,7 @@ class Tracer:
         alignment = getattr(self._collector, "alignment", None)
         if alignment:
             meta["cupti_alignment"] = alignment
+            meta["cupti_skipped_apis"] = list(getattr(self._collector, "skipped_apis", ()))
         if self._collector is None and meta["cuda_source"] == "daydream.cupti":
             meta["cuda_source"] = "none"
         return meta
