@@ -51,6 +51,7 @@ py::dict batch_to_dict(Batch&& b) {
   out["dropped_by_row_limit"] = s.dropped_by_row_limit;
   out["buffers_refused"] = s.buffers_refused;
   out["buffers_completed"] = s.buffers_completed;
+  out["foreign_buffers"] = s.foreign_buffers;
   out["records_seen"] = s.records_seen;
   out["walk_errors"] = s.walk_errors;
   out["last_walk_error"] = s.last_walk_error;

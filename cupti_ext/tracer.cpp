@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <unordered_set>
 #include <utility>
 
 #include "decoder.hpp"
@@ -21,6 +22,11 @@ struct State {
   Columns columns;
   TracerStats stats;
   std::vector<uint8_t*> free_buffers;
+  // Every buffer this tracer allocated.  Another CUPTI client in the process
+  // (Kineto) registers its own callbacks; buffers it handed to CUPTI can come
+  // back here and ours go to it.  A foreign buffer is read but never reused or
+  // freed: its size and allocator are not ours.
+  std::unordered_set<uint8_t*> owned;
   size_t buffers_allocated = 0;
   std::vector<int> enabled;
 };
@@ -48,6 +54,7 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
     auto* b = static_cast<uint8_t*>(std::aligned_alloc(kAlign, s.options.buffer_bytes));
     if (b != nullptr) {
       s.buffers_allocated += 1;
+      s.owned.insert(b);
       *buffer = b;
       *size = s.options.buffer_bytes;
       return;
@@ -77,7 +84,11 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* b
     s.stats.walk_errors += 1;
     s.stats.last_walk_error = d.walk_error;
   }
-  s.free_buffers.push_back(buffer);
+  if (s.owned.count(buffer) != 0) {
+    s.free_buffers.push_back(buffer);
+  } else {
+    s.stats.foreign_buffers += 1;
+  }
 }
 
 Batch take_batch(State& s) {
@@ -164,7 +175,10 @@ void tracer_start(const TracerOptions& options) {
     std::lock_guard<std::mutex> lock(s.data_mu);
     // Buffers sized for earlier options cannot be reused for larger ones.
     if (options.buffer_bytes != s.options.buffer_bytes) {
-      for (uint8_t* b : s.free_buffers) std::free(b);
+      for (uint8_t* b : s.free_buffers) {
+        s.owned.erase(b);
+        std::free(b);
+      }
       s.buffers_allocated -= s.free_buffers.size();
       s.free_buffers.clear();
     }

@@ -53,6 +53,7 @@ struct TracerStats {
   uint64_t dropped_by_row_limit = 0;
   uint64_t buffers_refused = 0;     // requests answered with no buffer
   uint64_t buffers_completed = 0;
+  uint64_t foreign_buffers = 0;     // completed buffers another CUPTI client had allocated
   uint64_t records_seen = 0;
   uint64_t walk_errors = 0;
   int last_walk_error = 0;
