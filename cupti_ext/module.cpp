@@ -7,7 +7,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <cxxabi.h>
 #include <deque>
 #include <string>
 #include <vector>
@@ -206,6 +208,14 @@ PYBIND11_MODULE(_cupti, m) {
     return py::make_tuple(why, devices, driver);
   }, "(reason or '', device count, driver version) from libcuda, without CUPTI.");
 
+  m.def("demangle", [](const std::string& name) {
+    // As Kineto names kernels: the demangled form where the name is a mangled one.
+    int status = 0;
+    char* out = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+    std::string shown = (status == 0 && out != nullptr) ? std::string(out) : name;
+    std::free(out);
+    return shown;
+  }, py::arg("name"), "The demangled C++ name, or the name itself if it is not a mangled one.");
   m.def("api_cbids", [](std::vector<std::string> names, bool driver) {
     return api_cbids(driver, names);
   }, py::arg("names"), py::arg("driver") = false,

@@ -57,6 +57,7 @@ __all__ = [
     "ExternalKind",
     "DEFAULT_KINDS",
     "DEFAULT_SKIPPED_APIS",
+    "demangle",
     "CuptiError",
     "CuptiUnavailableError",
     "CuptiStateError",
@@ -526,6 +527,20 @@ def timestamp_ns() -> int:
     ext = _require_extension()
     with _translated(ext):
         return int(ext.timestamp_ns())
+
+
+def demangle(name: str) -> str:
+    """A kernel's C++ name as Kineto shows it (demangled); unchanged if not mangled.
+
+    Examples
+    --------
+    >>> demangle("_Z6kernelPfi") if load_extension()[0] else "kernel(float*, int)"
+    'kernel(float*, int)'
+    >>> demangle("sm80_xmma_gemm_f32f32")
+    'sm80_xmma_gemm_f32f32'
+    """
+    ext, _ = load_extension()
+    return name if ext is None else ext.demangle(name)
 
 
 def _skipped_cbids(ext, names, strict: bool) -> tuple:

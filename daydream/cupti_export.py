@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cupti import (ActivityKind, ActivityRecords, CuptiTracer, CuptiUnavailableError, ExternalKind, MemcpyKind,
-                    SyncType, available, timestamp_ns)
+                    SyncType, available, demangle, timestamp_ns)
 from .cupti_align import ClockMap, clock_sample, current_thread_pair, map_threads, pick_clock
 
 __all__ = ["attach_external_ids", "CuptiKernelCollector", "default_clocks", "make_collector"]
@@ -96,6 +96,7 @@ def _chrome_events(records: ActivityRecords, clock: ClockMap | None = None, base
     external = attach_external_ids(records)
     starts = clock.since(base_ns, cols["start_ns"])
     ends = clock.since(base_ns, cols["end_ns"])
+    shown = [demangle(n) for n in records.names]          # kernels named as Kineto names them
     events = []
     for i in np.flatnonzero(records.mask(*_CHROME_CATEGORY)):
         kind = ActivityKind(int(cols["kind"][i]))
@@ -123,7 +124,8 @@ def _chrome_events(records: ActivityRecords, clock: ClockMap | None = None, base
         elif kind == ActivityKind.MEMSET:
             name = "Memset"
         else:
-            name = records.name(i) or f"cbid {int(cols['cbid'][i])}"
+            index = int(cols["name_id"][i])
+            name = shown[index] if index >= 0 else f"cbid {int(cols['cbid'][i])}"
         events.append({"ph": "X", "cat": _CHROME_CATEGORY[kind], "name": name,
                        "pid": pid, "tid": tid, "ts": float(starts[i]) / 1e3,
                        "dur": max(float(ends[i] - starts[i]), 0.0) / 1e3, "args": args})

@@ -359,6 +359,21 @@ def test_attach_external_ids_joins_kernels_to_cpu_ops():
     assert [(e["name"], e["pid"], e["tid"]) for e in runtime] == [("cudaLaunchKernel", 100, 200)] * 2
 
 
+@needs_ext
+def test_exported_kernels_are_named_as_kineto_names_them():
+    """CUPTI gives the mangled symbol; Kineto's traces (and the H200 pair in tests/data) the
+    demangled one.  Names that are not mangled pass through."""
+    buf = _ext.SyntheticBuffer()
+    mangled = "_ZN2at6native29vectorized_elementwise_kernelILi4EfEEviT0_"
+    buf.add_kernel(start_ns=1, end_ns=2, correlation_id=1, name=mangled)
+    buf.add_kernel(start_ns=2, end_ns=3, correlation_id=2, name="sm80_xmma_gemm_f32f32")
+    records = cupti.decode(buf)
+    assert list(records.names) == [mangled, "sm80_xmma_gemm_f32f32"]  # the records keep CUPTI's name
+    names = [e["name"] for e in cupti_export._chrome_events(records) if e["cat"] == "kernel"]
+    assert names == ["void at::native::vectorized_elementwise_kernel<4, float>(int, float)",
+                     "sm80_xmma_gemm_f32f32"]
+
+
 def test_export_names_are_reexported_whichever_module_is_imported_first():
     for name in cupti.__all__:
         assert getattr(cupti, name) is not None
