@@ -69,7 +69,9 @@ DEVICE = "cuda"
 
 
 def _trace_cmd(path: Path, workload: str, flags, steps: int, cupti: bool) -> list:
-    return _daydream("trace", "-f", "-o", path, "--warmup", 6, "-n", 10, *(["--cupti"] if cupti else []), "--",
+    # 20 warm-up steps: on the H200 (2026-11-27) the same untouched baseline traced after 6 read
+    # 7.3, 8.8 and 11.3 ms in three processes (an idle GPU sits at 345 MHz and ramps up).
+    return _daydream("trace", "-f", "-o", path, "--warmup", 20, "-n", 15, *(["--cupti"] if cupti else []), "--",
                      sys.executable, "-m", f"daydream.workloads.{workload}", "--device", DEVICE,
                      "--steps", steps, "--quiet", *flags)
 
@@ -172,7 +174,7 @@ def step_whatif(out: Path, args, summary: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--only", default="doctor,tests,trace,overhead,whatif", help="steps, run in the order given")
     ap.add_argument("--overhead-rounds", type=int, default=6)
     ap.add_argument("--overhead-arms", default="untraced,torch.profiler,cupti",
