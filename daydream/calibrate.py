@@ -15,11 +15,11 @@ import statistics
 import time
 
 from .calibrate_corun import PROCESS_SPREAD_PAIRS, corun_factor, process_spread
-from .calibrate_procs import GLOO_SIZES, gloo_fit, gloo_p2p, p2p_handshake_ns
+from .calibrate_procs import GLOO_SIZES, gloo_fit, gloo_p2p, gloo_wake_ns, p2p_handshake_ns
 from .device import BMM_COPIES, Curve, DeviceProfile, measured_on
 from .errors import DaydreamError
 
-__all__ = ["calibrate", "gloo_p2p", "p2p_handshake_ns", "time_call_ns", "SIZES", "QUICK_SIZES"]
+__all__ = ["calibrate", "ddp_ns", "gloo_p2p", "p2p_handshake_ns", "time_call_ns", "SIZES", "QUICK_SIZES"]
 
 #: Problem sizes (matmul m=n=k-ish shapes, elementwise element counts, all-reduce bytes).
 SIZES = {
@@ -281,6 +281,52 @@ def _checkpoint_extra_ns(torch, device, layers: int) -> tuple:
     return max(statistics.median(fwd), 0.0), max(statistics.median(bwd), 0.0)
 
 
+def ddp_ns(torch, device) -> tuple:
+    """``DistributedDataParallel``'s own CPU time: ((forward, backward) per iteration, (forward,
+    backward) per parameter tensor), ns, from tiny models of 1 and :data:`CHECKPOINT_LAYERS`
+    (Linear, ReLU) layers (:func:`_call_and_per_layer_part`); (0, 0) twice where no
+    process group can be made here.
+
+    In a process group of one rank (gloo): DDP's forward wrapper, its autograd hooks, the copies
+    of gradients into and out of its buckets and the hand-over of each bucket's all-reduce to
+    gloo's thread, with no peer to wait for.  What a real job adds to that, the collectives'
+    time and the wait for the slowest rank, the what-if prices separately."""
+    import torch.distributed as dist
+
+    from .calibrate_procs import free_port
+
+    if dist.is_initialized():
+        return (0, 0), (0, 0)
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    except (RuntimeError, ValueError, OSError):
+        return (0, 0), (0, 0)
+    try:
+        return _call_and_per_layer_part(*(_ddp_extra_ns(torch, device, k) for k in (1, CHECKPOINT_LAYERS)),
+                                        CHECKPOINT_LAYERS)
+    finally:
+        dist.destroy_process_group()
+
+
+def _ddp_extra_ns(torch, device, layers: int) -> tuple:
+    """Extra CPU time of a DDP-wrapped module of ``layers`` (Linear, ReLU) pairs over the plain
+    one in a 1-rank group: (forward, backward) ns, medians over :data:`CHECKPOINT_ROUNDS` rounds,
+    timed under the profiler as a trace's iterations run (DDP's copies are ops it records)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    m = _tiny_mlp(torch, layers, device)
+    ddp = DistributedDataParallel(m)
+    x = torch.randn(4, 8, device=device)
+    calls = (lambda: m(x), lambda: ddp(x), lambda: m(x).sum().backward(), lambda: ddp(x).sum().backward())
+    fwd, bwd = [], []
+    for _ in range(CHECKPOINT_ROUNDS):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            plain_f, ddp_f, plain, both = [time_call_ns(c, device, 0.02) for c in calls]
+        fwd.append(ddp_f - plain_f)
+        bwd.append(both - plain - (ddp_f - plain_f))
+    return max(statistics.median(fwd), 0.0), max(statistics.median(bwd), 0.0)
+
+
 #: Rounds of :func:`_compiled_wrapper_ns` per model (the medians over rounds are kept).
 COMPILED_ROUNDS = 7
 #: Calls profiled per round.
@@ -453,6 +499,8 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     fetch = _loader_fetch(torch)
     say("activation checkpointing call overhead")
     ckpt, ckpt_op = _checkpoint_ns(torch, dev)
+    say("DistributedDataParallel's own overhead (1-rank gloo group)")
+    ddp_call, ddp_tensor = ddp_ns(torch, dev) if dev.type == "cpu" else ((0, 0), (0, 0))
     compiled = compiled_tensor = (0, 0)
     if not quick:
         say("torch.compile call overhead (compiles two tiny models, ~20 s)")
@@ -461,7 +509,7 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     if dev.type == "cpu":
         say("work resumed after an idle gap")
         resume = _resume_points(torch, 8 if quick else RESUME_TRIES)
-    coll, p2p, corun, spread = {}, {}, 1.0, ()
+    coll, p2p, corun, spread, wake = {}, {}, 1.0, (), {}
     if collectives:
         say("compute beside a second busy process")
         corun = corun_factor(torch) if dev.type == "cpu" else 1.0
@@ -470,6 +518,9 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
             spread = process_spread(warn=lambda m: say(f"warning: {m}"))
         say("all-reduce (gloo, 2 processes)")
         coll["gloo"] = gloo_fit(sizes["allreduce"])
+        if dev.type == "cpu":
+            say("all-reduce after compute (gloo, 2 processes)")
+            wake["gloo"] = gloo_wake_ns()
         say("point-to-point send (gloo, 2 processes)")
         p2p = {k: {"gloo": v} for k, v in gloo_fit(sizes["allreduce"], "p2p").items()}
     if dev.type == "cuda":
@@ -478,9 +529,11 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
         name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
                          bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, **p2p,
+                         collective_wake=wake,
                          corun=corun, process_spread=spread, resume=resume,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
                          compiled_tensor_ns=compiled_tensor,
-                         checkpoint_call_ns=ckpt, checkpoint_op_ns=ckpt_op,
+                         checkpoint_call_ns=ckpt, checkpoint_op_ns=ckpt_op, ddp_call_ns=ddp_call,
+                         ddp_tensor_ns=ddp_tensor,
                          source=f"{measured_on()} {time.strftime('%Y-%m-%d %H:%M')}"
                                 f" torch {torch.__version__}")

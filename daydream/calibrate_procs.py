@@ -128,6 +128,59 @@ def _allreduce_pts(torch, dist, sizes) -> list:
     return [(n, statistics.median(times)) for n, times in zip(sizes, got)]
 
 
+#: The wake-up of a collective after compute: bytes all-reduced, the compute before each timed
+#: call, calls per round (after compute, then back to back), rounds.
+WAKE_BYTES = 4096
+WAKE_BUSY_S = 0.005
+WAKE_CALLS = 60
+WAKE_ROUNDS = 6
+
+
+def _wake_worker(rank, port, q):
+    """Rank 0 puts ``(mean after compute ns, mean back to back ns)`` of a small all-reduce."""
+    import torch
+    import torch.distributed as dist
+
+    if len(os.sched_getaffinity(0)) >= 2:
+        from .collect.runner import pin_rank
+
+        pin_rank(rank, 2)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    t = torch.zeros(WAKE_BYTES // 4)
+    for _ in range(5):
+        dist.all_reduce(t)
+    after, b2b = [], []
+    for _ in range(WAKE_ROUNDS):
+        for _ in range(WAKE_CALLS):
+            _spin(WAKE_BUSY_S)
+            t0 = time.perf_counter_ns()
+            dist.all_reduce(t)
+            after.append(time.perf_counter_ns() - t0)
+        dist.barrier()
+        t0 = time.perf_counter_ns()
+        for _ in range(WAKE_CALLS):
+            dist.all_reduce(t)
+        b2b.append((time.perf_counter_ns() - t0) / WAKE_CALLS)
+    if rank == 0:
+        q.put((statistics.fmean(after), statistics.fmean(b2b)))
+    dist.destroy_process_group()
+
+
+def gloo_wake_ns() -> float:
+    """How much longer a small gloo all-reduce takes when both ranks come to it from
+    :data:`WAKE_BUSY_S` of compute than back to back (mean over all calls, at least 0), each rank
+    pinned to a core as ``--pin-cores`` runs are, so that gloo's threads share it.
+
+    Back to back, gloo's threads are awake; after compute they have slept behind the training
+    thread and the call pays their wake-up, a scheduler slice at times (on the development VM:
+    after compute 1.9-2.8 ms mean for 4-300 KiB, back to back 1.1-1.8 ms;
+    ``python benchmarks/gloo_allreduce_gap.py``).  A data-parallel step meets it at each point
+    where the ranks synchronise after computing."""
+    after, b2b = first_result(_wake_worker, 2)
+    return max(after - b2b, 0.0)
+
+
 def _spin(seconds: float, work=None) -> None:
     """Keep this thread busy (not asleep) for ``seconds``: a sender that has been computing, in a
     Python loop or running ``work()`` (torch ops) again and again."""

@@ -122,6 +122,10 @@ class DeviceProfile:
         Per backend: the one-way time of a small send whose receive was posted before the
         synchronisation that starts it (a runtime that posts a step's receives up front), which
         does not wait so (:meth:`p2p_preposted_ns`); where absent, the ``p2p`` latency.
+    collective_wake : dict of str to ns
+        Per backend: how much longer a small all-reduce takes when the ranks come to it from
+        compute than back to back (CPU ranks pinned a core each, gloo's threads sharing it:
+        they have slept and must wake), measured by calibration (:meth:`collective_wake_ns`).
     p2p_handshake : dict of str to ns
         Per backend: what a receive posted after its send waits beyond its post and
         the transfer (gloo moves data only once both sides have posted: the
@@ -164,6 +168,7 @@ class DeviceProfile:
     p2p_handshake: dict = field(default_factory=dict)
     p2p_sends: dict = field(default_factory=dict)
     p2p_preposted: dict = field(default_factory=dict)
+    collective_wake: dict = field(default_factory=dict)
     p2p_collision: dict = field(default_factory=dict)
     p2p_hold: dict = field(default_factory=dict)
     p2p_late_hold: dict = field(default_factory=dict)
@@ -186,6 +191,12 @@ class DeviceProfile:
     #: ... and per op of the checkpointed forward (forward ns, backward ns): its saved-tensor
     #: hooks run per saved tensor, and the recompute's framework work grows with the segment.
     checkpoint_op_ns: tuple = (0, 0)
+    #: ``DistributedDataParallel``'s own CPU time per iteration (forward ns, backward ns) in a
+    #: one-rank group (wrapper, hooks, bucket copies, hand-overs to the collective's thread),
+    #: measured by calibration; (0, 0) if unknown.
+    ddp_call_ns: tuple = (0, 0)
+    #: ... and per parameter tensor (forward ns, backward ns).
+    ddp_tensor_ns: tuple = (0, 0)
     #: CPU: compute throughput of a process while a second one is busy on another core,
     #: relative to alone (1.0: no slow-down, or not measured); multi-process what-ifs on one
     #: host (data-parallel) run their ranks' work at this rate.
@@ -293,6 +304,17 @@ class DeviceProfile:
             return 0.0
         bw, lat = _for_backend(figures, backend)
         return nbytes / bw * 1e9 + lat
+
+    def collective_wake_ns(self, backend: str | None = None) -> float:
+        """The calibrated extra time of a collective that ranks reach from compute, over a
+        back-to-back one (``collective_wake``); 0 where not calibrated.
+
+        >>> DeviceProfile("x", "cpu", {}, {}, 0, collective_wake={"gloo": 4e5}).collective_wake_ns("gloo")
+        400000.0
+        >>> DeviceProfile("x", "cpu", {}, {}, 0).collective_wake_ns()
+        0.0
+        """
+        return float(_for_backend(self.collective_wake, backend)) if self.collective_wake else 0.0
 
     def p2p_preposted_ns(self, nbytes: float, backend: str | None = None) -> float:
         """One send to a receive posted before the sender's previous synchronisation (a runtime
@@ -414,6 +436,8 @@ class DeviceProfile:
         d["compiled_tensor_ns"] = list(self.compiled_tensor_ns)
         d["checkpoint_call_ns"] = list(self.checkpoint_call_ns)
         d["checkpoint_op_ns"] = list(self.checkpoint_op_ns)
+        d["ddp_call_ns"] = list(self.ddp_call_ns)
+        d["ddp_tensor_ns"] = list(self.ddp_tensor_ns)
         return d
 
     @classmethod
@@ -428,6 +452,7 @@ class DeviceProfile:
                    p2p_post={k: tuple(v) for k, v in d.get("p2p_post", {}).items()},
                    p2p_handshake={k: float(v) for k, v in d.get("p2p_handshake", {}).items()},
                    p2p_preposted={k: float(v) for k, v in d.get("p2p_preposted", {}).items()},
+                   collective_wake={k: float(v) for k, v in d.get("collective_wake", {}).items()},
                    p2p_sends={k: tuple(float(x) for x in v) for k, v in d.get("p2p_sends", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
                    loader_fetch=tuple(d.get("loader_fetch", (0.0, 0.0))),
@@ -435,6 +460,8 @@ class DeviceProfile:
                    compiled_tensor_ns=tuple(int(x) for x in d.get("compiled_tensor_ns", (0, 0))),
                    checkpoint_call_ns=tuple(int(x) for x in d.get("checkpoint_call_ns", (0, 0))),
                    checkpoint_op_ns=tuple(int(x) for x in d.get("checkpoint_op_ns", (0, 0))),
+                   ddp_call_ns=tuple(int(x) for x in d.get("ddp_call_ns", (0, 0))),
+                   ddp_tensor_ns=tuple(int(x) for x in d.get("ddp_tensor_ns", (0, 0))),
                    corun=float(d.get("corun", 1.0)),
                    process_spread=tuple(float(x) for x in d.get("process_spread", ())),
                    resume=tuple(tuple(float(x) for x in p) for p in d.get("resume", ())),
@@ -550,7 +577,7 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
     for name, v in prof.p2p_post.items():
         if len(v) != 2 or not all(_positive(x) or x == 0 for x in v):
             return f"p2p_post {name}: needs (send ns >= 0, receive ns >= 0)"
-    for kind in ("p2p_handshake", "p2p_preposted"):
+    for kind in ("p2p_handshake", "p2p_preposted", "collective_wake"):
         for name, v in getattr(prof, kind).items():
             if not (_positive(v) or v == 0):
                 return f"{kind} {name}: needs ns >= 0"
@@ -581,7 +608,8 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
         return "resume: gaps must increase"
     if prof.op_overhead_ns < 0:
         return "op_overhead_ns must be >= 0"
-    for name in ("checkpoint_call_ns", "checkpoint_op_ns", "compiled_call_ns", "compiled_tensor_ns"):
+    for name in ("checkpoint_call_ns", "checkpoint_op_ns", "compiled_call_ns", "compiled_tensor_ns", "ddp_call_ns",
+                 "ddp_tensor_ns"):
         v = getattr(prof, name)
         if len(v) != 2 or any(x < 0 for x in v):
             return f"{name} needs two numbers >= 0"

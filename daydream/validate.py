@@ -112,8 +112,26 @@ def ensure_profile(profile_path=None, progress=print) -> str:
                                                                              and prof.p2p_late_hold
                                                                              and prof.p2p_land):
         progress(f"calibrating: point-to-point send (gloo, 2 processes), added to {path}")
-        save_profile(dataclasses.replace(prof, **{k: {"gloo": v} for k, v in gloo_p2p().items()}), path)
+        prof = dataclasses.replace(prof, **{k: {"gloo": v} for k, v in gloo_p2p().items()})
+        save_profile(prof, path)
+    if prof is not None and prof.kind == "cpu" and prof.collective and not (prof.collective_wake
+                                                                             and any(prof.ddp_tensor_ns)):
+        progress(f"calibrating: all-reduce after compute and DDP's own overhead, added to {path}")
+        save_profile(_with_ddp_figures(prof), path)
     return path
+
+
+def _with_ddp_figures(prof):
+    """``prof`` with the data-parallel figures of newer calibrations measured now:
+    ``collective_wake`` and ``ddp_call_ns`` / ``ddp_tensor_ns`` (at the profile's threads)."""
+    import torch
+
+    from .calibrate import ddp_ns
+    from .calibrate_procs import gloo_wake_ns
+
+    torch.set_num_threads(prof.threads or THREADS)
+    call, tensor = ddp_ns(torch, torch.device("cpu"))
+    return dataclasses.replace(prof, collective_wake={"gloo": gloo_wake_ns()}, ddp_call_ns=call, ddp_tensor_ns=tensor)
 
 
 @dataclass(frozen=True)

@@ -12,24 +12,39 @@ published collective figures of ``backend``), and the optimizer step waits
 for the last one.  DDP's copies of gradients into the flat bucket buffers
 (divided by the world size on the way) and back into ``.grad`` once reduced
 are CPU tasks on the thread that runs backward: copy-in when the bucket is
-ready, copy-out at the end of backward (before the optimizer step).  DDP
-copies one parameter at a time, so each costs one op's overhead per
-parameter tensor (``param_shapes`` of the module table) plus a read and a
-write of its bytes at the device's streaming bandwidth from memory
+ready, copy-out at the end of backward (before the optimizer step), each a
+read and a write of its bytes at the device's streaming bandwidth from memory
 (:meth:`~daydream.device.DeviceProfile.stream_bw_bytes_per_s`): a bucket is
 touched once an iteration, so it is never in cache, whatever its size.
 ``overlap=false`` starts all all-reduces after backward.
 
+DDP's own CPU time, where the device profile measured it (``ddp_call_ns``,
+``ddp_tensor_ns``: ``daydream calibrate`` wraps tiny models in DDP in a
+one-rank gloo group and times them against the plain ones, under the
+profiler): per iteration, a forward part before the first forward op (its
+wrapper) and a backward part before the optimizer step (its finalize), and
+per parameter tensor a forward part and a backward part, the latter with the
+copy-in of the tensor's bucket (its autograd hook, the copy, the hand-over
+of the bucket's all-reduce).  Without those figures each tensor's copy-in
+and copy-out cost one op's overhead (DDP copies one tensor at a time).
+
 Buffers (BatchNorm running statistics; ``buffer_bytes`` of the module
 table) are broadcast from rank 0 at the start of every forward, as DDP does
-by default (``broadcast_buffers``): a blocking collective on the training
-thread lasting half a ring all-reduce of those bytes (one pass around the
-ring).
+by default (``broadcast_buffers``): blocking collectives on the training
+thread, one per dtype of the buffers (``buffer_dtypes``; one where the trace
+does not record them), each lasting half a ring all-reduce of its share of
+the bytes (one pass around the ring).
 
 On a CPU device, gloo's reduction needs a core: when the machine has no
 spare core per worker (cores - workers x threads < workers, from the trace
 metadata), the all-reduces run in turn with the training thread instead of
-overlapping it.
+overlapping it.  gloo's threads then sleep while the training thread
+computes, and the collectives the ranks reach from compute (the last
+bucket's all-reduce, which the step waits for, and the first buffer
+broadcast) also pay their wake-up: the device profile's ``collective_wake``
+(``daydream calibrate``: a small all-reduce after 5 ms of compute against
+back to back, ranks pinned a core each).  Buckets reduced while backward
+goes on are charged without it.
 
 On a CPU device the workers share one host: the traced thread work (ops
 and the Python gaps between them) runs at the co-run rate
@@ -79,6 +94,10 @@ from .base import NotApplicable, Optimization, Param
 __all__ = ["DataParallel", "OPTIMIZATION", "buckets", "param_copy_ns"]
 
 
+#: Names of the inserted tasks for DDP's own CPU time (device profile ``ddp_call_ns`` / ``ddp_tensor_ns``).
+DDP_FORWARD = "DDP: forward wrapper"
+DDP_BACKWARD = "DDP: hooks and hand-overs"
+
 #: DDP closes its first bucket at 1 MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
 #: so that communication starts early.
 FIRST_BUCKET_BYTES = 1 << 20
@@ -104,9 +123,10 @@ def buckets(sizes, bucket_bytes: int, first_bytes: int | None = None) -> list:
     return out
 
 
-def param_copy_ns(dev, row: dict) -> float:
-    """DDP's copy of one module's gradients into (or out of) its bucket, one op per parameter
-    tensor (:func:`daydream.cost.cold_pass_ns`).
+def param_copy_ns(dev, row: dict, per_tensor_ns: float | None = None) -> float:
+    """DDP's copy of one module's gradients into (or out of) its bucket: ``per_tensor_ns`` per
+    parameter tensor (the device's op overhead by default: DDP copies one tensor at a time) plus a
+    read and a write of the bytes from memory (:func:`daydream.cost.cold_pass_ns`).
 
     ``row`` is the module's entry in the trace's module table; without
     ``param_shapes`` its parameters count as one tensor.
@@ -117,8 +137,14 @@ def param_copy_ns(dev, row: dict) -> float:
     5000.0
     >>> param_copy_ns(dev, {"param_bytes": 5000})
     3000.0
+    >>> param_copy_ns(dev, {"param_bytes": 5000, "param_shapes": [[1000], [250]]}, per_tensor_ns=0)
+    1000.0
     """
-    return cold_pass_ns(dev, float(row.get("param_bytes") or 0), max(1, param_tensors(row)))
+    nbytes = float(row.get("param_bytes") or 0)
+    if nbytes <= 0:
+        return 0.0
+    per = dev.op_overhead_ns if per_tensor_ns is None else per_tensor_ns
+    return per * max(1, param_tensors(row)) + cold_pass_ns(dev, nbytes, 0)
 
 
 class DataParallel(Optimization):
@@ -150,12 +176,15 @@ class DataParallel(Optimization):
         sizes = dict(params)
         groups = buckets([(p, sizes[p]) for p in order], int(self.bucket_mb * (1 << 20)),
                          min(FIRST_BUCKET_BYTES, int(self.bucket_mb * (1 << 20))))
-        copy_ns_of = {p: param_copy_ns(dev, table[p]) for p in order}
+        ddp = self._ddp_costs(ctx, table)
+        copy_ns_of = {p: param_copy_ns(dev, table[p], dev.ddp_tensor_ns[1] if ddp else None) for p in order}
+        copy_out_of = {p: param_copy_ns(dev, table[p], 0 if ddp else None) for p in order}
         self._corun(ctx)
         steps = select(g, layer=OPTIMIZER_STEP_RE)
         step_first = {k: v[0] for k, v in by_rank_iteration(g, steps).items()}
         comm, barriers = {}, []
         shares_core = self._collectives_share_core(ctx)
+        wake = int(dev.collective_wake_ns(backend or "gloo")) if shares_core else 0
         for (rank, it), first in step_first.items():
             lane = comm.get(rank)
             if lane is None:
@@ -169,20 +198,28 @@ class DataParallel(Optimization):
                 cp = insert(g, bwd_lane, dur_ns=copy_ns, name="DDP bucket copy", after=ready,
                             phase=Phase.BACKWARD, iteration=it)
                 dur = int(dev.allreduce_ns(nbytes, self.workers, backend))
+                if b is groups[-1]:   # the one the step waits for: the ranks reach it from compute
+                    dur += wake
                 if shares_core:   # the reduction runs on the core the training thread needs
                     ar = insert(g, bwd_lane, dur_ns=dur, name="all-reduce", kind=6, phase=Phase.BACKWARD,
                                 iteration=it, after=cp, bytes_=nbytes)
                 else:
                     ar = insert(g, lane, dur_ns=dur, name="all-reduce", kind=6, phase=Phase.BACKWARD,
                                 iteration=it, deps=[cp], bytes_=nbytes)
-                reduced.append((ar, copy_ns))
+                reduced.append((ar, int(sum(copy_out_of[p] for p in b))))
             barriers.append((ready, ar))   # the last bucket's all-reduce: every worker has finished backward
             step_lane = int(g.tasks["lane"][first])
             for ar, copy_ns in reduced:   # DDP's finalize: reduced buckets copied back into .grad
                 insert(g, step_lane, dur_ns=copy_ns, name="DDP bucket copy-out", before=first,
                        phase=Phase.BACKWARD, iteration=it, deps=[ar])
+            if ddp:
+                insert(g, step_lane, dur_ns=int(dev.ddp_call_ns[1]), name=DDP_BACKWARD, before=first,
+                       phase=Phase.BACKWARD, iteration=it)
+        if ddp:
+            fwd_ns = dev.ddp_call_ns[0] + dev.ddp_tensor_ns[0] * sum(param_tensors(table[p]) for p in order)
+            self._before_forward(g, int(fwd_ns), DDP_FORWARD)
         if self.broadcast_buffers:
-            self._broadcast_buffers(g, dev, sum(m.get("buffer_bytes") or 0 for m in table.values()), backend)
+            self._broadcast_buffers(g, dev, table, backend, wake)
         if self.stragglers:
             wait_for_stragglers(ctx, barriers, self.workers, "data-parallel")
         ctx.workers = self.workers
@@ -191,16 +228,42 @@ class DataParallel(Optimization):
         ctx.note(f"data-parallel: {len(groups)} bucket(s) of <= {self.bucket_mb} MB, {self.workers} workers, "
                  f"{sum(sizes.values()) / 1e6:.2f} MB of gradients per step")
 
-    def _broadcast_buffers(self, g, dev, nbytes: int, backend) -> None:
-        """DDP's buffer broadcast: a blocking collective before each iteration's forward."""
+    def _broadcast_buffers(self, g, dev, table: dict, backend, wake_ns: int = 0) -> None:
+        """DDP's buffer broadcast: blocking collectives before each iteration's forward, one per
+        dtype of the buffers (``buffer_dtypes`` of the module table; one where the trace does not
+        say), as ``_broadcast_coalesced`` flattens tensors of one dtype together; the first also
+        pays ``wake_ns`` (the ranks reach it from compute)."""
+        nbytes = sum(m.get("buffer_bytes") or 0 for m in table.values())
         if nbytes <= 0 or self.workers <= 1:
             return
-        dur = int(dev.allreduce_ns(nbytes, self.workers, backend) / 2)
+        groups = max(1, len({d for m in table.values() for d in m.get("buffer_dtypes") or ()}))
+        dur = int(dev.allreduce_ns(nbytes / groups, self.workers, backend) / 2)
+        for i in range(groups):
+            self._before_forward(g, dur + (wake_ns if i == 0 else 0), "DDP: broadcast buffers", kind=6,
+                                 bytes_=int(nbytes / groups))
+
+    @staticmethod
+    def _before_forward(g, dur_ns: int, name: str, kind: int | None = None, bytes_: int = 0) -> None:
+        """A task on the training thread just before each iteration's first forward op."""
         fwd = select(g, phase="forward", lane="cpu_thread")
         for (rank, it), tasks in by_rank_iteration(g, fwd[g.tasks["iteration"][fwd] >= 0]).items():
             first = tasks[int(np.argmin(g.tasks["traced_start_ns"][tasks]))]
-            insert(g, int(g.tasks["lane"][first]), dur_ns=dur, name="DDP: broadcast buffers", kind=6,
-                   phase=Phase.FORWARD, iteration=it, before=first, bytes_=nbytes)
+            insert(g, int(g.tasks["lane"][first]), dur_ns=dur_ns, name=name, kind=kind, phase=Phase.FORWARD,
+                   iteration=it, before=first, bytes_=bytes_)
+
+    @staticmethod
+    def _ddp_costs(ctx, table) -> bool:
+        """Whether the device profile measured DDP's own CPU time (``ddp_call_ns``, ``ddp_tensor_ns``)."""
+        dev = ctx.device
+        if not (any(dev.ddp_call_ns) or any(dev.ddp_tensor_ns)):
+            ctx.note("data-parallel: the device profile has no DDP overhead figures (ddp_call_ns, ddp_tensor_ns); "
+                     "DDP's copies cost one op each (`daydream calibrate` measures them)")
+            return False
+        tensors = sum(param_tensors(m) for m in table.values() if m.get("param_bytes"))
+        per_it = sum(dev.ddp_call_ns) + tensors * sum(dev.ddp_tensor_ns)
+        ctx.note(f"data-parallel: DDP's own CPU time {per_it / 1e6:.2f} ms per iteration ({tensors} parameter "
+                 "tensors; the profile's 1-rank figures)")
+        return True
 
     def _corun(self, ctx) -> None:
         """On a CPU the workers run on one host at once: their thread work runs at the co-run rate."""

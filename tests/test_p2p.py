@@ -184,12 +184,22 @@ def test_tessel_charges_the_runtime_per_send_and_receive_action(own_trace):
     assert len(select(pipe.graph, name="^post ")) == 0
 
 
+def _fake_ddp_figures(monkeypatch):
+    """What ``ensure_profile`` measures for data-parallel, without processes or DDP."""
+    import daydream.calibrate as cal
+    import daydream.calibrate_procs as procs
+
+    monkeypatch.setattr(cal, "ddp_ns", lambda torch, device: ((10, 20), (1, 2)))
+    monkeypatch.setattr(procs, "gloo_wake_ns", lambda: 4e5)
+
+
 def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_path, monkeypatch):
     import daydream.calibrate as cal
     from daydream import validate
     from daydream.device import default_profile_path
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    _fake_ddp_figures(monkeypatch)
     monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: {
         "p2p": (3e9, 50_000.0), "p2p_post": (40_000.0, 30_000.0), "p2p_handshake": 9_000.0,
         "p2p_collision": ((0.0, 2e6), (1e5, 0.0)), "p2p_hold": ((0.0, 1e6), (8e5, 0.0)),
@@ -204,9 +214,10 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
     assert got.p2p_handshake_ns("gloo") == 9_000.0 and got.p2p_collision_ns(5e4, "gloo") == 1e6
     assert got.p2p_hold_ns(4e5, "gloo") == 5e5 and got.p2p_late_hold_share(3e6, "gloo") == 0.1
     assert got.p2p_land_ns(1e6, "gloo") == 1e5
-    assert "point-to-point" in said[0]
+    assert "point-to-point" in said[0] and "DDP" in said[1]
+    assert got.collective_wake_ns("gloo") == 4e5 and got.ddp_call_ns == (10, 20) and got.ddp_tensor_ns == (1, 2)
     assert validate.ensure_profile(given, progress=said.append) == given
-    assert open(given).read() == before and len(said) == 1
+    assert open(given).read() == before and len(said) == 2
 
 
 def test_cached_profile_without_the_preposted_send_gets_it_measured(tmp_path, monkeypatch):
@@ -220,6 +231,7 @@ def test_cached_profile_without_the_preposted_send_gets_it_measured(tmp_path, mo
                "p2p_collision": ((0.0, 2e6), (1e5, 0.0)), "p2p_hold": ((0.0, 1e6), (8e5, 0.0)),
                "p2p_late_hold": ((1e6, 0.1),), "p2p_land": ((16384.0, 1e5),)}
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    _fake_ddp_figures(monkeypatch)
     monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: {**figures, "p2p_preposted": 30_000.0})
     older = dataclasses.replace(flat_profile(), **{k: {"gloo": v} for k, v in figures.items()})
     cached = save_profile(older, default_profile_path("cpu", validate.THREADS))

@@ -61,6 +61,7 @@ def module_table(roots, output_bytes: dict[str, int], input_shapes: dict | None 
                 continue
             seen.add(id(mod))
             own = list(mod.parameters(recurse=False))
+            bufs = list(mod.buffers(recurse=False))
             rows.append(
                 {
                     "path": sub,
@@ -69,7 +70,8 @@ def module_table(roots, output_bytes: dict[str, int], input_shapes: dict | None 
                     "param_bytes": _param_bytes(own),
                     "param_bytes_total": _param_bytes(mod.parameters()),
                     "trainable_param_bytes": _param_bytes(p for p in own if p.requires_grad),
-                    "buffer_bytes": _param_bytes(mod.buffers(recurse=False)),
+                    "buffer_bytes": _param_bytes(bufs),
+                    **({"buffer_dtypes": sorted({str(b.dtype).replace("torch.", "") for b in bufs})} if bufs else {}),
                     "output_bytes": output_bytes.get(sub),
                     "param_shapes": [list(p.shape) for p in own],
                     **({"input_shapes": input_shapes[sub]} if input_shapes and sub in input_shapes else {}),
