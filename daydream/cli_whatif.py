@@ -119,6 +119,11 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                      for name, (s, r) in prof.p2p_post.items())
     links += "".join(f"; a {name} send to a receive posted ahead {ns / 1e3:.0f} us"
                      for name, ns in prof.p2p_preposted.items())
+    links += "".join(f"; a {name} all-reduce reached from compute +{ns / 1e3:.0f} us"
+                     for name, ns in prof.collective_wake.items())
+    if any(prof.ddp_tensor_ns):
+        links += (f"; DDP's own time {sum(prof.ddp_call_ns) / 1e3:.0f} us an iteration"
+                  f" + {sum(prof.ddp_tensor_ns) / 1e3:.1f} us a parameter tensor")
     if prof.core_to_core_ns:
         links += f"; cores {span_text(prof.core_to_core_ns)} apart (core-to-core round trip)"
     click.echo(f"{prof.name}: op overhead {prof.op_overhead_ns} ns; "

@@ -306,6 +306,8 @@ def test_calibrate_measures_and_reports_send_figures(tmp_path):
     (bw, lat), = prof.p2p.values()
     assert bw > 0 and lat >= 0 and "send gloo" in res.output and "all-reduce gloo" in res.output
     assert prof.p2p_preposted["gloo"] > 0 and "a gloo send to a receive posted ahead" in res.output
+    assert prof.collective_wake["gloo"] >= 0 and "all-reduce reached from compute" in res.output
+    assert prof.ddp_call_ns[1] > 0 and prof.ddp_tensor_ns[1] > 0 and "DDP's own time" in res.output
     # --quick still spans 1 KiB to 8 MiB, so the fits see the bandwidth, not only the latency
     # (a 1 KiB gloo all-reduce took 1.6-1.8 ms here, a 1 MiB one 1.9-2.4: too close to tell apart)
     assert bw < UNRESOLVED_BYTES_PER_S and prof.collective["gloo"][0] < UNRESOLVED_BYTES_PER_S

@@ -292,6 +292,73 @@ def test_data_parallel_broadcasts_buffers_before_each_forward(own_trace, profile
     assert on.predicted_ms - off.predicted_ms == pytest.approx(each_ns / 1e6, rel=0.05)
 
 
+def _named(g, name):
+    return [t for t in range(g.n_tasks) if g.task_name(t) == name]
+
+
+def test_data_parallel_charges_ddps_calibrated_own_time_exactly():
+    """With ``ddp_call_ns`` / ``ddp_tensor_ns`` in the profile: per iteration a forward wrapper
+    (call + tensors x per tensor) and a backward part; per tensor its backward part with the
+    copy-in; the copy-out only streams the bytes."""
+    import dataclasses
+
+    from daydream import load_trace
+    from daydream.optimizations._common import param_tensors
+
+    dev = dataclasses.replace(flat_profile(bw=2e9, overhead_ns=1500), ddp_call_ns=(1000, 3000),
+                              ddp_tensor_ns=(10, 500))
+    trace = load_trace(REPO / "traces" / "mlp.trace.json.gz")
+    rows = [m for m in trace.ranks[0].meta["daydream"]["modules"] if m.get("param_bytes")]
+    tensors = sum(param_tensors(m) for m in rows)
+    stream_ns = 2 * sum(m["param_bytes"] for m in rows) / 2e9 * 1e9
+    n_it = trace.ranks[0].n_iterations
+    rep, res = predict(trace, ["data-parallel:workers=2,bucket_mb=1000,stragglers=false"], device=dev)
+    g = res.graph
+    per_it = {name: g.tasks["dur_ns"][_named(g, name)].sum() / n_it
+              for name in ("DDP: forward wrapper", "DDP: hooks and hand-overs", "DDP bucket copy",
+                           "DDP bucket copy-out")}
+    assert per_it["DDP: forward wrapper"] == 1000 + 10 * tensors
+    assert per_it["DDP: hooks and hand-overs"] == 3000
+    assert per_it["DDP bucket copy"] == pytest.approx(500 * tensors + stream_ns, abs=2)
+    assert per_it["DDP bucket copy-out"] == pytest.approx(stream_ns, abs=2)
+    assert any("DDP's own CPU time" in n for n in rep.notes)
+
+
+def test_collectives_reached_from_compute_pay_the_calibrated_wake_up(own_trace):
+    """Ranks sharing their cores with gloo's threads (the 2-core trace, 2 workers): the last
+    bucket's all-reduce and the first buffer broadcast of each iteration last ``collective_wake``
+    longer, the other buckets' all-reduces and broadcasts do not."""
+    import dataclasses
+
+    plain = flat_profile()
+    woken = dataclasses.replace(plain, collective_wake={"gloo": 700_000.0})
+    trace = own_trace("cnn")
+    for m in trace.ranks[0].meta["daydream"]["modules"]:
+        if m.get("buffer_bytes"):
+            m["buffer_dtypes"] = ["float32", "int64"]      # BatchNorm: running statistics and a count
+    opts = ["data-parallel:workers=2,bucket_mb=0.05,stragglers=false"]
+    rep, res = predict(trace, opts, device=woken)
+    _, base = predict(trace, opts, device=plain)
+    assert any("time-share" in n for n in rep.notes)
+    n_it = trace.ranks[0].n_iterations
+    for name, extra in (("all-reduce", 700_000), ("DDP: broadcast buffers", 700_000)):
+        got, ref = (r.graph.tasks["dur_ns"][_named(r.graph, name)] for r in (res, base))   # same order
+        assert len(got) == len(ref) > n_it                     # several buckets, two broadcasts an iteration
+        assert (got - ref).sum() == extra * n_it and set((got - ref).tolist()) == {0, extra}
+
+
+def test_one_buffer_broadcast_per_dtype(own_trace, profile):
+    trace = own_trace("cnn")
+    mods = [m for m in trace.ranks[0].meta["daydream"]["modules"] if m.get("buffer_bytes")]
+    buffers = sum(m["buffer_bytes"] for m in mods)
+    for m in mods:
+        m["buffer_dtypes"] = ["float32", "int64"]
+    _, res = predict(trace, ["data-parallel:workers=2,stragglers=false"], device=profile)
+    casts = _named(res.graph, "DDP: broadcast buffers")
+    assert len(casts) == 2 * trace.ranks[0].n_iterations
+    assert res.graph.tasks["dur_ns"][casts[0]] == int(profile.allreduce_ns(buffers / 2, 2) / 2)
+
+
 def test_dataloader_workers_hide_loading(own_trace):
     slow_fetch = flat_profile(fetch=(5e6, 0.0))
     fast_fetch = flat_profile(fetch=(1e3, 0.0))
