@@ -133,11 +133,12 @@ def _allreduce_pts(torch, dist, sizes) -> list:
 WAKE_BYTES = 4096
 WAKE_BUSY_S = 0.005
 WAKE_CALLS = 60
-WAKE_ROUNDS = 6
+WAKE_ROUNDS = 12
 
 
 def _wake_worker(rank, port, q):
-    """Rank 0 puts ``(mean after compute ns, mean back to back ns)`` of a small all-reduce."""
+    """Rank 0 puts, per round, ``(mean after compute ns, mean back to back ns)`` of a small
+    all-reduce, :data:`WAKE_CALLS` calls each, the two in turns."""
     import torch
     import torch.distributed as dist
 
@@ -150,8 +151,9 @@ def _wake_worker(rank, port, q):
     t = torch.zeros(WAKE_BYTES // 4)
     for _ in range(5):
         dist.all_reduce(t)
-    after, b2b = [], []
+    rounds = []
     for _ in range(WAKE_ROUNDS):
+        after = []
         for _ in range(WAKE_CALLS):
             _spin(WAKE_BUSY_S)
             t0 = time.perf_counter_ns()
@@ -161,24 +163,26 @@ def _wake_worker(rank, port, q):
         t0 = time.perf_counter_ns()
         for _ in range(WAKE_CALLS):
             dist.all_reduce(t)
-        b2b.append((time.perf_counter_ns() - t0) / WAKE_CALLS)
+        rounds.append((statistics.fmean(after), (time.perf_counter_ns() - t0) / WAKE_CALLS))
     if rank == 0:
-        q.put((statistics.fmean(after), statistics.fmean(b2b)))
+        q.put(rounds)
     dist.destroy_process_group()
 
 
 def gloo_wake_ns() -> float:
     """How much longer a small gloo all-reduce takes when both ranks come to it from
-    :data:`WAKE_BUSY_S` of compute than back to back (mean over all calls, at least 0), each rank
-    pinned to a core as ``--pin-cores`` runs are, so that gloo's threads share it.
+    :data:`WAKE_BUSY_S` of compute than back to back, each rank pinned to a core as
+    ``--pin-cores`` runs are, so that gloo's threads share it: the median over
+    :data:`WAKE_ROUNDS` rounds of the difference of the two means in the round (the machine's
+    spells of speed then move both sides of a difference alike), at least 0.
 
     Back to back, gloo's threads are awake; after compute they have slept behind the training
     thread and the call pays their wake-up, a scheduler slice at times (on the development VM:
     after compute 1.9-2.8 ms mean for 4-300 KiB, back to back 1.1-1.8 ms;
     ``python benchmarks/gloo_allreduce_gap.py``).  A data-parallel step meets it at each point
     where the ranks synchronise after computing."""
-    after, b2b = first_result(_wake_worker, 2)
-    return max(after - b2b, 0.0)
+    rounds = first_result(_wake_worker, 2)
+    return max(statistics.median(a - b for a, b in rounds), 0.0)
 
 
 def _spin(seconds: float, work=None) -> None:

@@ -22,7 +22,12 @@ Model
   low-precision math (most CPUs without AMX/avx512-bf16) therefore predicts
   a slowdown.
 * Memory-bound tasks of the layers that contain compute ops move half the
-  bytes, at the device's measured elementwise bandwidth for the new dtype.
+  bytes, at the device's measured elementwise bandwidth for the new dtype;
+  copies (``copy_``, ``clone``, ``contiguous``) at its fp32 bandwidth, since
+  they do no arithmetic in the dtype (a CPU without bf16 vector units runs
+  bf16 elementwise arithmetic slower than fp32, not bf16 copies: the bundled
+  CNN's ``contiguous`` copies in convolution backward took 0.61x in bf16 in
+  training, where the bf16 curve gave 1.61x; session 31).
 * Batch norm after a convolution (the first ``native_batch_norm`` in forward
   after a convolution on its thread, its channels the convolution's output
   channels) takes the convolution's low-precision output, which autocast does
@@ -45,6 +50,7 @@ unchanged; casts are not fused with the ops that consume them.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 
@@ -57,6 +63,9 @@ from daydream.opbench import dtype_time_pairs
 
 from ._layers import rerun_ratios, signatures_of
 from .base import NotApplicable, Optimization, Param
+
+#: Same-dtype copies (``copy_``, ``clone``, ``contiguous``): data movement only.
+_COPY_RE = re.compile(r"aten::(copy_|clone|contiguous)$")
 
 __all__ = ["AMP", "OPTIMIZATION"]
 
@@ -143,7 +152,9 @@ class AMP(Optimization):
         mem &= (T["bytes"] > 0) | np.isin(T["kind"], (EventKind.KERNEL,))
         for t in np.flatnonzero(mem):
             nbytes = float(T["bytes"][t]) or 1e6
-            ratio = elementwise_ns(dev, nbytes / 2, dt) / elementwise_ns(dev, nbytes, "float32")
+            # a copy moves bytes and does no arithmetic in the dtype: the fp32 curve at half the bytes
+            low = "float32" if _COPY_RE.match(g.task_name(t)) else dt
+            ratio = elementwise_ns(dev, nbytes / 2, low) / elementwise_ns(dev, nbytes, "float32")
             T["dur_ns"][t] = int(round(T["dur_ns"][t] * ratio))
 
     def _insert_casts(self, ctx, fwd_compute):
