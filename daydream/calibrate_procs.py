@@ -70,19 +70,26 @@ P2P_STALL_FACTOR = 10
 P2P_POST_MAX_BYTES = 2 ** 18
 
 
-def _gloo_worker(rank, port, sizes, kind, q):
-    """Per size, the time of one all-reduce (``kind="allreduce"``: :func:`_allreduce_pts`)
-    or one send (``"p2p"``: from the send's start on rank 0 to the receive's end on rank 1,
-    the receiver waiting; both read the same monotonic clock; trimmed mean)."""
+def _pinned_gloo_rank(rank: int, port: int):
+    """Join a 2-rank gloo group as ``rank``, pinned to a core of its own where there are two (as
+    the multi-process runs are with ``--pin-cores``), one intra-op thread; returns (torch, dist)."""
     import torch
     import torch.distributed as dist
 
     if len(os.sched_getaffinity(0)) >= 2:
         from .collect.runner import pin_rank
 
-        pin_rank(rank, 2)   # as the multi-process runs (--pin-cores): a core per rank
+        pin_rank(rank, 2)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    return torch, dist
+
+
+def _gloo_worker(rank, port, sizes, kind, q):
+    """Per size, the time of one all-reduce (``kind="allreduce"``: :func:`_allreduce_pts`)
+    or one send (``"p2p"``: from the send's start on rank 0 to the receive's end on rank 1,
+    the receiver waiting; both read the same monotonic clock; trimmed mean)."""
+    torch, dist = _pinned_gloo_rank(rank, port)
     if kind == "allreduce":
         out = _allreduce_pts(torch, dist, sizes)
     else:
@@ -139,15 +146,7 @@ WAKE_ROUNDS = 12
 def _wake_worker(rank, port, q):
     """Rank 0 puts, per round, ``(mean after compute ns, mean back to back ns)`` of a small
     all-reduce, :data:`WAKE_CALLS` calls each, the two in turns."""
-    import torch
-    import torch.distributed as dist
-
-    if len(os.sched_getaffinity(0)) >= 2:
-        from .collect.runner import pin_rank
-
-        pin_rank(rank, 2)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    torch, dist = _pinned_gloo_rank(rank, port)
     t = torch.zeros(WAKE_BYTES // 4)
     for _ in range(5):
         dist.all_reduce(t)

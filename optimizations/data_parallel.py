@@ -216,7 +216,7 @@ class DataParallel(Optimization):
                 insert(g, step_lane, dur_ns=int(dev.ddp_call_ns[1]), name=DDP_BACKWARD, before=first,
                        phase=Phase.BACKWARD, iteration=it)
         if ddp:
-            fwd_ns = dev.ddp_call_ns[0] + dev.ddp_tensor_ns[0] * sum(param_tensors(table[p]) for p in order)
+            fwd_ns = dev.ddp_call_ns[0] + dev.ddp_tensor_ns[0] * self._tensors(table)
             self._before_forward(g, int(fwd_ns), DDP_FORWARD)
         if self.broadcast_buffers:
             self._broadcast_buffers(g, dev, table, backend, wake)
@@ -252,6 +252,11 @@ class DataParallel(Optimization):
                    iteration=it, before=first, bytes_=bytes_)
 
     @staticmethod
+    def _tensors(table) -> int:
+        """Parameter tensors of the modules with parameters (one where a row lists no shapes)."""
+        return sum(param_tensors(m) for m in table.values() if m.get("param_bytes"))
+
+    @staticmethod
     def _ddp_costs(ctx, table) -> bool:
         """Whether the device profile measured DDP's own CPU time (``ddp_call_ns``, ``ddp_tensor_ns``)."""
         dev = ctx.device
@@ -259,7 +264,7 @@ class DataParallel(Optimization):
             ctx.note("data-parallel: the device profile has no DDP overhead figures (ddp_call_ns, ddp_tensor_ns); "
                      "DDP's copies cost one op each (`daydream calibrate` measures them)")
             return False
-        tensors = sum(param_tensors(m) for m in table.values() if m.get("param_bytes"))
+        tensors = DataParallel._tensors(table)
         per_it = sum(dev.ddp_call_ns) + tensors * sum(dev.ddp_tensor_ns)
         ctx.note(f"data-parallel: DDP's own CPU time {per_it / 1e6:.2f} ms per iteration ({tensors} parameter "
                  "tensors; the profile's 1-rank figures)")
