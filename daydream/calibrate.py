@@ -15,6 +15,7 @@ import statistics
 import time
 
 from .calibrate_corun import PROCESS_SPREAD_PAIRS, corun_factor, process_spread
+from .calibrate_cycle import CYCLE_ROUNDS, cycle_points
 from .calibrate_procs import GLOO_SIZES, gloo_fit, gloo_p2p, gloo_wake_ns, p2p_handshake_ns
 from .device import BMM_COPIES, Curve, DeviceProfile, measured_on
 from .errors import DaydreamError
@@ -505,10 +506,12 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     if not quick:
         say("torch.compile call overhead (compiles two tiny models, ~20 s)")
         compiled, compiled_tensor = _compiled_call_ns(torch, dev)
-    resume = ()
+    resume = cycle = ()
     if dev.type == "cpu":
         say("work resumed after an idle gap")
         resume = _resume_points(torch, 8 if quick else RESUME_TRIES)
+        say("training steps of several model copies in turn")
+        cycle = cycle_points(torch, 3 if quick else CYCLE_ROUNDS)
     coll, p2p, corun, spread, wake = {}, {}, 1.0, (), {}
     if collectives:
         say("compute beside a second busy process")
@@ -530,7 +533,7 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
                          bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, **p2p,
                          collective_wake=wake,
-                         corun=corun, process_spread=spread, resume=resume,
+                         corun=corun, process_spread=spread, resume=resume, cycle=cycle,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,
                          compiled_tensor_ns=compiled_tensor,
                          checkpoint_call_ns=ckpt, checkpoint_op_ns=ckpt_op, ddp_call_ns=ddp_call,

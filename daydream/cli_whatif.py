@@ -124,6 +124,9 @@ def calibrate(device, output, quick, no_collectives, threads, force):
     if any(prof.ddp_tensor_ns):
         links += (f"; DDP's own time {sum(prof.ddp_call_ns) / 1e3:.0f} us an iteration"
                   f" + {sum(prof.ddp_tensor_ns) / 1e3:.1f} us a parameter tensor")
+    if prof.cycle:
+        links += ("; a training step with its model's copies in turn " + ", ".join(
+            f"x{f:.2f} at {b / 2**20:.0f} MiB" for b, f in prof.cycle))
     if prof.core_to_core_ns:
         links += f"; cores {span_text(prof.core_to_core_ns)} apart (core-to-core round trip)"
     click.echo(f"{prof.name}: op overhead {prof.op_overhead_ns} ns; "

@@ -211,6 +211,10 @@ class DeviceProfile:
     #: long, over their time right after its forward (caches and predictors gone cold while it
     #: waited); empty: not measured (see :meth:`resume_factor`).
     resume: tuple = ()
+    #: CPU: a training step when N copies of a small model take turns on a core, over one copy
+    #: alone, ``((state bytes, factor), ...)`` by the parameters and optimizer state the copies
+    #: keep (:mod:`daydream.calibrate_cycle`); empty: not measured (see :meth:`cycle_factor`).
+    cycle: tuple = ()
     #: CPU: core-to-core round trips (ns) probed before and after calibrating
     #: (:mod:`daydream.corelink`): on a VM whose host moves its cores, where they were while
     #: this was measured; empty: not probed.
@@ -420,6 +424,21 @@ class DeviceProfile:
         """
         return _interp(((0.0, 1.0), *self.resume), gap_ns, flat=True) if self.resume else 1.0
 
+    def cycle_factor(self, state_bytes: float) -> float:
+        """How much longer a training step takes when the steps that run between two of its
+        model's keep ``state_bytes`` of parameters and optimizer state in all (its model's
+        included), relative to the calibration's smallest: interpolated in log bytes, flat
+        outside the calibrated range; 1.0 where not calibrated.
+
+        >>> dev = DeviceProfile("x", "cpu", {}, {}, 0, cycle=((4e6, 1.0), (16e6, 1.2)))
+        >>> [round(dev.cycle_factor(b), 3) for b in (1e6, 8e6, 16e6, 1e9)]
+        [1.0, 1.1, 1.2, 1.2]
+        """
+        if not self.cycle:
+            return 1.0
+        pts = tuple((math.log(b), f) for b, f in self.cycle)
+        return _interp(pts, math.log(max(state_bytes, 1.0)), flat=True)
+
     # ------------------------------------------------------------ persistence
     def to_json(self) -> dict:
         d = asdict(self)
@@ -465,6 +484,7 @@ class DeviceProfile:
                    corun=float(d.get("corun", 1.0)),
                    process_spread=tuple(float(x) for x in d.get("process_spread", ())),
                    resume=tuple(tuple(float(x) for x in p) for p in d.get("resume", ())),
+                   cycle=tuple(tuple(float(x) for x in p) for p in d.get("cycle", ())),
                    core_to_core_ns=tuple(float(x) for x in d.get("core_to_core_ns", ())), **curves, **points)
 
 
@@ -606,6 +626,10 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
         return "resume needs (gap ns > 0, factor >= 1) points"
     if any(a[0] >= b[0] for a, b in zip(prof.resume, prof.resume[1:])):
         return "resume: gaps must increase"
+    if not all(len(p) == 2 and _positive(p[0]) and _positive(p[1]) and p[1] >= 1 for p in prof.cycle):
+        return "cycle needs (state bytes > 0, factor >= 1) points"
+    if any(a[0] >= b[0] for a, b in zip(prof.cycle, prof.cycle[1:])):
+        return "cycle: state bytes must increase"
     if prof.op_overhead_ns < 0:
         return "op_overhead_ns must be >= 0"
     for name in ("checkpoint_call_ns", "checkpoint_op_ns", "compiled_call_ns", "compiled_tensor_ns", "ddp_call_ns",

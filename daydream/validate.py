@@ -117,8 +117,22 @@ def ensure_profile(profile_path=None, progress=print) -> str:
     if prof is not None and prof.kind == "cpu" and prof.collective and not (prof.collective_wake
                                                                              and any(prof.ddp_tensor_ns)):
         progress(f"calibrating: all-reduce after compute and DDP's own overhead, added to {path}")
-        save_profile(_with_ddp_figures(prof), path)
+        prof = _with_ddp_figures(prof)
+        save_profile(prof, path)
+    if prof is not None and prof.kind == "cpu" and not prof.cycle:
+        progress(f"calibrating: training steps of several model copies in turn, added to {path}")
+        save_profile(_with_cycle(prof), path)
     return path
+
+
+def _with_cycle(prof):
+    """``prof`` with ``cycle`` (:mod:`daydream.calibrate_cycle`) measured now, at its threads."""
+    import torch
+
+    from .calibrate_cycle import cycle_points
+
+    torch.set_num_threads(prof.threads or THREADS)
+    return dataclasses.replace(prof, cycle=cycle_points(torch))
 
 
 def _with_ddp_figures(prof):

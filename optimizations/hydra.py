@@ -39,7 +39,11 @@ by the profile's cost of taking a message in on a busy core (``p2p_land``,
 :mod:`optimizations._landing`), and costs nothing where the device waits
 for it.  A shard that starts after its device sat idle takes
 the profile's calibrated factor for work resumed after that gap
-(``resume``, :mod:`optimizations._resume`).
+(``resume``, :mod:`optimizations._resume`).  Each device runs its K models'
+steps in turn, so every shard task takes the profile's factor for the
+parameters and optimizer state of K models against one's, as the traced
+single model had (``cycle``, :meth:`daydream.device.DeviceProfile.cycle_factor`,
+:mod:`daydream.calibrate_cycle`).
 
 * ``model-parallel``: the models one after another (each device runs its
   shards in model order).
@@ -70,6 +74,7 @@ shards to host memory is not modelled.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,6 +89,7 @@ from ._landing import add_landing_costs
 from ._optstep import split_step_ns, step_fixed_ns
 from ._resume import add_resume_costs
 from .base import NotApplicable, Optimization, OptionError, Param
+from .pipeline import optimizer_state_factor
 
 __all__ = ["Hydra", "OPTIMIZATION", "Unit", "ShardCosts", "layer_units", "balanced_split", "parse_layers",
            "shard_costs", "step_call_ns", "schedule_graph", "device_lanes", "Schedule", "MAX_MODELS"]
@@ -375,7 +381,10 @@ class Hydra(Optimization):
                     "balances the shards' forward + backward time", str),
               Param("corun", "trace", "CPU: devices that are one host's cores run their shards at the co-run rate "
                     "of the trace's ops while another is busy (trace: measured beside a twin; profile: the device "
-                    "profile's; off)", str, SOURCES))
+                    "profile's; off)", str, SOURCES),
+              Param("cycle", True, "CPU: a device runs its K models' steps in turn, so each step finds the caches "
+                    "as K models' parameters and optimizer state leave them, not one's as in the trace (the "
+                    "profile's cycle figures; false: leave it out)", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -390,6 +399,10 @@ class Hydra(Optimization):
             raise OptionError(f"hydra: devices={D} means more shards than the model's {len(units)} layer(s)")
         costs = shard_costs(units, head_ns, opt_ns, D, parse_layers(self.layers, D, len(units)),
                             step_call_ns(ctx.graph))
+        cycle = self._cycle_factor(ctx, units)
+        if cycle != 1.0:
+            costs = dataclasses.replace(costs, **{k: tuple(x * cycle for x in getattr(costs, k))
+                                                  for k in ("fwd_ns", "bwd_ns", "opt_ns")})
         dev = ctx.device
         if D > 1 and not (dev.p2p or dev.collective):
             raise NotApplicable(f"hydra: device profile {dev.name!r} has no transfer figures; run daydream calibrate")
@@ -421,6 +434,10 @@ class Hydra(Optimization):
         if n:
             ctx.note(f"hydra: {n} transfers land while their device computes: +{added / 1e6:.2f} ms of work "
                      "(the profile's p2p_land)")
+        if cycle != 1.0:
+            ctx.note(f"hydra: each device runs {K} models' steps in turn: a shard's work takes x{cycle:.2f} "
+                     "(the profile's cycle figures, for the parameters and optimizer state of "
+                     f"{K} models against one; `cycle=false` leaves it out)")
         if rate < 1.0:
             ctx.note(f"hydra: a device's shard runs at {rate:.2f}x its speed alone while another device is busy "
                      f"(corun={self.corun}; `corun=off` leaves it out)")
@@ -433,6 +450,16 @@ class Hydra(Optimization):
                  f"shard forward/backward ms: "
                  + ", ".join(f"{f / 1e6:.2f}/{b / 1e6:.2f}" for f, b in zip(costs.fwd_ns, costs.bwd_ns))
                  + f"; transfers {', '.join(f'{b / 1e3:.0f} kB' for b in costs.send_bytes) or 'none'}")
+
+    def _cycle_factor(self, ctx, units) -> float:
+        """:meth:`~daydream.device.DeviceProfile.cycle_factor` of K models' parameters and
+        optimizer state over one model's (1.0 with ``cycle`` off or no figures)."""
+        if not self.cycle or ctx.device.kind != "cpu" or not ctx.device.cycle:
+            return 1.0
+        state = sum(u.param_bytes for u in units) * (1 + optimizer_state_factor(ctx.meta()))
+        factor = ctx.device.cycle_factor(self.models * state) / ctx.device.cycle_factor(state)
+        ctx.metrics["cycle_factor"] = factor
+        return factor
 
 
 OPTIMIZATION = Hydra

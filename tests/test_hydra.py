@@ -187,6 +187,63 @@ def test_transfers_to_receives_posted_ahead_cost_the_calibrated_preposted_send(o
     assert not any("posted ahead" in n for n in fitted.notes)
 
 
+def test_models_taking_turns_stretch_every_shard_by_the_cycle_factor(own_trace):
+    """The traced MLP's parameters and momentum against K = 4 copies': the profile's cycle
+    figures give x1.2 at 4x the state (interpolated in log bytes), so every shard's forward,
+    backward and step takes 1.2x its time in both schedules (no transfers, no co-run: the
+    makespans then scale exactly); one model, or `cycle=false`, leaves them as they were."""
+    import dataclasses
+
+    from daydream.primitives import select
+
+    trace = own_trace("mlp")
+    table = {m["path"]: m for m in trace.ranks[0].meta["daydream"]["modules"]}
+    units, _, _ = layer_units(build_graph(trace), table)
+    state = 2 * sum(u.param_bytes for u in units)         # SGD with momentum: parameters + momentum
+    dev = dataclasses.replace(flat_profile(), cycle=((state, 1.0), (16 * state, 1.4)))
+    spec = "hydra:models=4,devices=1,corun=off"
+    (off, g_off), (on, g_on) = ((r, res.graph) for r, res in
+                                (predict(trace, [spec + ",cycle=" + c], device=dev) for c in ("false", "true")))
+    assert on.metrics["cycle_factor"] == pytest.approx(1.2)
+    assert "cycle_factor" not in off.metrics
+    shards_off, shards_on = (g.tasks["dur_ns"][select(g, name="^model ")] for g in (g_off, g_on))
+    assert shards_on == pytest.approx(1.2 * shards_off, abs=1)
+    for sched in ("model_parallel", "shard_parallel"):
+        assert on.metrics[f"{sched}_makespan_ms"] == pytest.approx(1.2 * off.metrics[f"{sched}_makespan_ms"], abs=1e-5)
+    assert any("x1.20" in n for n in on.notes)
+    one, _ = predict(trace, ["hydra:models=1,devices=1,corun=off"], device=dev)
+    assert one.metrics["cycle_factor"] == pytest.approx(1.0)
+
+
+def test_profile_keeps_cycle_points_and_refuses_bad_ones(tmp_path):
+    import dataclasses
+
+    from daydream.device import load_profile, save_profile
+    from daydream.errors import DaydreamError
+
+    prof = dataclasses.replace(flat_profile(), cycle=((4e6, 1.0), (16e6, 1.2)))
+    path = save_profile(prof, str(tmp_path / "p.json"))
+    assert load_profile(path).cycle_factor(8e6) == pytest.approx(1.1)
+    assert flat_profile().cycle_factor(8e6) == 1.0                       # not calibrated: no change
+    doc = json.loads(open(path).read())
+    for bad, why in (([[16e6, 1.2], [4e6, 1.0]], "cycle: state bytes must increase"),
+                     ([[4e6, 0.9]], "cycle needs"), ([[0.0, 1.1]], "cycle needs")):
+        doc["cycle"] = bad
+        open(path, "w").write(json.dumps(doc))
+        with pytest.raises(DaydreamError, match=why):
+            load_profile(path)
+
+
+def test_cycle_calibration_measures_a_point_per_number_of_copies():
+    torch = pytest.importorskip("torch")
+    from daydream.calibrate_cycle import CYCLE_COPIES, cycle_points
+
+    pts = cycle_points(torch, rounds=1)
+    state = 2 * 2 * (512 * 512 + 512) * 4                  # two Linear(512): parameters + momentum, fp32
+    assert [b for b, _ in pts] == [n * state for n in CYCLE_COPIES]
+    assert pts[0][1] == 1.0 and all(f >= 1.0 for _, f in pts)
+
+
 def test_corun_stretch_exact():
     """Two lanes: a (100 ns) then b (100 ns) on one, c (150 ns) on the other, at rate 0.5.  a and
     c overlap all along, so both last twice their work until one ends: a: 200; c: 200 for its

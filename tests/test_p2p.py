@@ -185,12 +185,14 @@ def test_tessel_charges_the_runtime_per_send_and_receive_action(own_trace):
 
 
 def _fake_ddp_figures(monkeypatch):
-    """What ``ensure_profile`` measures for data-parallel, without processes or DDP."""
+    """What ``ensure_profile`` measures for data-parallel and ``cycle``, without processes or DDP."""
     import daydream.calibrate as cal
+    import daydream.calibrate_cycle as cycle
     import daydream.calibrate_procs as procs
 
     monkeypatch.setattr(cal, "ddp_ns", lambda torch, device: ((10, 20), (1, 2)))
     monkeypatch.setattr(procs, "gloo_wake_ns", lambda: 4e5)
+    monkeypatch.setattr(cycle, "cycle_points", lambda torch: ((4e6, 1.0), (8e6, 1.1)))
 
 
 def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_path, monkeypatch):
@@ -214,10 +216,11 @@ def test_older_cached_profile_gets_p2p_added_and_a_given_one_is_left_alone(tmp_p
     assert got.p2p_handshake_ns("gloo") == 9_000.0 and got.p2p_collision_ns(5e4, "gloo") == 1e6
     assert got.p2p_hold_ns(4e5, "gloo") == 5e5 and got.p2p_late_hold_share(3e6, "gloo") == 0.1
     assert got.p2p_land_ns(1e6, "gloo") == 1e5
-    assert "point-to-point" in said[0] and "DDP" in said[1]
+    assert "point-to-point" in said[0] and "DDP" in said[1] and "copies in turn" in said[2]
     assert got.collective_wake_ns("gloo") == 4e5 and got.ddp_call_ns == (10, 20) and got.ddp_tensor_ns == (1, 2)
+    assert got.cycle == ((4e6, 1.0), (8e6, 1.1))
     assert validate.ensure_profile(given, progress=said.append) == given
-    assert open(given).read() == before and len(said) == 2
+    assert open(given).read() == before and len(said) == 3
 
 
 def test_cached_profile_without_the_preposted_send_gets_it_measured(tmp_path, monkeypatch):
