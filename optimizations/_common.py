@@ -11,7 +11,7 @@ from daydream.graph import EdgeKind
 from .base import NotApplicable
 
 __all__ = ["by_rank_iteration", "launch_of", "module_table", "param_tensors", "layer_mask", "HOW_TO_RECORD",
-           "OPTIMIZER_STEP_RE"]
+           "OPTIMIZER_STEP_RE", "optimizer_state_factor", "cycle_ratio"]
 
 HOW_TO_RECORD = "record it with `daydream trace -- python train.py ...`, which stores the module table"
 OPTIMIZER_STEP_RE = r"^Optimizer\.step#"
@@ -57,3 +57,34 @@ def layer_mask(g, pattern: str) -> np.ndarray:
     ok = np.array([rx.search(s) is not None for s in g.layers.strings] + [False], bool)
     L = g.tasks["layer"]
     return ok[np.where(L >= 0, L, len(g.layers.strings))]
+
+
+def optimizer_state_factor(meta: dict) -> int:
+    """Optimizer state per parameter byte: SGD with momentum 1, Adam/AdamW 2, plain SGD 0.
+
+    >>> optimizer_state_factor({"optimizer": {"name": "Adam"}}), optimizer_state_factor({})
+    (2, 0)
+    """
+    opt = meta.get("optimizer") or {}
+    name = str(opt.get("name", "")).lower()
+    if name.startswith("adam"):
+        return 2
+    if name == "sgd" and (opt.get("defaults") or {}).get("momentum"):
+        return 1
+    return 0
+
+
+def cycle_ratio(ctx, copies: int) -> float:
+    """The device profile's cycle factor (:meth:`daydream.device.DeviceProfile.cycle_factor`)
+    for the parameters and optimizer state of ``copies`` models against one's: how much longer
+    a step takes when ``copies`` copies of the traced model keep their state on the host (Hydra's
+    devices taking turns, HFTA's fused copies) than the traced one did.  1.0 off CPU, without
+    the profile's figures, or without the trace's module table."""
+    dev = ctx.device
+    mods = ctx.meta().get("modules") or []
+    if dev.kind != "cpu" or not dev.cycle or not mods:
+        return 1.0
+    paths = [m["path"] for m in mods]
+    leaves = [m for m in mods if not any(q.startswith(m["path"] + ".") for q in paths)]
+    state = sum(int(m.get("param_bytes") or 0) for m in leaves) * (1 + optimizer_state_factor(ctx.meta()))
+    return dev.cycle_factor(copies * state) / dev.cycle_factor(state)

@@ -65,7 +65,13 @@ With ``in_sequence`` (the default) the ops are re-run in the order of one
 traced iteration, alternating with the fused sequence
 (:func:`daydream.opseq.sequence_ratios`), so each finds the caches as the
 rest of its iteration leaves them (N copies of the weights and activations
-are N times the data passing through them).
+are N times the data passing through them).  A re-run gives every op
+operands of its own, a working set many times the model's on both sides, so
+it cannot see the model's state leaving the caches: on a CPU profile with
+``cycle`` figures (``cycle=1``, the default) every compute task also takes
+the profile's factor for N models' parameters and optimizer state against
+one's (:func:`optimizations._common.cycle_ratio`,
+:mod:`daydream.calibrate_cycle`).
 
 Where it stops being valid: models whose operators do not fuse
 horizontally (data-dependent control flow, ops without a batched or grouped
@@ -86,6 +92,7 @@ from daydream.sim import simulate
 
 from daydream.opbench import fused_time_ratios
 
+from ._common import cycle_ratio
 from ._layers import iteration_sequence, rerun_ratios, spread_to_slices
 from .base import NotApplicable, Optimization, OptionError, Param
 
@@ -140,11 +147,14 @@ def _is_conv(g) -> np.ndarray:
     return conv[np.where(g.tasks["name"] >= 0, g.tasks["name"], len(g.names.strings))]
 
 
-def fused_durations(g, device, models: int, dtype: str = "float32", measured: dict | None = None) -> np.ndarray:
+def fused_durations(g, device, models: int, dtype: str = "float32", measured: dict | None = None,
+                    cycle: float = 1.0) -> np.ndarray:
     """Per task: its duration (ns) when ``models`` copies are fused into one op.
 
     ``measured`` (task -> fused / single time ratio of its op re-run on this
-    machine) replaces the curve model for the compute tasks it names.
+    machine) replaces the curve model for the compute tasks it names; every
+    compute task then takes ``cycle`` times that (the caches as ``models``
+    copies' state leaves them).
 
     >>> from daydream.device import Curve, DeviceProfile
     >>> from daydream.graph.graph import DependencyGraph
@@ -178,6 +188,8 @@ def fused_durations(g, device, models: int, dtype: str = "float32", measured: di
             fused = device.bmm_flops_per_s(dtype, models * f, models)
             single = device.matmul_flops_per_s(dtype, f)
         out[t] = dur[t] * models * single / fused
+    comp = cls == TaskClass.COMPUTE
+    out[comp] *= cycle
     fixed_ns = float(device.op_overhead_ns)
     for t in np.flatnonzero(cls == TaskClass.MEMORY).tolist():
         b = float(T["bytes"][t]) * MOVED_PER_INPUT_BYTE
@@ -200,7 +212,10 @@ class HFTA(Optimization):
               Param("remeasure", True, "CPU traces with shapes: re-run each convolution and matmul fused "
                     "(grouped / batched) on this machine", bool),
               Param("in_sequence", True, "re-run the ops as one traced iteration's sequence (each finds the caches "
-                    "as the rest of the iteration leaves them), not each alone in a loop", bool))
+                    "as the rest of the iteration leaves them), not each alone in a loop", bool),
+              Param("cycle", True, "CPU: the fused job keeps N models' parameters and optimizer state, and its "
+                    "compute ops find the caches as that leaves them, not one model's as in the trace (the "
+                    "profile's cycle figures; false: leave it out)", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -217,7 +232,8 @@ class HFTA(Optimization):
                                 "(no FLOPs or tensor sizes recorded; trace with `daydream trace`)")
         base_ms = simulate(g).mean_iteration_ns()[1] / 1e6
         measured = self._measured_ratios(ctx, np.flatnonzero(cls == TaskClass.COMPUTE))
-        g.tasks["dur_ns"][:] = fused_durations(g, ctx.device, n, self.dtype, measured)
+        cycle = cycle_ratio(ctx, n) if self.cycle else 1.0
+        g.tasks["dur_ns"][:] = fused_durations(g, ctx.device, n, self.dtype, measured, cycle)
         fused_ms = simulate(g).mean_iteration_ns()[1] / 1e6
         seq_ms = n * base_ms
         ctx.metrics.update({"fused_iteration_ms": fused_ms, "sequential_ms": seq_ms,
@@ -226,6 +242,10 @@ class HFTA(Optimization):
         ctx.note(f"hfta: {n} models fused: {counts[TaskClass.COMPUTE]} compute, "
                  f"{counts[TaskClass.MEMORY]} memory-bound, {counts[TaskClass.GPU_SCALED]} GPU kernel task(s) "
                  f"grow with N; dispatch, views and Python time are paid once; data loading is shared")
+        if cycle != 1.0:
+            ctx.metrics["cycle_factor"] = cycle
+            ctx.note(f"hfta: the fused job keeps {n} models' parameters and optimizer state: its compute ops take "
+                     f"x{cycle:.2f} (the profile's cycle figures, against one model's; `cycle=false` leaves it out)")
 
 
     def _measured_ratios(self, ctx, tasks) -> dict:

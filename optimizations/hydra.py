@@ -83,13 +83,12 @@ from daydream.graph.graph import DependencyGraph, EdgeKind
 from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.primitives import LanePolicy, set_policy
 
-from ._common import module_table
+from ._common import cycle_ratio, module_table
 from ._corun import SOURCES, corun_rate, corun_stretch
 from ._landing import add_landing_costs
 from ._optstep import split_step_ns, step_fixed_ns
 from ._resume import add_resume_costs
 from .base import NotApplicable, Optimization, OptionError, Param
-from .pipeline import optimizer_state_factor
 
 __all__ = ["Hydra", "OPTIMIZATION", "Unit", "ShardCosts", "layer_units", "balanced_split", "parse_layers",
            "shard_costs", "step_call_ns", "schedule_graph", "device_lanes", "Schedule", "MAX_MODELS"]
@@ -399,7 +398,7 @@ class Hydra(Optimization):
             raise OptionError(f"hydra: devices={D} means more shards than the model's {len(units)} layer(s)")
         costs = shard_costs(units, head_ns, opt_ns, D, parse_layers(self.layers, D, len(units)),
                             step_call_ns(ctx.graph))
-        cycle = self._cycle_factor(ctx, units)
+        cycle = self._cycle_factor(ctx)
         if cycle != 1.0:
             costs = dataclasses.replace(costs, **{k: tuple(x * cycle for x in getattr(costs, k))
                                                   for k in ("fwd_ns", "bwd_ns", "opt_ns")})
@@ -451,15 +450,11 @@ class Hydra(Optimization):
                  + ", ".join(f"{f / 1e6:.2f}/{b / 1e6:.2f}" for f, b in zip(costs.fwd_ns, costs.bwd_ns))
                  + f"; transfers {', '.join(f'{b / 1e3:.0f} kB' for b in costs.send_bytes) or 'none'}")
 
-    def _cycle_factor(self, ctx, units) -> float:
-        """:meth:`~daydream.device.DeviceProfile.cycle_factor` of K models' parameters and
-        optimizer state over one model's (1.0 with ``cycle`` off or no figures)."""
-        if not self.cycle or ctx.device.kind != "cpu" or not ctx.device.cycle:
+    def _cycle_factor(self, ctx) -> float:
+        """:func:`optimizations._common.cycle_ratio` of the K models (1.0 with ``cycle`` off)."""
+        if not self.cycle:
             return 1.0
-        state = sum(u.param_bytes for u in units) * (1 + optimizer_state_factor(ctx.meta()))
-        factor = ctx.device.cycle_factor(self.models * state) / ctx.device.cycle_factor(state)
-        ctx.metrics["cycle_factor"] = factor
+        ctx.metrics["cycle_factor"] = factor = cycle_ratio(ctx, self.models)
         return factor
-
 
 OPTIMIZATION = Hydra

@@ -68,6 +68,7 @@ import numpy as np
 from daydream.model import EventKind, Phase
 
 from . import _schedules as sch
+from ._common import optimizer_state_factor
 from ._corun import SOURCES
 from ._pipegraph import build_graph, parse_partition, partition, simulate_pipeline, stage_costs, unit_costs
 from .base import Optimization, OptionError, Param
@@ -78,21 +79,6 @@ __all__ = ["Pipeline", "OPTIMIZATION", "bubble_fraction", "ITERATIONS", "ITERATI
 ITERATIONS = 3
 #: Iterations simulated for 2BW; the steady state is measured between the first and the last.
 ITERATIONS_2BW = 5
-
-
-def optimizer_state_factor(meta: dict) -> int:
-    """Optimizer state per parameter byte: SGD with momentum 1, Adam/AdamW 2, plain SGD 0.
-
-    >>> optimizer_state_factor({"optimizer": {"name": "Adam"}}), optimizer_state_factor({})
-    (2, 0)
-    """
-    opt = meta.get("optimizer") or {}
-    name = str(opt.get("name", "")).lower()
-    if name.startswith("adam"):
-        return 2
-    if name == "sgd" and (opt.get("defaults") or {}).get("momentum"):
-        return 1
-    return 0
 
 
 def bubble_fraction(result) -> float:

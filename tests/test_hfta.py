@@ -87,6 +87,32 @@ def test_whatif_on_mlp_trace(own_trace):
     assert one.predicted_ms == pytest.approx(one.baseline_ms)
 
 
+def test_compute_ops_take_the_cycle_factor_of_n_models_state(own_trace):
+    """A profile whose cycle figures give x1.1 at twice the traced MLP's parameters and momentum:
+    fused 2-fold, every compute task (and its other slices) takes 1.1x its fused time, nothing
+    else changes; `cycle=false`, or a profile without the figures, leaves it out."""
+    import dataclasses
+
+    from daydream.optimizations.hfta import TaskClass, classify
+
+    trace = own_trace("mlp")
+    mods = trace.ranks[0].meta["daydream"]["modules"]
+    leaves = [m for m in mods if not any(q["path"].startswith(m["path"] + ".") for q in mods)]
+    state = 2 * sum(int(m.get("param_bytes") or 0) for m in leaves)          # momentum SGD
+    dev = dataclasses.replace(flat_profile(), cycle=((state, 1.0), (2 * state, 1.1)))
+    (off, g_off), (on, g_on) = ((r, res.graph) for r, res in (
+        predict(trace, [f"hfta:models=2,remeasure=0,cycle={c}"], device=dev) for c in ("false", "true")))
+    assert on.metrics["cycle_factor"] == pytest.approx(1.1) and "cycle_factor" not in off.metrics
+    comp = classify(g_off) == TaskClass.COMPUTE
+    d_off, d_on = g_off.tasks["dur_ns"], g_on.tasks["dur_ns"]
+    assert comp.any() and d_on[comp] == pytest.approx(1.1 * d_off[comp], abs=1)
+    changed = np.flatnonzero(d_on != d_off)
+    assert set(changed.tolist()) >= set(np.flatnonzero(comp & (d_off > 10)).tolist())
+    assert (d_on[changed] > d_off[changed]).all()
+    plain, _ = predict(trace, ["hfta:models=2,remeasure=0"], device=flat_profile())
+    assert plain.predicted_ms == pytest.approx(off.predicted_ms) and "cycle_factor" not in plain.metrics
+
+
 def test_cpu_trace_convolutions_and_matmuls_rerun_fused(own_trace, profile):
     """On a CPU trace with shapes the compute ops are timed fused on this machine (all of them here)."""
     rep, _ = predict(own_trace("cnn"), ["hfta:models=2"], device=profile)

@@ -385,7 +385,7 @@ def test_runtime_cost_per_action_is_added_to_every_action():
         whatif("pipeline:action_overhead_us=-1", layered_graph())
 
 
-@pytest.mark.parametrize("name", ["_schedules", "_pipegraph", "pipeline", "tessel"])
+@pytest.mark.parametrize("name", ["_schedules", "_pipegraph", "_common", "tessel"])
 def test_docstring_examples(name):
     import doctest
     import importlib
