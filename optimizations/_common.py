@@ -84,7 +84,6 @@ def cycle_ratio(ctx, copies: int) -> float:
     mods = ctx.meta().get("modules") or []
     if dev.kind != "cpu" or not dev.cycle or not mods:
         return 1.0
-    paths = [m["path"] for m in mods]
-    leaves = [m for m in mods if not any(q.startswith(m["path"] + ".") for q in paths)]
-    state = sum(int(m.get("param_bytes") or 0) for m in leaves) * (1 + optimizer_state_factor(ctx.meta()))
+    # each row's param_bytes counts the module's own parameters, so the rows add up to the model's
+    state = sum(int(m.get("param_bytes") or 0) for m in mods) * (1 + optimizer_state_factor(ctx.meta()))
     return dev.cycle_factor(copies * state) / dev.cycle_factor(state)

@@ -73,7 +73,7 @@ from ._corun import SOURCES
 from ._pipegraph import build_graph, parse_partition, partition, simulate_pipeline, stage_costs, unit_costs
 from .base import Optimization, OptionError, Param
 
-__all__ = ["Pipeline", "OPTIMIZATION", "bubble_fraction", "ITERATIONS", "ITERATIONS_2BW", "optimizer_state_factor"]
+__all__ = ["Pipeline", "OPTIMIZATION", "bubble_fraction", "ITERATIONS", "ITERATIONS_2BW"]
 
 #: Iterations simulated for a flushing schedule (every one after the first is identical).
 ITERATIONS = 3
