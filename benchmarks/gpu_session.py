@@ -117,7 +117,7 @@ def step_overhead(out: Path, args, summary: dict) -> None:
     for w in WORKLOADS:  # one process each, so that one hang costs one workload
         r = _run(out, f"overhead.{w}", [sys.executable, "benchmarks/gpu_overhead.py", "--workloads", w,
                                         "--rounds", str(args.overhead_rounds), "--arms", args.overhead_arms,
-                                        "--keep", str(out / "overhead")], 150)
+                                        "--block", str(args.overhead_block), "--keep", str(out / "overhead")], 240)
         rows[w] = {"rc": r["rc"], "rows": [json.loads(x) for x in r["stdout"].splitlines() if x.startswith("{")],
                    "table": r["stdout"][-600:]}
 
@@ -176,7 +176,8 @@ def main(argv=None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--only", default="doctor,tests,trace,overhead,whatif", help="steps, run in the order given")
-    ap.add_argument("--overhead-rounds", type=int, default=6)
+    ap.add_argument("--overhead-rounds", type=int, default=9, help="a multiple of the number of arms")
+    ap.add_argument("--overhead-block", type=int, default=8)
     ap.add_argument("--overhead-arms", default="untraced,torch.profiler,cupti",
                     help="gpu_overhead.py --arms (add cpu-only,cupti-alone,cupti-all to take it apart)")
     ap.add_argument("--device", default="cuda", help="cuda; cpu only to check the script itself")
