@@ -138,6 +138,8 @@ def measure(name: str, rounds: int, block: int, extra: list, keep_dir: Path | No
         "torch_vs_untraced_paired_pct": _paired(blocks, "torch.profiler", "untraced"),
         **{f"{a}_vs_torch_paired_pct": _paired(blocks, a, "torch.profiler") for a in arms if a in EXTRA_ARMS},
         "block_medians_ms": {a: [round(statistics.median(b) * 1e3, 4) for b in v] for a, v in blocks.items()},
+        "step_in_block_medians_ms": {a: [round(statistics.median(s) * 1e3, 4) for s in zip(*v)]
+                                     for a, v in blocks.items()},
         "kernels_in_cupti_trace": kernels,
         "kernels_in_torch_trace": torch_kernels,
         "cupti_source": acts.get("cuda_source"),

@@ -380,6 +380,15 @@ class ActivityRecords:
         """Boolean mask of the rows of the given kinds."""
         return np.isin(self.columns["kind"], np.asarray([int(k) for k in kinds], dtype=np.int16))
 
+    def take(self, rows: np.ndarray) -> "ActivityRecords":
+        """The records of the rows a boolean mask (or index array) selects; names and counters kept."""
+        columns = {}
+        for name, array in self.columns.items():
+            columns[name] = array[rows]
+            columns[name].flags.writeable = False
+        return ActivityRecords(MappingProxyType(columns), self.names, self.dropped_records, self.stats,
+                               self.skipped_by_kind)
+
     def as_dict(self) -> dict:
         """Plain dict: every column, plus ``names`` and ``dropped_records``."""
         out = dict(self.columns)

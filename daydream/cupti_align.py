@@ -178,7 +178,7 @@ def map_threads(api_tid: np.ndarray, api_start: np.ndarray, api_end: np.ndarray,
 
 def pick_clock(candidates: Mapping[str, ClockMap], api_tid: np.ndarray, api_start: np.ndarray,
                api_end: np.ndarray, cpu_ops: Mapping[int, tuple], known: Mapping[int, int],
-               base_ns: int = 0) -> tuple:
+               base_ns: int = 0, after_ns: float = -np.inf) -> tuple:
     """The candidate clock under which the known threads' runtime calls nest in their CPU ops.
 
     Parameters
@@ -192,6 +192,11 @@ def pick_clock(candidates: Mapping[str, ClockMap], api_tid: np.ndarray, api_star
         CPU thread id -> ``(starts, ends)`` of its ops, ns since ``base_ns``.
     known : mapping
         CUPTI thread id -> CPU thread id pairs known for sure.
+    base_ns : int
+        The Unix ns the CPU ops' times count from.
+    after_ns : float
+        Calls that start before this (ns since ``base_ns``) under a candidate are not scored
+        for it: the collector was running before the CPU side recorded.
 
     Returns
     -------
@@ -217,11 +222,13 @@ def pick_clock(candidates: Mapping[str, ClockMap], api_tid: np.ndarray, api_star
         clock = candidates[name]
         s, e = clock.since(base_ns, api_start[mine]), clock.since(base_ns, api_end[mine])
         tids = api_tid[mine]
+        scored = s >= after_ns
+        s, e, tids = s[scored], e[scored], tids[scored]
         inside = np.zeros(len(s), bool)
         for cupti_tid, cpu_tid in known.items():
             sel = tids == cupti_tid
             if sel.any() and cpu_tid in cpu_ops:
                 inside[sel] = _contained(*cpu_ops[cpu_tid], s[sel], e[sel])
-        shares[name] = float(inside.mean())
-    best = max(names, key=lambda n: (shares[n], -names.index(n)))
+        shares[name] = float(inside.mean()) if len(inside) else float("nan")
+    best = max(names, key=lambda n: (shares[n] if shares[n] == shares[n] else -1.0, -names.index(n)))
     return best, candidates[best], shares[best]

@@ -9,6 +9,8 @@ this module on first use of one of them.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from .cupti import (ActivityKind, ActivityRecords, CuptiTracer, CuptiUnavailableError, ExternalKind, MemcpyKind,
@@ -156,13 +158,25 @@ class CuptiKernelCollector:
         self._known_threads: dict = {}
         #: How the last :meth:`chrome_events` aligned the records (for the trace's metadata).
         self.alignment: dict = {}
+        self._mark_unix_ns: int | None = None
 
     def start(self) -> None:
-        """Start the tracer (raises :class:`CuptiUnavailableError` with the reason)."""
+        """Start the tracer (raises :class:`CuptiUnavailableError` with the reason).
+
+        ``daydream.collect`` starts it an iteration before the recorded ones, as
+        Kineto enables its own CUPTI activities: the first activities CUPTI
+        records after it is switched on cost more, and a warm-up iteration pays
+        for them.  :meth:`mark` then says where the recorded window begins.
+        """
         self.tracer.start()
         cupti_tid, native_tid = current_thread_pair()
         self._known_threads = {cupti_tid: native_tid}
         self._samples = {name: [clock_sample(read)] for name, read in self._clocks.items()}
+        self._mark_unix_ns = None
+
+    def mark(self) -> None:
+        """The recorded window begins now: what CUPTI recorded before is left out of the events."""
+        self._mark_unix_ns = time.time_ns()
 
     def stop(self) -> None:
         """Stop the tracer and keep its records."""
@@ -199,13 +213,46 @@ class CuptiKernelCollector:
         tid, start, end = cols["thread_id"][api], cols["start_ns"][api], cols["end_ns"][api]
         ops = _cpu_ops_by_thread(doc)
         maps = {name: ClockMap.fit(samples) for name, samples in self._samples.items()}
-        name, clock, share = pick_clock(maps, tid, start, end, ops, self._known_threads, base_ns)
+        after = -np.inf if self._mark_unix_ns is None else float(self._mark_unix_ns - base_ns)
+        name, clock, share = pick_clock(maps, tid, start, end, ops, self._known_threads, base_ns, after)
+        records = self.records.take(_in_window(self.records, clock, base_ns, after))
+        api = records.mask(*_API_KINDS)
+        tid, start, end = records["thread_id"][api], records["start_ns"][api], records["end_ns"][api]
         threads = map_threads(tid, clock.since(base_ns, start), clock.since(base_ns, end), ops, self._known_threads)
         unmapped = sorted(set(np.unique(tid).tolist()) - set(threads))
         share = None if share != share else share          # NaN (nothing to score) is not JSON
         self.alignment = {"clock": {"source": name, "calls_inside_ops": share, **clock.as_metadata()},
-                          "threads": {str(k): v for k, v in threads.items()}, "unmapped_threads": unmapped}
-        return _chrome_events(self.records, clock, base_ns, threads)
+                          "threads": {str(k): v for k, v in threads.items()}, "unmapped_threads": unmapped,
+                          "rows_before_window": len(self.records) - len(records)}
+        return _chrome_events(records, clock, base_ns, threads)
+
+
+def _in_window(records: ActivityRecords, clock: ClockMap, base_ns: int, after_ns: float) -> np.ndarray:
+    """Rows of the recorded window: API calls that start at ``after_ns`` or later (ns since
+    ``base_ns`` under ``clock``), the rows of their correlation ids, and the other rows by their start.
+
+    A kernel launched before the window and run inside it goes with its launch, so no kernel is
+    left without the call that launched it.
+
+    Examples
+    --------
+    >>> from daydream import cupti
+    >>> cols = {"kind": np.array([int(cupti.ActivityKind.RUNTIME), int(cupti.ActivityKind.CONCURRENT_KERNEL),
+    ...                           int(cupti.ActivityKind.RUNTIME), int(cupti.ActivityKind.CONCURRENT_KERNEL)]),
+    ...         "correlation_id": np.array([1, 1, 2, 2]), "start_ns": np.array([10, 30, 20, 40])}
+    >>> _in_window(cupti.ActivityRecords(cols, ()), ClockMap(), 0, 15.0).tolist()
+    [False, False, True, True]
+    """
+    start = clock.since(base_ns, records["start_ns"])
+    inside = start >= after_ns
+    api = records.mask(*_API_KINDS)
+    corr = records["correlation_id"]
+    before = np.unique(corr[api & ~inside & (corr != 0)])
+    after = np.unique(corr[api & inside & (corr != 0)])
+    launched = ~api & (corr != 0)
+    inside[launched & np.isin(corr, before)] = False
+    inside[launched & np.isin(corr, after)] = True
+    return inside
 
 
 def default_clocks() -> dict:

@@ -7,8 +7,10 @@ trace metadata records which (``activities.cuda_source``).
 
 The extension plugs in through :class:`KernelCollector`: ``daydream.cupti``
 exposes ``make_collector()`` returning an object with ``start()``, ``stop()``
-and ``chrome_events()``; the tracer starts it together with Kineto, stops it
-at the end of the recorded iterations, and appends its Chrome-trace events
+and ``chrome_events()``, and optionally ``mark()``; the tracer starts it when
+Kineto prepares (an iteration before the recorded ones, which pays for CUPTI's
+costlier first records), marks the start of the recorded window, stops it at
+the end of the recorded iterations, and appends its Chrome-trace events
 (placed on the clock and threads of Kineto's document, which it is given)
 (kernels carrying ``args["External id"]`` that matches the CPU ops'
 external correlation ids) to ``traceEvents`` before the atomic write.
@@ -40,6 +42,9 @@ class KernelCollector(Protocol):
     def stop(self) -> None: ...
 
     def chrome_events(self, doc: dict) -> list[dict]: ...
+
+    # optional: ``mark()``, the recorded window begins (the tracer starts the
+    # collector an iteration earlier; what it recorded before is left out)
 
 
 @dataclass(frozen=True)

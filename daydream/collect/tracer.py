@@ -274,7 +274,7 @@ class Tracer:
         if b == self._first_record:
             self._take_turn()
             self._prof.start_trace()
-            self._start_collector()
+            self._mark_collector()
             self.markers.enabled = True
             self.state = TracerState.RECORDING
         elif self.state is TracerState.RECORDING:
@@ -309,6 +309,12 @@ class Tracer:
         except Exception as exc:  # noqa: BLE001 - trace CPU activity regardless
             self._collector = None
             self._notes.append(f"daydream.cupti failed to start, no kernels recorded: {exc}")
+
+    def _mark_collector(self) -> None:
+        """The recorded window begins: the collector leaves out what it recorded before."""
+        mark = getattr(self._collector, "mark", None)
+        if mark is not None:
+            mark()
 
     def _profiler(self, record_shapes: bool, cpu_only: bool = False):
         acts = [torch.profiler.ProfilerActivity.CPU] if cpu_only else list(self._plan.torch_activities)
@@ -360,6 +366,8 @@ class Tracer:
         """Set up Kineto (and the heap reserve) one iteration before recording."""
         self._prof = self._profiler(self.options.record_shapes and self._shape_file is None)
         self._prof.prepare_trace()
+        # with Kineto's CUPTI set-up: the costlier first records fall in this warm-up iteration
+        self._start_collector()
         if self._heap is not None:   # a warm-up iteration absorbs its cost (and ranks' differences in it)
             self._heap.start()
         self._prepared = True
