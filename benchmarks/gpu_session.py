@@ -71,7 +71,7 @@ DEVICE = "cuda"
 def _trace_cmd(path: Path, workload: str, flags, steps: int, cupti: bool) -> list:
     # 20 warm-up steps: on the H200 (2026-11-27) the same untouched baseline traced after 6 read
     # 7.3, 8.8 and 11.3 ms in three processes (an idle GPU sits at 345 MHz and ramps up).
-    return _daydream("trace", "-f", "-o", path, "--warmup", 20, "-n", 15, *(["--cupti"] if cupti else []), "--",
+    return _daydream("trace", "-f", "-o", path, "--warmup", 20, "-n", 15, "--cupti" if cupti else "--no-cupti", "--",
                      sys.executable, "-m", f"daydream.workloads.{workload}", "--device", DEVICE,
                      "--steps", steps, "--quiet", *flags)
 

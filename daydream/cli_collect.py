@@ -41,8 +41,10 @@ __all__ = ["COMMANDS", "trace"]
               help="Also mark each module's backward pass with hooks on autograd nodes (more overhead; "
                    "by default backward ops take their module from the forward op of the same "
                    "autograd sequence number).")
-@click.option("--cupti", is_flag=True,
-              help="GPU activity from daydream's CUPTI extension instead of torch.profiler (experimental).")
+@click.option("--cupti/--no-cupti", default=True, show_default=True,
+              help="On a CUDA device, GPU activity (kernels, copies, runtime and driver calls, syncs) from "
+                   "daydream's CUPTI extension; --no-cupti, or an extension that cannot run, takes it from "
+                   "torch.profiler (the trace's metadata says which and why).")
 @click.option("--no-heap-reserve", is_flag=True,
               help="Do not keep pre-faulted free heap for what the profiler's records displace "
                    "(by default the recorded ops pay no page faults the untraced ones would not).")

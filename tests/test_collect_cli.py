@@ -210,3 +210,24 @@ def test_trace_says_where_op_shapes_come_from(tmp_path, train_script, flag, sour
     assert doc["daydream"]["shapes"]["source"] == source
     ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op"]
     assert any("Input Dims" in e.get("args", {}) for e in ops)
+
+
+@pytest.mark.parametrize("flags, expected", [((), True), (("--cupti",), True), (("--no-cupti",), False)])
+def test_cupti_is_the_default_gpu_source_and_can_be_turned_off(monkeypatch, tmp_path, flags, expected):
+    """The extension is asked for unless ``--no-cupti``; where it cannot run, the tracer falls back
+    (tests/test_tracer_safety.py); the runner reads the same default from its configuration."""
+    from click.testing import CliRunner
+
+    from daydream.cli import main
+    from daydream.collect import launch
+
+    seen = []
+
+    def run_traced(req):            # nothing is run: the request is what is tested
+        seen.append(req)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(launch, "run_traced", run_traced)
+    CliRunner().invoke(main, ["trace", "-o", str(tmp_path / "t.json"), *flags, "--", PY, "train.py"])
+    assert len(seen) == 1 and seen[0].use_cupti is expected
+    assert launch.TraceRequest(command=("x",), output=tmp_path / "t.json").use_cupti is True

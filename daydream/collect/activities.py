@@ -112,8 +112,9 @@ def plan_activities(requested: tuple[str, ...], use_cupti: bool = False) -> tupl
     requested : tuple of str
         From :func:`parse_activities`.
     use_cupti : bool
-        Try the CUPTI extension for kernels (the merge is experimental; by
-        default ``torch.profiler``'s CUDA activity is used).
+        Try the CUPTI extension for kernels (what ``daydream.trace`` does by
+        default); where it cannot run, or without it, torch.profiler's CUDA
+        activity, with a note saying why.
     """
     import torch
 

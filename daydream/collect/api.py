@@ -155,7 +155,7 @@ def trace(
     backward_ranges: bool = False,
     force: bool = True,
     strict: bool = True,
-    use_cupti: bool = False,
+    use_cupti: bool = True,
     heap_reserve: bool = True,
     shapes_every_iteration: bool = False,
 ) -> TraceSession:
@@ -189,8 +189,10 @@ def trace(
     strict : bool
         Raise at the end of a ``with`` block that recorded nothing.
     use_cupti : bool
-        Take GPU activity from the ``daydream.cupti`` extension instead of
-        ``torch.profiler`` (experimental; falls back when unavailable).
+        On a CUDA device, take GPU activity from the ``daydream.cupti``
+        extension (the default) instead of ``torch.profiler``'s; where the
+        extension cannot run, ``torch.profiler``'s is used and the trace's
+        ``activities.notes`` say why.
     heap_reserve : bool
         Keep pre-faulted free heap for the growth that the profiler's
         records cause (glibc), so recorded ops pay no page faults that

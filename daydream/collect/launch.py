@@ -42,7 +42,7 @@ class TraceRequest:
     backward_ranges: bool = False
     force: bool = False
     nproc: int | None = None
-    use_cupti: bool = False
+    use_cupti: bool = True
     pin_cores: bool = False
     heap_reserve: bool = True
 

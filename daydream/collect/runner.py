@@ -112,7 +112,7 @@ def _start() -> None:
             shapes_every_iteration=bool(cfg.get("shapes_every_iteration", False)),
             backward_ranges=bool(cfg.get("backward_ranges", False)),
             skip_prelude=True,
-            use_cupti=bool(cfg.get("use_cupti", False)),
+            use_cupti=bool(cfg.get("use_cupti", True)),
             heap_reserve=bool(cfg.get("heap_reserve", True)),
         )
         tracer = Tracer(options)

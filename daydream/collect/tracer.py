@@ -109,7 +109,8 @@ class TraceOptions:
     skip_prelude : bool
         The span before the first boundary is setup, not an iteration.
     use_cupti : bool
-        Take kernels from the ``daydream.cupti`` extension when available.
+        Take kernels from the ``daydream.cupti`` extension when it can run
+        (the default), else from torch.profiler.
     heap_reserve : bool
         Keep pre-faulted free heap for the growth the profiler's records
         cause, so recorded ops do not pay page faults untraced ones do not
@@ -124,7 +125,7 @@ class TraceOptions:
     shapes_every_iteration: bool = False
     backward_ranges: bool = False
     skip_prelude: bool = False
-    use_cupti: bool = False
+    use_cupti: bool = True
     heap_reserve: bool = True
 
     def __post_init__(self):
