@@ -79,6 +79,15 @@ class DoctorReport:
     cupti: object  # daydream.cupti.ExtensionStatus
     checks: tuple = field(default=())
 
+    @property
+    def gpu_source(self) -> str:
+        """Where ``daydream trace`` takes GPU activity from on this machine, and why."""
+        if not self.torch.cuda_available:
+            return "none: torch sees no CUDA device (CPU ops only)"
+        if self.cupti.usable:
+            return "daydream.cupti, the project's CUPTI extension (--no-cupti: torch.profiler's)"
+        return f"torch.profiler's CUDA activity: the CUPTI extension cannot run ({self.cupti.reason})"
+
 
 def torch_info() -> TorchInfo:
     """Inspect torch without requiring it.
@@ -183,6 +192,7 @@ def _as_json(report: DoctorReport) -> str:
     data = asdict(report)
     data["checks"] = [{"name": c.name, "state": c.state.value, "detail": c.detail}
                       for c in report.checks]
+    data["gpu_source"] = report.gpu_source
     return json.dumps(data, indent=2, default=str)
 
 
@@ -212,6 +222,7 @@ def doctor(as_json: bool) -> None:
         click.echo(line)
     if report.cupti.library_path:
         click.echo(f"  extension: {report.cupti.library_path}")
+    click.echo(f"GPU activity for `daydream trace`: {report.gpu_source}")
 
 
 COMMANDS = [doctor]

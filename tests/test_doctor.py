@@ -58,6 +58,20 @@ def test_doctor_reports_why_extension_is_missing(monkeypatch):
     assert "[no] CUPTI extension loaded" in out
     assert "[no] CUPTI tracing usable" in out
     assert "why: no CUDA toolkit at build time (test)" in out
+    source = json.loads(_run("--json"))["gpu_source"]
+    assert f"GPU activity for `daydream trace`: {source}" in out
+    assert not source.startswith("daydream.cupti")
+
+
+@pytest.mark.parametrize("cuda, usable, expected", [
+    (False, True, "none: torch sees no CUDA device"),
+    (True, True, "daydream.cupti"),
+    (True, False, "torch.profiler's CUDA activity: the CUPTI extension cannot run (no driver (test))"),
+])
+def test_doctor_says_where_trace_takes_gpu_activity_from(cuda, usable, expected):
+    report = cli_doctor.DoctorReport("3", "linux", "0", types.SimpleNamespace(cuda_available=cuda),
+                                     types.SimpleNamespace(usable=usable, reason="no driver (test)"))
+    assert report.gpu_source.startswith(expected)
 
 
 def _fake_torch(cuda: str | None, available: bool):
