@@ -67,6 +67,17 @@ def test_pick_clock_keeps_the_first_candidate_when_nothing_tells_them_apart():
     assert name == "first" and np.isnan(share)
 
 
+def test_pick_clock_scores_only_the_calls_of_the_recorded_window():
+    # ops of the known thread: one in warm-up time, one in the recorded window (from 900 ns on)
+    ops = {7: (np.array([250.0, 1_000.0]), np.array([400.0, 2_000.0]))}
+    clocks = {"first": ClockMap(), "second": ClockMap(2.0)}
+    # a warm-up call (300-350 raw) nests in the warm-up op only under "first"; the window's
+    # call (600-700 raw) nests in the window's op only under "second", the records' clock
+    call = (np.array([9, 9]), np.array([300, 600]), np.array([350, 700]))
+    assert pick_clock(clocks, *call, ops, {9: 7})[::2] == ("first", 0.5)       # a tie, the wrong clock
+    assert pick_clock(clocks, *call, ops, {9: 7}, after_ns=900.0)[::2] == ("second", 1.0)
+
+
 def test_default_clocks_try_cuptis_own_first_then_torchs_approximate_clock():
     from daydream.cupti_export import default_clocks
 
