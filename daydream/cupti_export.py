@@ -208,16 +208,12 @@ class CuptiKernelCollector:
             return []
         doc = doc if isinstance(doc, dict) else {}
         base_ns = int(doc.get("baseTimeNanoseconds") or 0)
-        cols = self.records.columns
-        api = self.records.mask(*_API_KINDS)
-        tid, start, end = cols["thread_id"][api], cols["start_ns"][api], cols["end_ns"][api]
         ops = _cpu_ops_by_thread(doc)
         maps = {name: ClockMap.fit(samples) for name, samples in self._samples.items()}
         after = -np.inf if self._mark_unix_ns is None else float(self._mark_unix_ns - base_ns)
-        name, clock, share = pick_clock(maps, tid, start, end, ops, self._known_threads, base_ns, after)
+        name, clock, share = pick_clock(maps, *_api_calls(self.records), ops, self._known_threads, base_ns, after)
         records = self.records.take(_in_window(self.records, clock, base_ns, after))
-        api = records.mask(*_API_KINDS)
-        tid, start, end = records["thread_id"][api], records["start_ns"][api], records["end_ns"][api]
+        tid, start, end = _api_calls(records)
         threads = map_threads(tid, clock.since(base_ns, start), clock.since(base_ns, end), ops, self._known_threads)
         unmapped = sorted(set(np.unique(tid).tolist()) - set(threads))
         share = None if share != share else share          # NaN (nothing to score) is not JSON
@@ -225,6 +221,12 @@ class CuptiKernelCollector:
                           "threads": {str(k): v for k, v in threads.items()}, "unmapped_threads": unmapped,
                           "rows_before_window": len(self.records) - len(records)}
         return _chrome_events(records, clock, base_ns, threads)
+
+
+def _api_calls(records: ActivityRecords) -> tuple:
+    """``(thread ids, starts, ends)`` of the runtime and driver calls."""
+    api = records.mask(*_API_KINDS)
+    return records["thread_id"][api], records["start_ns"][api], records["end_ns"][api]
 
 
 def _in_window(records: ActivityRecords, clock: ClockMap, base_ns: int, after_ns: float) -> np.ndarray:

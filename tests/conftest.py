@@ -136,6 +136,22 @@ def flat_profile(matmul=1e10, bf16_matmul=None, bw=1e10, overhead_ns=1000, allre
                          collective={"gloo": allreduce}, loader_fetch=fetch)
 
 
+def assert_profile_refuses(path, field: str, cases) -> None:
+    """Write each ``(bad value, message)`` of ``cases`` as the saved profile's ``field``; loading
+    it must raise :class:`~daydream.errors.DaydreamError` matching the message."""
+    import json
+
+    from daydream.device import load_profile
+    from daydream.errors import DaydreamError
+
+    doc = json.loads(Path(path).read_text())
+    for bad, why in cases:
+        doc[field] = bad
+        Path(path).write_text(json.dumps(doc))
+        with pytest.raises(DaydreamError, match=why):
+            load_profile(path)
+
+
 @pytest.fixture
 def profile():
     return flat_profile()
