@@ -13,7 +13,8 @@ step, the traces):
 4. ``overhead``: ``benchmarks/gpu_overhead.py`` (the extension against torch.profiler).
 5. ``whatif``: a GPU profile (``daydream calibrate --device cuda --quick``), then
    ``amp:dtype=bfloat16`` and ``fused-adam`` predicted from each baseline trace
-   and measured by tracing the real variant.
+   and measured by tracing the real variant; the baseline is traced again after
+   the variant, and the row's prediction is the mean of the two baselines'.
 
     python benchmarks/gpu_session.py OUT [--steps ...] [--only trace,overhead] [--budget-s 480]
     python benchmarks/gpu_session.py OUT --device cpu --only trace,whatif   # dry run of the plumbing
@@ -153,22 +154,30 @@ def step_whatif(out: Path, args, summary: dict) -> None:
     for w in WORKLOADS:
         for opt, (base_flags, var_flags) in VARIANTS.items():
             key = f"{w}.{opt.split(':')[0]}"
-            base, var = out / f"{key}.base.json.gz", out / f"{key}.variant.json.gz"
-            _run(out, f"whatif.{key}.base", _trace_cmd(base, w, base_flags, steps, False), 240)
-            _run(out, f"whatif.{key}.variant", _trace_cmd(var, w, var_flags, steps, False), 240)
-            pr = _run(out, f"whatif.{key}.predict", _daydream("whatif", base, "--opt", opt, "--profile", prof,
-                                                              "--json"), 240)
-            row = {}
+            # baseline, variant, baseline again: the two baselines' spread is the processes' own
+            base, var, base2 = (out / f"{key}.{s}.json.gz" for s in ("base", "variant", "base2"))
+            for name, path, flags in (("base", base, base_flags), ("variant", var, var_flags),
+                                      ("base2", base2, base_flags)):
+                _run(out, f"whatif.{key}.{name}", _trace_cmd(path, w, flags, steps, False), 240)
+            rows[key] = row = {}
             try:
-                pred = json.loads(pr["stdout"])
-                row.update(baseline_measured_ms=pred["measured_ms"], baseline_simulated_ms=pred["baseline_ms"],
-                           predicted_ms=pred["predicted_ms"])
+                preds = [_predict(out, key, b, opt, prof) for b in (base, base2) if b.exists()]
                 measured = replay(var)[0].measured_ms
-                row.update(measured_ms=measured, error_pct=round((pred["predicted_ms"] / measured - 1) * 100, 2))
+                predicted = sum(p["predicted_ms"] for p in preds) / len(preds)
+                row.update(baselines_measured_ms=[p["measured_ms"] for p in preds],
+                           predicted_rounds_ms=[p["predicted_ms"] for p in preds], predicted_ms=predicted,
+                           measured_ms=measured, error_pct=round((predicted / measured - 1) * 100, 2))
             except Exception as exc:  # noqa: BLE001
-                row["error"] = f"{type(exc).__name__}: {exc}; {pr['stderr'][-400:]}"
-            rows[key] = row
+                row["error"] = f"{type(exc).__name__}: {exc}"
             print(json.dumps({key: row}), flush=True)
+
+
+def _predict(out: Path, key: str, base: Path, opt: str, prof: Path) -> dict:
+    r = _run(out, f"whatif.{key}.predict.{base.name.split('.')[-3]}",
+             _daydream("whatif", base, "--opt", opt, "--profile", prof, "--json"), 240)
+    if r["rc"] != 0:
+        raise RuntimeError(r["stderr"][-400:])
+    return json.loads(r["stdout"])
 
 
 def main(argv=None) -> int:
