@@ -15,6 +15,8 @@ step, the traces):
    ``amp:dtype=bfloat16`` and ``fused-adam`` predicted from each baseline trace
    and measured by tracing the real variant; the baseline is traced again after
    the variant, and the row's prediction is the mean of the two baselines'.
+6. ``turns``: the same what-ifs with baseline and variant traced at once, iterations
+   in turns (as ``daydream validate`` does on CPU), ``--whatif-rounds`` rounds.
 
     python benchmarks/gpu_session.py OUT [--steps ...] [--only trace,overhead] [--budget-s 480]
     python benchmarks/gpu_session.py OUT --device cpu --only trace,whatif   # dry run of the plumbing
@@ -142,13 +144,11 @@ def step_trace(out: Path, args, summary: dict) -> None:
 
 def step_whatif(out: Path, args, summary: dict) -> None:
     steps = args.steps
-    prof = out / f"device-{DEVICE}.json"
-    r = _run(out, "calibrate", _daydream("calibrate", "--device", DEVICE, "--quick", "--no-collectives",
-                                         "-o", prof, "--force"), 300)
-    if not prof.exists():
-        summary["whatif"] = {"error": "calibration failed", "rc": r["rc"]}
-        return
     from daydream.analysis import replay
+
+    prof = _profile(out, summary)
+    if prof is None:
+        return
 
     rows = summary.setdefault("whatif", {})
     for w in WORKLOADS:
@@ -172,6 +172,55 @@ def step_whatif(out: Path, args, summary: dict) -> None:
             print(json.dumps({key: row}), flush=True)
 
 
+def step_turns(out: Path, args, summary: dict) -> None:
+    """The what-ifs as ``daydream validate`` makes its rows: baseline and variant traced at once,
+    iterations in turns on one core (``daydream.validate.trace_in_turns``, its workload sizes),
+    ``--whatif-rounds`` rounds; the row is the mean prediction over the mean measurement."""
+    from daydream.analysis import replay
+    from daydream.validate import trace_in_turns
+
+    prof = _profile(out, summary)
+    if prof is None:
+        return
+    rows = summary.setdefault("turns", {})
+    for w in WORKLOADS:
+        for opt, (base_flags, var_flags) in VARIANTS.items():
+            key = f"{w}.{opt.split(':')[0]}"
+            rows[key] = row = {"baselines_measured_ms": [], "predicted_rounds_ms": [], "measured_rounds_ms": []}
+            try:
+                for k in range(args.whatif_rounds):
+                    if time.time() > DEADLINE - 30:
+                        raise TimeoutError("out of budget")
+                    base, var = out / f"turns.{key}.base.r{k}.json.gz", out / f"turns.{key}.variant.r{k}.json.gz"
+                    dev = ("--device", DEVICE)
+                    trace_in_turns([(w, base, (*base_flags, *dev), 1), (w, var, (*var_flags, *dev), 1)],
+                                   iterations=15, warmup=20)
+                    pred = _predict(out, f"turns.{key}.r{k}", base, opt, prof)
+                    row["baselines_measured_ms"].append(pred["measured_ms"])
+                    row["predicted_rounds_ms"].append(pred["predicted_ms"])
+                    row["measured_rounds_ms"].append(replay(var)[0].measured_ms)
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = f"{type(exc).__name__}: {exc}"
+            if row["measured_rounds_ms"]:
+                predicted = sum(row["predicted_rounds_ms"]) / len(row["predicted_rounds_ms"])
+                measured = sum(row["measured_rounds_ms"]) / len(row["measured_rounds_ms"])
+                row.update(predicted_ms=predicted, measured_ms=measured,
+                           error_pct=round((predicted / measured - 1) * 100, 2))
+            print(json.dumps({key: row}), flush=True)
+            (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+
+
+def _profile(out: Path, summary: dict):
+    prof = out / f"device-{DEVICE}.json"
+    if not prof.exists():
+        r = _run(out, "calibrate", _daydream("calibrate", "--device", DEVICE, "--quick", "--no-collectives",
+                                             "-o", prof, "--force"), 300)
+        if not prof.exists():
+            summary["whatif"] = {"error": "calibration failed", "rc": r["rc"]}
+            return None
+    return prof
+
+
 def _predict(out: Path, key: str, base: Path, opt: str, prof: Path) -> dict:
     r = _run(out, f"whatif.{key}.predict.{base.name.split('.')[-3]}",
              _daydream("whatif", base, "--opt", opt, "--profile", prof, "--json"), 240)
@@ -189,6 +238,7 @@ def main(argv=None) -> int:
     ap.add_argument("--overhead-block", type=int, default=8)
     ap.add_argument("--overhead-arms", default="untraced,torch.profiler,cupti",
                     help="gpu_overhead.py --arms (add cpu-only,cupti-alone,cupti-all to take it apart)")
+    ap.add_argument("--whatif-rounds", type=int, default=2, help="rounds of each what-if in `turns`")
     ap.add_argument("--device", default="cuda", help="cuda; cpu only to check the script itself")
     ap.add_argument("--budget-s", type=float, default=float("inf"),
                     help="seconds after which no further step starts (a lent GPU's time is short)")
@@ -201,7 +251,7 @@ def main(argv=None) -> int:
     DEADLINE = time.time() + args.budget_s
     summary: dict = {}
     steps = {"doctor": step_doctor, "tests": step_tests, "trace": step_trace, "overhead": step_overhead,
-             "whatif": step_whatif}
+             "whatif": step_whatif, "turns": step_turns}
     for name in args.only.split(","):  # in the order given
         steps[name](out, args, summary)
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
