@@ -33,5 +33,5 @@ cp "$W/install.log" "$W/install.txt" 2>/dev/null
 tar czf "$OUT/logs.tgz" -C "$W" --exclude='*.json.gz' .
 (cd "$W" && tar czf "$OUT/traces.tgz" $(ls mlp.*.json.gz cnn.*.json.gz transformer.*.json.gz 2>/dev/null | grep -v -E "base|variant"))
 (cd "$W" && tar czf "$OUT/overhead.tgz" overhead 2>/dev/null)
-(cd "$W" && tar czf "$OUT/whatif.tgz" $(ls *.base.json.gz *.variant.json.gz 2>/dev/null))
+(cd "$W" && tar czf "$OUT/whatif.tgz" $(ls *.base*.json.gz *.variant*.json.gz 2>/dev/null))
 ls -la "$OUT"

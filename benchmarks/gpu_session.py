@@ -238,13 +238,17 @@ def main(argv=None) -> int:
     ap.add_argument("--overhead-block", type=int, default=8)
     ap.add_argument("--overhead-arms", default="untraced,torch.profiler,cupti",
                     help="gpu_overhead.py --arms (add cpu-only,cupti-alone,cupti-all to take it apart)")
+    ap.add_argument("--workloads", default="mlp,cnn,transformer", help="bundled workloads, comma separated")
+    ap.add_argument("--opts", default="amp:dtype=bfloat16,fused-adam", help="what-ifs of whatif and turns, comma separated")
     ap.add_argument("--whatif-rounds", type=int, default=2, help="rounds of each what-if in `turns`")
     ap.add_argument("--device", default="cuda", help="cuda; cpu only to check the script itself")
     ap.add_argument("--budget-s", type=float, default=float("inf"),
                     help="seconds after which no further step starts (a lent GPU's time is short)")
     args = ap.parse_args(argv)
-    global DEVICE
+    global DEVICE, WORKLOADS, VARIANTS
     DEVICE = args.device
+    WORKLOADS = tuple(args.workloads.split(","))
+    VARIANTS = {k: VARIANTS[k] for k in args.opts.split(",")}
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     global DEADLINE
