@@ -28,7 +28,7 @@ from daydream.primitives import check_acyclic
 from ._common import launch_of
 from .base import NotApplicable
 
-__all__ = ["meta", "ALLREDUCE_RE", "allreduce_tasks", "require_allreduce", "FAMILIES", "Instance", "op_figures",
+__all__ = ["meta", "gpu_ranks", "ALLREDUCE_RE", "allreduce_tasks", "require_allreduce", "FAMILIES", "Instance", "op_figures",
            "layer_instances", "world_size", "work_mask", "add_edges_checked", "lane_position", "signatures_of",
            "rerun_ratios", "parameter_keys", "iteration_sequence", "work_slice", "spread_to_slices"]
 
@@ -96,12 +96,17 @@ def require_allreduce(g) -> np.ndarray:
     return ar
 
 
+def gpu_ranks(g) -> np.ndarray:
+    """Ranks with GPU tasks (kernels, copies, memsets, collectives)."""
+    T = g.tasks
+    return np.unique(T["rank"][np.isin(T["kind"], _GPU_KINDS)])
+
+
 def work_mask(g) -> np.ndarray:
     """Tasks doing the model's work: GPU tasks of ranks with GPU streams, CPU ops elsewhere."""
     T = g.tasks
     gpu = np.isin(T["kind"], _GPU_KINDS)
-    gpu_ranks = np.unique(T["rank"][gpu])
-    return np.where(np.isin(T["rank"], gpu_ranks), gpu, T["kind"] == EventKind.CPU_OP)
+    return np.where(np.isin(T["rank"], gpu_ranks(g)), gpu, T["kind"] == EventKind.CPU_OP)
 
 
 def lane_position(g) -> np.ndarray:

@@ -38,8 +38,12 @@ Model
   for the bundled CNN), not the 0.5x its bytes give.
 * Casts: before each compute op in forward, autocast casts its inputs
   (inputs bytes read as fp32, written in the new dtype) -- one elementwise
-  task each, at measured bandwidth plus one op's overhead; weight casts are
-  cached for the backward.
+  task each, at measured bandwidth plus one op's overhead (re-run here on a
+  CPU trace with shapes); the gradients of the inputs after the first come
+  back in fp32 in backward.  On a GPU trace a cast is a host call costing
+  what the trace's own one-kernel ops cost on their thread, and a kernel
+  (:mod:`optimizations._gpu_casts`), and only kernels are rescaled: a CPU op
+  that launches them keeps its host time.
 * Loss scaling (fp16 only): an unscale and inf-check pass over the gradients
   each step (foreach ops: 2 passes over the parameter bytes).
 
@@ -61,7 +65,8 @@ from daydream.primitives import insert, select
 from ._common import OPTIMIZER_STEP_RE, by_rank_iteration
 from daydream.opbench import dtype_time_pairs
 
-from ._layers import rerun_ratios, signatures_of
+from ._gpu_casts import insert_gpu_casts
+from ._layers import gpu_ranks, rerun_ratios, signatures_of, work_mask
 from .base import NotApplicable, Optimization, Param
 
 #: Same-dtype copies (``copy_``, ``clone``, ``contiguous``): data movement only.
@@ -89,12 +94,16 @@ class AMP(Optimization):
         if not comp.any():
             raise NotApplicable("the trace has no matmul/convolution work with known sizes; record op shapes "
                                 "(daydream trace records them; torch.profiler(record_shapes=True))")
+        fwd_ops = np.flatnonzero(comp & (T["phase"] == Phase.FORWARD))
+        work = work_mask(g)      # a GPU rank's CPU ops only launch: their time is the host's
+        comp &= work
         measured = self._rerun_times(ctx, np.flatnonzero(comp))
         self._scale_compute(g, dev, dt, np.flatnonzero(comp), measured)
-        self._scale_memory(g, dev, dt, comp, in_model)
+        self._scale_memory(g, dev, dt, comp, in_model & work)
         self._rerun_norms(ctx, np.flatnonzero(comp & (T["phase"] == Phase.FORWARD)))
         if self.cast_overhead:
-            n = self._insert_casts(ctx, np.flatnonzero(comp & (T["phase"] == Phase.FORWARD)))
+            n = insert_gpu_casts(ctx, fwd_ops, _ITEMSIZE[dt])
+            n += self._insert_casts(ctx, fwd_ops[~np.isin(T["rank"][fwd_ops], gpu_ranks(g))])
             ctx.note(f"amp: casts inserted for {n} forward compute ops (inputs in, weight gradients back)")
         if dt == "float16":
             self._loss_scaling(ctx)
