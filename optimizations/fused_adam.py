@@ -7,7 +7,12 @@ overhead between them).  ``impl=fused``: one task per step that streams the
 optimizer state once: ``k x parameter bytes`` (Adam/AdamW: param r/w, grad r,
 two moments r/w = 7; SGD with momentum 5; plain SGD 3) at the device's
 measured streaming bandwidth for that size, plus one op's fixed cost for the
-step counter update.  ``impl=foreach``: one task per distinct op of the loop,
+step counter update (on a GPU: a ``_foreach_add_`` of the step counters, then
+the fused op, each a host call costing what the trace's one-kernel ops cost
+on their thread -- ~20 us each for the validation MLP's on an H200 -- that
+launches a kernel).  Runtime calls before the step's first op
+(``cudaStreamIsCapturing``) stay, and so does the Python time before that op
+(the optimizer's ``_init_group``).  ``impl=foreach``: one task per distinct op of the loop,
 lasting the sum of that op's per-parameter durations less the fixed per-op
 cost saved.  On a GPU trace the new work is a launch on the step's CPU thread
 and a kernel on the stream the step used.
@@ -28,6 +33,8 @@ from daydream.model import EventKind, LaneKind
 from daydream.primitives import insert, remove, select
 
 from ._common import OPTIMIZER_STEP_RE, by_rank_iteration, launch_of
+from ._gpu_casts import one_kernel_op_ns
+from ._layers import op_figures
 from ._optstep import per_parameter_ops
 from .base import NotApplicable, Optimization, Param
 
@@ -66,9 +73,11 @@ class FusedAdam(Optimization):
             ctx.note(f"fused-adam: parameter bytes estimated from the step's op inputs: {param_bytes}")
         launches = launch_of(g)
         removed = []
+        host_ns = None
         for (rank, it), tasks in by_rank_iteration(g, steps).items():
             cpu = [t for t in tasks if g.lanes[int(g.tasks["lane"][t])].kind == LaneKind.CPU_THREAD]
             gpu = [t for t in tasks if t not in set(cpu)]
+            cpu = cpu[_leading_calls(g, cpu):]      # a GPU step's capture check before its first op stays
             if not cpu:
                 continue
             first = cpu[0]
@@ -76,10 +85,13 @@ class FusedAdam(Optimization):
             if self.impl == "fused":
                 dur = [elementwise_ns(ctx.device, passes * param_bytes)]
                 names = ["fused optimizer step"]
+                if gpu:     # the step counters' update, then the fused op: a kernel each
+                    names, dur = ["_foreach_add_ (step counters)"] + names, [ctx.device.op_overhead_ns] + dur
+                    host_ns = host_ns or _host_op_ns(ctx)
             else:
                 names, dur = self._foreach(g, gpu or cpu, ctx.device.op_overhead_ns)
-            self._replace(g, ctx, lane, first, cpu, gpu, names, dur, rank, it, launches)
-            removed.extend(tasks)
+            self._replace(g, ctx, lane, first, cpu, gpu, names, dur, rank, it, launches, host_ns)
+            removed.extend(cpu + gpu)
         remove(g, removed)
         ctx.note(f"fused-adam ({self.impl}): {passes} passes over {param_bytes / 1e6:.2f} MB of parameters per step")
 
@@ -112,7 +124,7 @@ class FusedAdam(Optimization):
         return names, durs
 
     @staticmethod
-    def _replace(g, ctx, lane, first, cpu, gpu, names, durs, rank, it, launches):
+    def _replace(g, ctx, lane, first, cpu, gpu, names, durs, rank, it, launches, host_ns=None):
         gap = int(g.tasks["gap_ns"][first])
         after = first
         layer = g.layers[int(g.tasks["layer"][first])]
@@ -120,6 +132,7 @@ class FusedAdam(Optimization):
         stream = int(g.tasks["lane"][gpu[0]]) if gpu else None
         calls = [launches[k] for k in gpu if k in launches]
         call_ns = int(np.median(g.tasks["dur_ns"][calls])) if calls else ctx.device.op_overhead_ns
+        call_ns = int(host_ns or call_ns)
         k_after = gpu[-1] if gpu else None
         for i, (name, dur) in enumerate(zip(names, durs)):
             if stream is None:
@@ -133,6 +146,18 @@ class FusedAdam(Optimization):
                 k_after = k
                 g.add_edges(call, k, EdgeKind.LAUNCH, anchor=Anchor.START)
                 after = call
+
+
+def _leading_calls(g, cpu) -> int:
+    """How many of a step's CPU tasks come before its first op: runtime calls (a GPU step's
+    ``cudaStreamIsCapturing``), which the fused step makes too."""
+    kinds = g.tasks["kind"][cpu] if len(cpu) else []
+    return next((i for i, k in enumerate(kinds) if k != EventKind.RUNTIME), len(cpu))
+
+
+def _host_op_ns(ctx) -> float | None:
+    """Host time of one of the fused step's ops on a GPU: what the trace's one-kernel ops cost."""
+    return one_kernel_op_ns(ctx.graph, op_figures(ctx)[2])
 
 
 OPTIMIZATION = FusedAdam

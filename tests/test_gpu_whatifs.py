@@ -91,3 +91,28 @@ def test_forward_host_time_matches_the_real_autocast_run(predicted):
     base = _phase_ms(op_times_ms(_replay()), FWD)
     assert real > 1.3 * base                   # the casts' host time is what the real run added
     assert pred == pytest.approx(real, rel=0.10)
+
+
+def test_a_fused_step_on_a_gpu_keeps_its_python_and_launches_two_ops():
+    """The fused step's host side: the capture check and the optimizer's Python before its first
+    op stay (``_init_group``), then the step counters' ``_foreach_add_`` and the fused op, each a
+    host call costing the trace's one-kernel ops, each launching a kernel."""
+    base_path = DATA / "mlp.adam-for-loop.json.gz"
+    trace, base = trace_and_graph(base_path)
+    host_ns = int(one_kernel_op_ns(base, op_figures(_Ctx(base, trace))[2]))
+    res = predict(base_path, ["fused-adam"], profile_path=PROFILE)[1]
+    g = res.graph
+    T = g.tasks
+    it = 5
+    step = sorted((t for t in range(g.n_tasks) if T["iteration"][t] == it and T["phase"][t] == int(Phase.OPTIMIZER)
+                   and g.lanes[int(T["lane"][t])].kind == LaneKind.CPU_THREAD), key=lambda t: res.start_ns[t])
+    names = [g.task_name(t) for t in step]
+    assert names == ["cudaStreamIsCapturing", "cudaLaunchKernel", "cudaLaunchKernel"]
+    assert [int(T["dur_ns"][t]) for t in step[1:]] == [host_ns, host_ns]
+    traced = [t for t in range(base.n_tasks) if base.tasks["iteration"][t] == it
+              and base.tasks["phase"][t] == int(Phase.OPTIMIZER) and base.tasks["kind"][t] == EventKind.CPU_OP]
+    first_op = min(traced, key=lambda t: base.tasks["traced_start_ns"][t])
+    assert T["gap_ns"][step[1]] == base.tasks["gap_ns"][first_op] > 20_000      # the Python before it
+    kernels = {g.task_name(d) for s, d, k in zip(g.edges["src"], g.edges["dst"], g.edges["kind"])
+               if k == EdgeKind.LAUNCH and s in step[1:]}
+    assert kernels == {"_foreach_add_ (step counters)", "fused optimizer step"}
