@@ -522,7 +522,7 @@ def test_fusion_fuses_chains_and_compile_pays_its_call_overhead(own_trace, profi
 def test_compile_drops_views_and_autograd_nodes_inside_the_model_only(own_trace, profile):
     """Generated code computes views inline and runs the backward as one node: in compile mode
     the model's view ops and autograd-node slices go, gradient accumulation stays; kernel mode
-    (fusing only) keeps them."""
+    (fusing only) keeps them.  The loss, computed outside the model, keeps its own."""
     import re
 
     from daydream.model import Phase
@@ -532,19 +532,46 @@ def test_compile_drops_views_and_autograd_nodes_inside_the_model_only(own_trace,
     assert AUTOGRAD_NODE_RE.search("AddmmBackward0") and not AUTOGRAD_NODE_RE.search("aten::mm")
     assert not AUTOGRAD_NODE_RE.search("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad")
 
-    def kinds(res):
+    trace = own_trace("transformer")
+    modules = {m["path"] for m in trace.ranks[0].meta["daydream"]["modules"]}
+
+    def kinds(res, inside=True):
         g = res.graph
         T = g.tasks
-        model = np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)) & (T["iteration"] >= 0) & (T["layer"] >= 0)
+        layer = np.array([name in modules for name in g.layers.strings] + [False], bool)[T["layer"]]
+        model = np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)) & (T["iteration"] >= 0) & (layer == inside)
         names = [g.task_name(t) for t in np.flatnonzero(model)]
         return (sum(n in VIEW_OPS or bool(AUTOGRAD_NODE_RE.search(n)) for n in names),
                 sum(bool(re.search("AccumulateGrad", n)) for n in names))
 
-    kernel, kres = predict(own_trace("transformer"), ["fusion:mode=kernel"], device=profile)
-    compiled, cres = predict(own_trace("transformer"), ["fusion"], device=profile)
+    kernel, kres = predict(trace, ["fusion:mode=kernel"], device=profile)
+    compiled, cres = predict(trace, ["fusion"], device=profile)
     (before, acc), (after, acc_after) = kinds(kres), kinds(cres)
     assert before > 50 and after == 0 and acc_after == acc > 0
     assert any(f"{before} view ops and autograd-node slices" in n for n in compiled.notes)
+    loss_views = kinds(kres, inside=False)[0]      # the loss's flatten / view and its backward nodes
+    assert loss_views > 0 and kinds(cres, inside=False)[0] == loss_views
+
+
+def test_compile_keeps_the_training_loops_python_outside_the_model(own_trace, profile):
+    """Only the compiled model's ops are called from generated code: the Python before the loop's
+    own ops (the batch's ``to``, the loss function, ``backward()``) stays as traced."""
+    from daydream.analysis import trace_and_graph
+    from daydream.model import Phase
+
+    trace = own_trace("transformer")
+    modules = {m["path"] for m in trace.ranks[0].meta["daydream"]["modules"]}
+    base = trace_and_graph(trace)[1]
+    _, res = predict(trace, ["fusion"], device=profile)
+
+    def gaps(g, inside):
+        T = g.tasks
+        layer = np.array([name in modules for name in g.layers.strings] + [False], bool)[T["layer"]]
+        m = np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)) & (T["iteration"] >= 0) & (layer == inside)
+        return int(T["gap_ns"][m].sum())
+
+    assert gaps(res.graph, False) == gaps(base, False) > 0
+    assert gaps(res.graph, True) < gaps(base, True) / 5
 
 
 def test_compiled_call_costs_per_parameter_tensor(own_trace, profile):
