@@ -159,17 +159,32 @@ def step_whatif(out: Path, args, summary: dict) -> None:
             for name, path, flags in (("base", base, base_flags), ("variant", var, var_flags),
                                       ("base2", base2, base_flags)):
                 _run(out, f"whatif.{key}.{name}", _trace_cmd(path, w, flags, steps, False), 240)
-            rows[key] = row = {}
+            rows[key] = row = _new_row()
             try:
-                preds = [_predict(out, key, b, opt, prof) for b in (base, base2) if b.exists()]
-                measured = replay(var)[0].measured_ms
-                predicted = sum(p["predicted_ms"] for p in preds) / len(preds)
-                row.update(baselines_measured_ms=[p["measured_ms"] for p in preds],
-                           predicted_rounds_ms=[p["predicted_ms"] for p in preds], predicted_ms=predicted,
-                           measured_ms=measured, error_pct=round((predicted / measured - 1) * 100, 2))
+                for b in (x for x in (base, base2) if x.exists()):
+                    _add_prediction(row, _predict(out, key, b, opt, prof))
+                row["measured_rounds_ms"].append(replay(var)[0].measured_ms)
             except Exception as exc:  # noqa: BLE001
                 row["error"] = f"{type(exc).__name__}: {exc}"
+            _summarize(row)
             print(json.dumps({key: row}), flush=True)
+
+
+def _new_row() -> dict:
+    return {"baselines_measured_ms": [], "predicted_rounds_ms": [], "measured_rounds_ms": []}
+
+
+def _add_prediction(row: dict, pred: dict) -> None:
+    row["baselines_measured_ms"].append(pred["measured_ms"])
+    row["predicted_rounds_ms"].append(pred["predicted_ms"])
+
+
+def _summarize(row: dict) -> None:
+    """The row's mean prediction over its mean measurement, where it has both."""
+    if row["predicted_rounds_ms"] and row["measured_rounds_ms"]:
+        predicted = sum(row["predicted_rounds_ms"]) / len(row["predicted_rounds_ms"])
+        measured = sum(row["measured_rounds_ms"]) / len(row["measured_rounds_ms"])
+        row.update(predicted_ms=predicted, measured_ms=measured, error_pct=round((predicted / measured - 1) * 100, 2))
 
 
 def step_turns(out: Path, args, summary: dict) -> None:
@@ -186,7 +201,7 @@ def step_turns(out: Path, args, summary: dict) -> None:
     for w in WORKLOADS:
         for opt, (base_flags, var_flags) in VARIANTS.items():
             key = f"{w}.{opt.split(':')[0]}"
-            rows[key] = row = {"baselines_measured_ms": [], "predicted_rounds_ms": [], "measured_rounds_ms": []}
+            rows[key] = row = _new_row()
             try:
                 for k in range(args.whatif_rounds):
                     if time.time() > DEADLINE - 30:
@@ -195,17 +210,11 @@ def step_turns(out: Path, args, summary: dict) -> None:
                     dev = ("--device", DEVICE)
                     trace_in_turns([(w, base, (*base_flags, *dev), 1), (w, var, (*var_flags, *dev), 1)],
                                    iterations=15, warmup=20)
-                    pred = _predict(out, f"turns.{key}.r{k}", base, opt, prof)
-                    row["baselines_measured_ms"].append(pred["measured_ms"])
-                    row["predicted_rounds_ms"].append(pred["predicted_ms"])
+                    _add_prediction(row, _predict(out, f"turns.{key}.r{k}", base, opt, prof))
                     row["measured_rounds_ms"].append(replay(var)[0].measured_ms)
             except Exception as exc:  # noqa: BLE001
                 row["error"] = f"{type(exc).__name__}: {exc}"
-            if row["measured_rounds_ms"]:
-                predicted = sum(row["predicted_rounds_ms"]) / len(row["predicted_rounds_ms"])
-                measured = sum(row["measured_rounds_ms"]) / len(row["measured_rounds_ms"])
-                row.update(predicted_ms=predicted, measured_ms=measured,
-                           error_pct=round((predicted / measured - 1) * 100, 2))
+            _summarize(row)
             print(json.dumps({key: row}), flush=True)
             (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
 
