@@ -92,17 +92,16 @@ def insert_gpu_casts(ctx, fwd_compute, dtype_bytes: int = 2) -> int:
         if kernel is None:          # an op of a CPU-only rank: amp's CPU casts apply
             continue
         seen.add(int(op[t]))
-        sizes = _input_bytes(sigs.get(t))
+        kernel_ns = [nbytes * (4 + dtype_bytes) / 4 / bw * 1e9 for nbytes in _input_bytes(sigs.get(t))]
         layer, it = int(T["layer"][t]), int(T["iteration"][t])
         name = g.layers[layer] if layer >= 0 else None
-        for nbytes in sizes:
-            _cast(g, t, kernel, host_ns, nbytes * (4 + dtype_bytes) / 4 / bw * 1e9, "aten::to (autocast)",
-                  Phase.FORWARD, name, it)
+        for ns in kernel_ns:
+            _cast(g, t, kernel, host_ns, ns, "aten::to (autocast)", Phase.FORWARD, name, it)
         b_cpu, b_gpu = bwd_cpu.get((layer, it)), bwd_gpu.get((layer, it))
         if b_cpu is not None and b_gpu is not None:
-            for nbytes in sizes[1:]:
-                _cast(g, b_cpu, b_gpu, host_ns, nbytes * (4 + dtype_bytes) / 4 / bw * 1e9,
-                      "ToCopyBackward0 (autocast, grad to fp32)", Phase.BACKWARD, name, it)
+            for ns in kernel_ns[1:]:
+                _cast(g, b_cpu, b_gpu, host_ns, ns, "ToCopyBackward0 (autocast, grad to fp32)", Phase.BACKWARD,
+                      name, it)
         n += 1
     return n
 
