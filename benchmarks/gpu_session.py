@@ -146,28 +146,32 @@ def step_whatif(out: Path, args, summary: dict) -> None:
     steps = args.steps
     from daydream.analysis import replay
 
-    prof = _profile(out, summary)
+    prof = _profile(out, summary, "whatif")
     if prof is None:
         return
-
     rows = summary.setdefault("whatif", {})
+    for w, opt, base_flags, var_flags, key in _cases():
+        # baseline, variant, baseline again: the two baselines' spread is the processes' own
+        base, var, base2 = (out / f"{key}.{s}.json.gz" for s in ("base", "variant", "base2"))
+        for name, path, flags in (("base", base, base_flags), ("variant", var, var_flags),
+                                  ("base2", base2, base_flags)):
+            _run(out, f"whatif.{key}.{name}", _trace_cmd(path, w, flags, steps, False), 240)
+        rows[key] = row = _new_row()
+        try:
+            for b in (x for x in (base, base2) if x.exists()):
+                _add_prediction(row, _predict(out, key, b, opt, prof))
+            row["measured_rounds_ms"].append(replay(var)[0].measured_ms)
+        except Exception as exc:  # noqa: BLE001
+            row["error"] = f"{type(exc).__name__}: {exc}"
+        _summarize(row)
+        print(json.dumps({key: row}), flush=True)
+
+
+def _cases():
+    """(workload, what-if, baseline flags, variant flags, row key) of each row."""
     for w in WORKLOADS:
         for opt, (base_flags, var_flags) in VARIANTS.items():
-            key = f"{w}.{opt.split(':')[0]}"
-            # baseline, variant, baseline again: the two baselines' spread is the processes' own
-            base, var, base2 = (out / f"{key}.{s}.json.gz" for s in ("base", "variant", "base2"))
-            for name, path, flags in (("base", base, base_flags), ("variant", var, var_flags),
-                                      ("base2", base2, base_flags)):
-                _run(out, f"whatif.{key}.{name}", _trace_cmd(path, w, flags, steps, False), 240)
-            rows[key] = row = _new_row()
-            try:
-                for b in (x for x in (base, base2) if x.exists()):
-                    _add_prediction(row, _predict(out, key, b, opt, prof))
-                row["measured_rounds_ms"].append(replay(var)[0].measured_ms)
-            except Exception as exc:  # noqa: BLE001
-                row["error"] = f"{type(exc).__name__}: {exc}"
-            _summarize(row)
-            print(json.dumps({key: row}), flush=True)
+            yield w, opt, base_flags, var_flags, f"{w}.{opt.split(':')[0]}"
 
 
 def _new_row() -> dict:
@@ -194,38 +198,36 @@ def step_turns(out: Path, args, summary: dict) -> None:
     from daydream.analysis import replay
     from daydream.validate import trace_in_turns
 
-    prof = _profile(out, summary)
+    prof = _profile(out, summary, "turns")
     if prof is None:
         return
     rows = summary.setdefault("turns", {})
-    for w in WORKLOADS:
-        for opt, (base_flags, var_flags) in VARIANTS.items():
-            key = f"{w}.{opt.split(':')[0]}"
-            rows[key] = row = _new_row()
-            try:
-                for k in range(args.whatif_rounds):
-                    if time.time() > DEADLINE - 30:
-                        raise TimeoutError("out of budget")
-                    base, var = out / f"turns.{key}.base.r{k}.json.gz", out / f"turns.{key}.variant.r{k}.json.gz"
-                    dev = ("--device", DEVICE)
-                    trace_in_turns([(w, base, (*base_flags, *dev), 1), (w, var, (*var_flags, *dev), 1)],
-                                   iterations=15, warmup=20)
-                    _add_prediction(row, _predict(out, f"turns.{key}.r{k}", base, opt, prof))
-                    row["measured_rounds_ms"].append(replay(var)[0].measured_ms)
-            except Exception as exc:  # noqa: BLE001
-                row["error"] = f"{type(exc).__name__}: {exc}"
-            _summarize(row)
-            print(json.dumps({key: row}), flush=True)
-            (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    for w, opt, base_flags, var_flags, key in _cases():
+        rows[key] = row = _new_row()
+        try:
+            for k in range(args.whatif_rounds):
+                if time.time() > DEADLINE - 30:
+                    raise TimeoutError("out of budget")
+                base, var = out / f"turns.{key}.base.r{k}.json.gz", out / f"turns.{key}.variant.r{k}.json.gz"
+                dev = ("--device", DEVICE)
+                trace_in_turns([(w, base, (*base_flags, *dev), 1), (w, var, (*var_flags, *dev), 1)],
+                               iterations=15, warmup=20)
+                _add_prediction(row, _predict(out, f"turns.{key}.r{k}", base, opt, prof))
+                row["measured_rounds_ms"].append(replay(var)[0].measured_ms)
+        except Exception as exc:  # noqa: BLE001
+            row["error"] = f"{type(exc).__name__}: {exc}"
+        _summarize(row)
+        print(json.dumps({key: row}), flush=True)
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
 
 
-def _profile(out: Path, summary: dict):
+def _profile(out: Path, summary: dict, step: str):
     prof = out / f"device-{DEVICE}.json"
     if not prof.exists():
         r = _run(out, "calibrate", _daydream("calibrate", "--device", DEVICE, "--quick", "--no-collectives",
                                              "-o", prof, "--force"), 300)
         if not prof.exists():
-            summary["whatif"] = {"error": "calibration failed", "rc": r["rc"]}
+            summary[step] = {"error": "calibration failed", "rc": r["rc"]}
             return None
     return prof
 

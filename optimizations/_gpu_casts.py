@@ -42,7 +42,7 @@ def one_kernel_op_ns(g, op) -> float | None:
     sel = cpu & np.isin(op, one)
     if not sel.any():
         return None
-    ids, inv = np.unique(op[sel], return_inverse=True)
+    _, inv = np.unique(op[sel], return_inverse=True)
     return float(np.median(np.bincount(inv.reshape(-1), weights=T["dur_ns"][sel].astype(float))))
 
 

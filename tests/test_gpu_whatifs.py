@@ -11,6 +11,7 @@ from daydream.analysis import op_times_ms, trace_and_graph
 from daydream.graph import DependencyGraph, EdgeKind
 from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.sim import simulate
+from daydream.optimizations import WhatIfContext
 from daydream.whatif import predict
 from optimizations._gpu_casts import one_kernel_op_ns
 from optimizations._layers import op_figures
@@ -59,7 +60,7 @@ def test_each_cast_is_a_host_call_that_launches_a_kernel(predicted):
     g = res.graph
     T = g.tasks
     trace, base = trace_and_graph(BASE)
-    host_ns = one_kernel_op_ns(base, op_figures(_Ctx(base, trace))[2])
+    host_ns = one_kernel_op_ns(base, op_figures(WhatIfContext(graph=base, trace=trace, device=None))[2])
     calls = {ph: [t for t in range(g.n_tasks) if g.task_name(t) == name]
              for ph, name in ((FWD, "aten::to (autocast)"), (BWD, "ToCopyBackward0 (autocast, grad to fp32)"))}
     iterations = len(np.unique(T["iteration"][(T["iteration"] >= 0) & (T["phase"] == FWD)]))
@@ -74,11 +75,6 @@ def test_each_cast_is_a_host_call_that_launches_a_kernel(predicted):
         kernel = launched[t]
         assert g.lanes[int(T["lane"][kernel])].kind == LaneKind.GPU_STREAM
         assert res.start_ns[kernel] >= res.end_ns[t]
-
-
-class _Ctx:
-    def __init__(self, graph, trace):
-        self.graph, self.trace = graph, trace
 
 
 def test_forward_host_time_matches_the_real_autocast_run(predicted):
@@ -99,7 +95,7 @@ def test_a_fused_step_on_a_gpu_keeps_its_python_and_launches_two_ops():
     host call costing the trace's one-kernel ops, each launching a kernel."""
     base_path = DATA / "mlp.adam-for-loop.json.gz"
     trace, base = trace_and_graph(base_path)
-    host_ns = int(one_kernel_op_ns(base, op_figures(_Ctx(base, trace))[2]))
+    host_ns = int(one_kernel_op_ns(base, op_figures(WhatIfContext(graph=base, trace=trace, device=None))[2]))
     res = predict(base_path, ["fused-adam"], profile_path=PROFILE)[1]
     g = res.graph
     T = g.tasks
@@ -116,3 +112,12 @@ def test_a_fused_step_on_a_gpu_keeps_its_python_and_launches_two_ops():
     kernels = {g.task_name(d) for s, d, k in zip(g.edges["src"], g.edges["dst"], g.edges["kind"])
                if k == EdgeKind.LAUNCH and s in step[1:]}
     assert kernels == {"_foreach_add_ (step counters)", "fused optimizer step"}
+
+
+def test_quick_calibration_times_each_curves_smallest_and_largest_size():
+    """A GPU's small ops time its launches; only the large ones its arithmetic and bandwidth (the
+    H200's quick profile read 103 GB/s with small sizes alone, and a 103 MB fused step 746 us)."""
+    from daydream.calibrate import QUICK_SIZES, SIZES
+
+    for curve in ("matmul", "elementwise"):
+        assert QUICK_SIZES[curve][0] == SIZES[curve][0] and QUICK_SIZES[curve][-1] == SIZES[curve][-1]
