@@ -427,30 +427,53 @@ def _p2p_late_hold_pts(torch, dist, rank, t) -> tuple:
     return tuple((x * 1e6, float(y)) for x, y in zip(P2P_LATE_HOLD_BEFORE_MS, share.tolist()))
 
 
-#: Message sizes (bytes) landing on a busy receiver, messages per try, tries with and without
-#: them, and the receiver's compute per try (matmuls; its count fixed once, about this long).
-P2P_LAND_SIZES, P2P_LAND_MESSAGES, P2P_LAND_TRIES, P2P_LAND_WORK_S = (2 ** 14, 2 ** 17, 2 ** 19), 4, 24, 0.004
+#: Message sizes (bytes) landing on a busy receiver, tries with and without one, and the
+#: receiver's compute per try (a shard's forward and backward, repeated; its count fixed once,
+#: about this long).
+P2P_LAND_SIZES, P2P_LAND_TRIES, P2P_LAND_WORK_S = (2 ** 14, 2 ** 17, 2 ** 19), 60, 0.0025
+#: Width and depth of the stack of linear layers the receiver trains meanwhile, and its rows (the
+#: bundled MLP's second Hydra shard at the validation sizes: three linear layers, 64 rows).
+P2P_LAND_FEATURES, P2P_LAND_LAYERS, P2P_LAND_ROWS = 512, 3, 64
 
 
 def _p2p_land_pts(torch, dist, rank) -> tuple:
     """Rank 0: ``((bytes, extra ns), ...)``: per message size (:data:`P2P_LAND_SIZES`), how much
-    longer rank 1's compute takes for each message that lands on its core meanwhile.  Rank 1: ``()``.
+    longer rank 1's compute takes when a message lands on its core meanwhile.  Rank 1: ``()``.
 
-    Tries alternate with and without messages.  Each leaves a barrier; rank 1 posts its
-    receives (:data:`P2P_LAND_MESSAGES`, each waited on by a thread of its own, as the Hydra
-    runtime does) and runs a fixed count of matmuls (about 4 ms); rank 0 waits 1 ms, so that they
-    land while it computes (sent 0.3 ms in, most landed before), and sends them.  The median over
-    pairs of tries (one quiet, the next with messages) of the difference of rank 1's compute
-    times, per message (at least 0): pairs, as the machine's speed drifts over the tries.
+    Tries alternate with and without a message.  Each leaves a barrier; rank 1 posts its
+    receive (waited on by a thread of its own, as the Hydra runtime does) and runs a fixed count
+    of forward and backward passes of a stack of linear layers (about 2.5 ms: autograd, which
+    holds no Python lock while it computes, as a shard's task does); rank 0 waits 1 ms, so that
+    it lands while rank 1 computes, and sends it.  The median, over pairs of tries (one quiet,
+    the next with the message) whose message was taken in before the compute ended, of the
+    difference of rank 1's compute times (:func:`_landing_cost_ns`): pairs, as the machine's
+    speed drifts over the tries; a message taken in only after the compute (a share of them:
+    the core's scheduler lets the compute run on) costs the core in whatever it runs next.
+
+    Until session 35 four messages landed in each try on matmuls in a Python loop, and every
+    pair counted: 46-79 us a message of 128 KiB in five runs, where the real runtime's second
+    shard took 0.2-0.3 ms longer with one landing (docs/validation-log.md).  One message a try
+    on these passes, every pair counted: 24-296 us in five validation calibrations (a share of
+    the messages is taken in only after the compute); over the pairs taken in meanwhile,
+    109-181 us in twelve runs of the measurement alone and 178-588 us in three validation
+    calibrations (session 35; ``python benchmarks/landing_cost.py`` prints this figure beside
+    the older ways).
     """
     import threading
 
-    a, b = torch.randn(64, 512), torch.randn(512, 512)
+    net = torch.nn.Sequential(*[torch.nn.Linear(P2P_LAND_FEATURES, P2P_LAND_FEATURES)
+                                for _ in range(P2P_LAND_LAYERS)])
+    x = torch.randn(P2P_LAND_ROWS, P2P_LAND_FEATURES)
+
+    def compute(passes):
+        for _ in range(passes):
+            net(x).sum().backward()
+
+    compute(2)
     t0 = time.perf_counter()
-    for _ in range(10):
-        torch.mm(a, b)
-    reps = torch.tensor([max(1, int(P2P_LAND_WORK_S / max((time.perf_counter() - t0) / 10, 1e-9)))])
-    dist.broadcast(reps, 1)       # rank 1's count (only rank 1 computes)
+    compute(5)
+    passes = torch.tensor([max(1, int(P2P_LAND_WORK_S / max((time.perf_counter() - t0) / 5, 1e-9)))])
+    dist.broadcast(passes, 1)       # rank 1's count (only rank 1 computes)
     took = []      # rank 1: per size, (quiet, landing) compute times
     for nbytes in P2P_LAND_SIZES:
         buf, got = torch.zeros(nbytes // 4), ([], [])
@@ -460,26 +483,46 @@ def _p2p_land_pts(torch, dist, rank) -> tuple:
             if rank == 0:
                 if landing:
                     _spin(1e-3)
-                    for w in [dist.isend(buf, 1, tag=m) for m in range(P2P_LAND_MESSAGES)]:
-                        w.wait()
+                    dist.isend(buf, 1).wait()
                 continue
-            waiters = [threading.Thread(target=dist.irecv(torch.empty_like(buf), 0, tag=m).wait)
-                       for m in range(P2P_LAND_MESSAGES)] if landing else []
-            for w in waiters:
-                w.start()
+            noticed = []
+            waiter = threading.Thread(target=_take_in, args=(dist.irecv(torch.empty_like(buf), 0), noticed)) \
+                if landing else None
+            if waiter:
+                waiter.start()
             start = time.perf_counter_ns()
-            for _ in range(int(reps)):
-                torch.mm(a, b)
+            compute(int(passes))
             end = time.perf_counter_ns()
-            for w in waiters:
-                w.join()
-            if k >= 2:
-                got[landing].append(end - start)
+            if waiter:
+                waiter.join()
+            if k >= 2:    # a try whose message was taken in only after the compute: no pair
+                got[landing].append(end - start if not landing or noticed[0] < end else None)
         took.append(got)
-    out = torch.tensor([max(statistics.median(b - a for a, b in zip(quiet, land)), 0.0) / P2P_LAND_MESSAGES
-                        for quiet, land in took] if rank == 1 else [0.0] * len(P2P_LAND_SIZES), dtype=torch.float64)
+    out = torch.tensor([_landing_cost_ns(*got) for got in took] if rank == 1 else [0.0] * len(P2P_LAND_SIZES),
+                       dtype=torch.float64)
     dist.broadcast(out, 1)
     return tuple((float(n), float(x)) for n, x in zip(P2P_LAND_SIZES, out.tolist())) if rank == 0 else ()
+
+
+def _take_in(work, noticed: list) -> None:
+    """A waiter thread's work: wait for the receive, note when it was taken in."""
+    work.wait()
+    noticed.append(time.perf_counter_ns())
+
+
+def _landing_cost_ns(quiet, landing) -> float:
+    """The median over pairs (a quiet try, the next with a message) of the difference of the
+    compute times, over the pairs whose message was taken in while the receiver computed
+    (``None`` in ``landing``: taken in after; the core then pays for it in whatever it runs
+    next, which the compute timed here does not hold); at least 0, and 0 without such pairs.
+
+    >>> _landing_cost_ns([100, 110, 90], [150, None, 130])
+    45.0
+    >>> _landing_cost_ns([100], [None])
+    0.0
+    """
+    diffs = [b - a for a, b in zip(quiet, landing) if b is not None]
+    return max(statistics.median(diffs), 0.0) if diffs else 0.0
 
 
 def _mean_by_gap(gaps, values, edges) -> list:

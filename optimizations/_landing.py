@@ -4,9 +4,10 @@ A Hydra process posts its receives before a step starts, each with a thread
 waiting on it; when a model's activation or gradient arrives while the
 process computes another model's shard, the backend's threads and the
 waiter run on its core to take the data in, and that shard takes longer
-(two pinned processes, 4 messages landing 1 ms into 4 ms of matmuls:
-+98-123 / +103-141 / +335-342 us per message of 16 / 128 / 512 KiB in two
-calibrations).  A
+(the real runtime's second shard 0.2-0.3 ms with one 128 KiB activation
+landing; two pinned processes, one message landing 1 ms into 2.5 ms of a
+linear stack's forward and backward passes: +109-181 us at 128 KiB in the
+measurement alone, +178-588 us in validation calibrations, session 35).  A
 receive whose process is waiting for it costs the transfer time instead,
 which the calibrated point-to-point figures already hold.  Calibration
 measures the cost by message size (``DeviceProfile.p2p_land``,
