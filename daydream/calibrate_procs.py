@@ -496,7 +496,7 @@ def _p2p_land_pts(torch, dist, rank) -> tuple:
             if waiter:
                 waiter.join()
             if k >= 2:    # a try whose message was taken in only after the compute: no pair
-                got[landing].append(end - start if not landing or noticed[0] < end else None)
+                got[landing].append(end - start if not landing or (noticed and noticed[0] < end) else None)
         took.append(got)
     out = torch.tensor([_landing_cost_ns(*got) for got in took] if rank == 1 else [0.0] * len(P2P_LAND_SIZES),
                        dtype=torch.float64)
