@@ -455,7 +455,7 @@ def _p2p_land_pts(torch, dist, rank) -> tuple:
     shard took 0.2-0.3 ms longer with one landing (docs/validation-log.md).  One message a try
     on these passes, every pair counted: 24-296 us in five validation calibrations (a share of
     the messages is taken in only after the compute); over the pairs taken in meanwhile,
-    109-181 us in twelve runs of the measurement alone and 178-588 us in three validation
+    109-181 us in twelve runs of the measurement alone and 156-588 us in seven validation
     calibrations (session 35; ``python benchmarks/landing_cost.py`` prints this figure beside
     the older ways).
     """

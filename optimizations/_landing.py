@@ -7,7 +7,7 @@ waiter run on its core to take the data in, and that shard takes longer
 (the real runtime's second shard 0.2-0.3 ms with one 128 KiB activation
 landing; two pinned processes, one message landing 1 ms into 2.5 ms of a
 linear stack's forward and backward passes: +109-181 us at 128 KiB in the
-measurement alone, +178-588 us in validation calibrations, session 35).  A
+measurement alone, +156-588 us in seven validation calibrations, session 35).  A
 receive whose process is waiting for it costs the transfer time instead,
 which the calibrated point-to-point figures already hold.  Calibration
 measures the cost by message size (``DeviceProfile.p2p_land``,
