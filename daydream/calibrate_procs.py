@@ -231,14 +231,19 @@ def _p2p_one_way_ns(torch, dist, rank, t, preposted: bool = False) -> tuple:
 
 
 def _p2p_post_ns(torch, dist, rank, t) -> tuple:
-    """Rank 0: the median host time of posting a send (``isend`` until it returns; the sender
-    busy before it, as a pipeline stage is) and, from rank 1, of posting a receive (``irecv``),
-    in ns, over :data:`P2P_TRIES` tries after 3 warm-up ones.  Rank 1: ``(0, 0)``."""
+    """Rank 0: the median host time of posting a send (``isend`` until it returns) and, from
+    rank 1, of posting a receive (``irecv``), in ns, over :data:`P2P_TRIES` tries after 3
+    warm-up ones, each rank running torch ops (matmuls) for :data:`P2P_BUSY_S` before its post,
+    as a pipeline stage or a Hydra shard posts right after its compute.  Rank 1: ``(0, 0)``.
+
+    (Until session 36 only the sender was busy, in a Python loop: 14-22 us a post, against
+    34-128 us for the posts of torch's pipelining runtime and about 80 us for the Hydra
+    runtime's sends; after matmuls on both ranks 23-39 us in eleven calibrations.)"""
+    a, b = torch.randn(64, 512), torch.randn(512, 512)
     took = []
     for _ in range(P2P_TRIES + 3):
         dist.barrier()
-        if rank == 0:
-            _spin(P2P_BUSY_S)
+        _spin(P2P_BUSY_S, lambda: torch.mm(a, b))
         t0 = time.perf_counter_ns()
         work = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0)
         took.append(time.perf_counter_ns() - t0)

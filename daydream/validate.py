@@ -163,8 +163,8 @@ class ValidationRow:
     #: core-to-core round trips (ns) probed before and after the runs that made the row, in the
     #: order taken (:mod:`daydream.corelink`); empty where not probed
     core_to_core_ns: tuple = ()
-    #: the prediction from each round's baseline that ``predicted_ms`` summarises; empty where
-    #: the row predicts once (from the rounds' median baseline)
+    #: the prediction from each round's baseline that ``predicted_ms`` summarises (its mean, or
+    #: for pipeline and tessel its median); empty where not recorded
     predicted_rounds_ms: tuple = ()
 
     @property

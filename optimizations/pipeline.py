@@ -17,7 +17,8 @@ or the transfer on the link after it).  A new graph is built and simulated:
 per rank a compute lane running the schedule's actions (``F``/``B`` of a
 stage on a micro-batch) in order, per directed link a transfer lane
 (activation forward, gradient backward; ``bytes / bw + latency`` with the
-device's collective figures: calibrated gloo on CPU, published link on GPUs),
+device's point-to-point figures, else its collective ones: calibrated gloo on
+CPU, published link on GPUs),
 the backward of every micro-batch but an iteration's first also adds its
 gradients into ``.grad`` (a streaming add of the stage's gradient bytes at the
 device's measured bandwidth; the traced single batch only stored them),

@@ -60,7 +60,7 @@ def test_single_run_keeps_the_given_name(monkeypatch, tmp_path):
 
 
 def test_pipeline_rounds_keep_the_median_of_each_side(monkeypatch, tmp_path):
-    """Baseline trace and runs alternate; each side keeps its median round, files named by tag."""
+    """Baseline trace and runs alternate; the median baseline, every round's, files named by tag."""
     import daydream.analysis as analysis
     from daydream.validation import pipeline
 
@@ -76,10 +76,11 @@ def test_pipeline_rounds_keep_the_median_of_each_side(monkeypatch, tmp_path):
     measured = {}
     monkeypatch.setattr(analysis, "replay", lambda p: (SimpleNamespace(measured_ms=measured.setdefault(p, next(traced_ms))),))
     runs = iter([70.0, 90.0, 60.0])
-    base, got = pipeline.alternate(3, tmp_path, {"gpipe": lambda: next(runs)}, progress=lambda m: None, tag="tessel",
+    base, bases, got = pipeline.alternate(3, tmp_path, {"gpipe": lambda: next(runs)}, progress=lambda m: None, tag="tessel",
                                    iterations=12)
     assert paths == [f"mlp.tessel-base.r{k}.json.gz" for k in range(3)]
     assert base.name == "mlp.tessel-base.r2.json.gz"       # 40 ms: the median of 30 / 50 / 40
+    assert [p.name for p in bases] == paths                 # every round's, in round order
     assert got == {"gpipe": [70.0, 90.0, 60.0]}             # every round's, in order (callers take the median)
 
 

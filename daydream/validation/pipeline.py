@@ -10,8 +10,12 @@ A third row runs the whole model as one stage on one process with the same
 micro-batches (``ScheduleGPipe``, ``--nproc 1``): the micro-batch cost model
 checked without cross-process effects.
 With ``repeat`` > 1, baseline traces and 2-process runs are taken in turns
-(:func:`alternate`) and each side keeps its median round: on a shared
-machine they then see the same load.
+(:func:`alternate`): on a shared machine they then see the same load.  A row
+is the median over the rounds of the prediction from each round's baseline
+and the median of the measured rounds.  (Until session 36 it predicted once,
+from the round whose baseline iteration was the median: a prediction re-runs
+the micro-batch ops, and five predictions from one trace and one profile
+spread over 1.7 ms for the Tessel V.)
 """
 from __future__ import annotations
 
@@ -27,7 +31,8 @@ from ..errors import DaydreamError
 from ..validate import THREADS, ValidationRow, run_env
 from ..whatif import predict
 
-__all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us", "alternate"]
+__all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us",
+           "alternate", "median_row"]
 
 #: Model sizes shared by the 1-process trace and the 2-process run (``mlp`` flags).
 MODEL_ARGS = ("--hidden", "1024", "--batch-size", "64", "--layers", "4", "--in-features", "512")
@@ -101,11 +106,11 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
     Each of ``repeat`` rounds traces the 1-process baseline once (``iterations``; file
     ``mlp.TAG-base.rK.json.gz``) and calls every run in ``runs`` (name ->
     callable returning ms) once, so that baseline and variants see the same
-    machine load.  Both sides keep their median round: the baseline trace whose
-    measured iteration is the median, and per run its median measurement.  (The
+    machine load.  Returns ``(median, paths, {name: [ms of each round]})``: the
+    baseline trace whose measured iteration is the median, every round's trace
+    in round order, and every run's measurements.  Callers take medians (the
     fastest of each is biased here: a 5-iteration 1-process trace catches a
-    quiet spell of this machine far more often than a 14-step 2-process run.)
-    Returns ``(baseline trace path, {name: [ms of each round]})``.
+    quiet spell of this machine far more often than a 14-step 2-process run).
     """
     from ..analysis import replay
     from ..validate import trace_workload
@@ -118,8 +123,19 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
         for name, fn in runs.items():
             progress(f"{tag}: round {k + 1}/{max(repeat, 1)}: running {name}")
             got[name].append(fn())
+    paths = [Path(p) for _, p in bases]
     bases.sort()
-    return Path(bases[(len(bases) - 1) // 2][1]), got
+    return Path(bases[(len(bases) - 1) // 2][1]), paths, got
+
+
+def median_row(label: str, bases, spec: str, measured_ms, profile_path) -> ValidationRow:
+    """The row of ``spec``: medians of its predictions from each baseline in ``bases`` and of
+    the measured rounds ``measured_ms`` (each side's rounds listed in the row)."""
+    reps = [predict(b, [spec], profile_path=profile_path)[0] for b in bases]
+    return ValidationRow("mlp", label, statistics.median(r.baseline_ms for r in reps),
+                         statistics.median(r.predicted_ms for r in reps), statistics.median(measured_ms),
+                         measured_rounds_ms=tuple(measured_ms),
+                         predicted_rounds_ms=tuple(r.predicted_ms for r in reps))
 
 
 def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS) -> list:
@@ -130,15 +146,13 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
     overhead = action_overhead_us(repeat, progress)
     runs = {s: (lambda s=s: measure_pipeline(s, steps=iterations)) for s in SCHEDULES}
     runs["1-stage"] = lambda: measure_pipeline("gpipe", ("--nproc", "1"), steps=iterations)
-    base, got = alternate(repeat, tdir, runs, progress, iterations=iterations)
+    _, bases, got = alternate(repeat, tdir, runs, progress, iterations=iterations)
     rows = []
     for s in runs:
         spec = (f"pipeline:stages=2,microbatches={MICROBATCHES},schedule={s},partition={PARTITION},"
                 f"action_overhead_us={overhead:.0f}" if s != "1-stage" else
                 f"pipeline:stages=1,microbatches={MICROBATCHES},schedule=gpipe,action_overhead_us={overhead:.0f}")
-        rep, _ = predict(base, [spec], profile_path=profile_path)
-        row = ValidationRow("mlp", spec, rep.baseline_ms, rep.predicted_ms, statistics.median(got[s]),
-                            measured_rounds_ms=tuple(got[s]))
+        row = median_row(spec, bases, spec, got[s], profile_path)
         progress(f"pipeline: {s}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
                  f"error {row.error_pct:.1f}%")
         rows.append(row)

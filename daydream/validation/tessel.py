@@ -8,20 +8,19 @@ workload runs that CSV on 2 gloo processes with ``_PipelineScheduleRuntime``
 (``--schedule csv``, the model cut into as many stages as the CSV names).
 The schedules are searched on a first baseline trace; baseline traces and
 runs then alternate (:func:`daydream.validation.pipeline.alternate`) and the
-prediction, from the median baseline, of the schedule that ran
-(``schedule_csv=``) is compared with the median run.  Until session 16 the
+median of the predictions of the schedule that ran (``schedule_csv=``), one
+from each round's baseline, is compared with the median run.  Until session 16 the
 row predicted what a new search on the median baseline found, another
 schedule than the one measured in three of five runs in session 16 (marked "other
 schedule"); whether the search there would pick another is now only said.
 """
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
-from ..validate import ValidationRow
 from ..whatif import predict
-from .pipeline import MICROBATCHES, MODEL_ARGS, PARTITION, STEPS, action_overhead_us, alternate, measure_pipeline
+from .pipeline import (MICROBATCHES, MODEL_ARGS, PARTITION, STEPS, action_overhead_us, alternate, measure_pipeline,
+                       median_row)
 
 __all__ = ["validate_rows", "PLACEMENTS"]
 
@@ -53,19 +52,19 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
     runs = {tag: (lambda tag=tag: measure_pipeline("csv", ("--csv", str(out_dir / f"tessel-{tag}.csv")),
                                                    steps=iterations))
             for tag in specs}
-    base, got = alternate(repeat, tdir, runs, progress, tag="tessel", iterations=iterations)
+    base, bases, got = alternate(repeat, tdir, runs, progress, tag="tessel", iterations=iterations)
     rows = []
     for tag, spec in specs.items():
         ran = out_dir / f"tessel-{tag}.csv"
         again = out_dir / f"tessel-{tag}.check.csv"
         best, _ = predict(base, [f"{spec},csv={again}"], profile_path=profile_path)
-        rep, _ = predict(base, [f"{spec},schedule_csv={ran}"], profile_path=profile_path)
+        row = median_row(f"{spec},schedule_csv={ran.name}", bases, f"{spec},schedule_csv={ran}", got[tag],
+                         profile_path)
         if again.read_text() != ran.read_text():
             progress(f"tessel: {tag}: searched on the median baseline, another schedule would win "
-                     f"({best.predicted_ms:.2f} ms against {rep.predicted_ms:.2f} for the one that ran)")
-        name = f"{spec},schedule_csv={ran.name}"
-        row = ValidationRow("mlp", name, rep.baseline_ms, rep.predicted_ms, statistics.median(got[tag]),
-                            measured_rounds_ms=tuple(got[tag]))
+                     f"({best.predicted_ms:.2f} ms there; the one that ran: {row.predicted_ms:.2f} ms, the median "
+                     "over the rounds)")
+        name = row.optimization
         progress(f"tessel: {name}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
                  f"error {row.error_pct:.1f}%")
         rows.append(row)
