@@ -184,6 +184,13 @@ def gloo_wake_ns() -> float:
     return max(statistics.median(a - b for a, b in rounds), 0.0)
 
 
+def _matmuls(torch):
+    """``compute(seconds)``: keep this thread running torch matmuls (64 x 512 by 512 x 512) that long,
+    as a rank between its posts computes."""
+    a, b = torch.randn(64, 512), torch.randn(512, 512)
+    return lambda seconds: _spin(seconds, lambda: torch.mm(a, b))
+
+
 def _spin(seconds: float, work=None) -> None:
     """Keep this thread busy (not asleep) for ``seconds``: a sender that has been computing, in a
     Python loop or running ``work()`` (torch ops) again and again."""
@@ -239,11 +246,11 @@ def _p2p_post_ns(torch, dist, rank, t) -> tuple:
     (Until session 36 only the sender was busy, in a Python loop: 14-22 us a post, against
     34-128 us for the posts of torch's pipelining runtime and about 80 us for the Hydra
     runtime's sends; after matmuls on both ranks 23-39 us in eleven calibrations.)"""
-    a, b = torch.randn(64, 512), torch.randn(512, 512)
+    compute = _matmuls(torch)
     took = []
     for _ in range(P2P_TRIES + 3):
         dist.barrier()
-        _spin(P2P_BUSY_S, lambda: torch.mm(a, b))
+        compute(P2P_BUSY_S)
         t0 = time.perf_counter_ns()
         work = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0)
         took.append(time.perf_counter_ns() - t0)
@@ -398,11 +405,7 @@ def _p2p_late_hold_pts(torch, dist, rank, t) -> tuple:
     such sends leave only when it stops, more of them the longer it has run (see
     ``benchmarks/gloo_handover.py --compute mm``).
     """
-    a, b = torch.randn(64, 512), torch.randn(512, 512)
-
-    def compute(seconds):
-        _spin(seconds, lambda: torch.mm(a, b))
-
+    compute = _matmuls(torch)
     rec = []    # rank 0: (the sender's compute end, its send done); rank 1: (receive post end, arrival)
     for before in P2P_LATE_HOLD_BEFORE_MS:
         for k in range(P2P_LATE_HOLD_TRIES + 1):
