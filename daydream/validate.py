@@ -24,7 +24,7 @@ from .errors import DaydreamError
 from .heapmode import STEADY_MALLOC
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "bracketed", "bracket_predictions", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -392,6 +392,41 @@ def rounds_row(workload: str, label: str, rounds, spec: str, profile_path, varia
                         tuple(r[variant][1].measured_ms for r in rounds),
                         predicted_rounds_ms=tuple(r.predicted_ms for r in reports))
     return row, reports
+
+
+def bracketed(traces: list) -> list:
+    """Each run's baseline traces where runs and traces alternate: ``traces[k]`` before run
+    ``k`` and ``traces[k + 1]`` after it (one more trace than runs).
+
+    >>> bracketed(["t0", "t1", "t2"])
+    [('t0', 't1'), ('t1', 't2')]
+    """
+    return list(zip(traces[:-1], traces[1:]))
+
+
+def bracket_predictions(rounds, spec: str, profile_path) -> list:
+    """Per round of :func:`bracketed` traces: ``(baseline_ms, predicted_ms, first report)`` of
+    ``spec``, each the mean over the round's traces (a trace shared by two rounds is
+    predicted once).
+
+    A 1-process baseline traced right before a 2-process run and one traced
+    right after it see the machine in states seconds apart: on this project's
+    2-core VM the same MLP traced twice around one real Hydra run read 4.6 and
+    6.4 ms an iteration, while the real runs of six such rounds kept within
+    1.5 % of each other (docs/validation-log.md, "Session 37").  The mean of
+    the two halves the spread of a round's error where drift moved one of them.
+    """
+    done = {}
+    out = []
+    for paths in rounds:
+        reps = []
+        for p in paths:
+            if p not in done:
+                done[p] = predict(p, [spec], profile_path=profile_path)[0]
+            reps.append(done[p])
+        out.append((statistics.fmean(r.baseline_ms for r in reps), statistics.fmean(r.predicted_ms for r in reps),
+                    reps[0]))
+    return out
 
 
 def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_path=None, progress=print,

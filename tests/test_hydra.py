@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -338,9 +339,12 @@ def test_real_run_logs_every_task_and_arrival(tmp_path):
                 assert all(arrived[r["model"]] <= r["start_ns"] for r in tasks if r["what"] == task)
 
 
-def test_validation_rows_are_means_over_rounds_with_the_first_rounds_split(tmp_path, monkeypatch):
+def test_validation_rows_are_means_over_rounds_bracketed_by_traces_with_the_first_split(tmp_path, monkeypatch):
+    """Traces before, between and after the rounds; a round's prediction is the mean of the
+    predictions from the traces around it; a row the mean over the rounds."""
     from types import SimpleNamespace
 
+    import daydream.validate as validate
     import daydream.validation.hydra as vh
 
     traced, real_calls, specs = [], [], []
@@ -357,20 +361,23 @@ def test_validation_rows_are_means_over_rounds_with_the_first_rounds_split(tmp_p
         if "models=1," in spec[0]:                            # the split: 3 layers, then 6
             return SimpleNamespace(metrics={"shard0_layers": 3 + r, "shard1_layers": 6 - r}), None
         k = int(spec[0].split("models=")[1].split(",")[0])
-        base = 8.0 + r
+        base = 8.0 + 2 * r
         return SimpleNamespace(optimizations=[spec[0]], baseline_ms=base, predicted_ms=base * k), None
 
     monkeypatch.setattr(vh, "run_real", run_real)
     monkeypatch.setattr(vh, "predict", predict)
+    monkeypatch.setattr(validate, "predict", predict)
     rows = vh.validate_rows(tmp_path, "prof.json", progress=lambda m: None, repeat=3)
-    assert len(traced) == 3 and real_calls == [(k, 3) for _ in range(3) for k in vh.MODELS]
+    assert [Path(p).name for p in traced] == [f"hydra.mlp.base.r{r}.json.gz" for r in range(4)]
+    assert real_calls == [(k, 3) for _ in range(3) for k in vh.MODELS]
     assert all("layers=3:6" in sp for sp in specs if "models=1," not in sp)
+    # each trace predicted once per spec, though the middle ones serve two rounds
+    assert len([sp for sp in specs if "models=2," in sp and "model-parallel" in sp]) == 4
     by = {(r.workload, r.optimization.split("schedule=")[1].split(",")[0]): r for r in rows}
-    # K = 2 ran in calls 1, 3, 5 and K = 4 in calls 2, 4, 6; baselines 8, 9, 10
+    # K = 2 ran in calls 1, 3, 5 and K = 4 in calls 2, 4, 6; traces 8, 10, 12, 14: rounds 9, 11, 13
     assert by[("mlp x2 on 2 procs", "model-parallel")].measured_ms == 20 + 3
     assert by[("mlp x2 on 2 procs", "model-parallel")].measured_rounds_ms == (21, 23, 25)
     assert by[("mlp x4 on 2 procs", "shard-parallel")].measured_ms == 24 + 4
-    assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_ms == 4 * 9
-    assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_rounds_ms == (32, 36, 40)
-    assert by[("mlp x2 on 2 procs", "model-parallel")].baseline_ms == 9
-
+    assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_ms == 4 * 11
+    assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_rounds_ms == (36, 44, 52)
+    assert by[("mlp x2 on 2 procs", "model-parallel")].baseline_ms == 11

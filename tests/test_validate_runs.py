@@ -59,12 +59,13 @@ def test_single_run_keeps_the_given_name(monkeypatch, tmp_path):
     assert Path(path).name == "x.json.gz"
 
 
-def test_pipeline_rounds_keep_the_median_of_each_side(monkeypatch, tmp_path):
-    """Baseline trace and runs alternate; the median baseline, every round's, files named by tag."""
+def test_pipeline_rounds_are_bracketed_by_baseline_traces(monkeypatch, tmp_path):
+    """A baseline trace before, between and after the rounds; each round's (before, after)
+    traces; the median trace; every run's rounds; files named by tag."""
     import daydream.analysis as analysis
     from daydream.validation import pipeline
 
-    traced_ms = iter([30.0, 50.0, 40.0])
+    traced_ms = iter([30.0, 50.0, 40.0, 45.0])
     paths = []
 
     def trace_workload(name, path, args, iterations):
@@ -76,28 +77,33 @@ def test_pipeline_rounds_keep_the_median_of_each_side(monkeypatch, tmp_path):
     measured = {}
     monkeypatch.setattr(analysis, "replay", lambda p: (SimpleNamespace(measured_ms=measured.setdefault(p, next(traced_ms))),))
     runs = iter([70.0, 90.0, 60.0])
-    base, bases, got = pipeline.alternate(3, tmp_path, {"gpipe": lambda: next(runs)}, progress=lambda m: None,
-                                          tag="tessel", iterations=12)
-    assert paths == [f"mlp.tessel-base.r{k}.json.gz" for k in range(3)]
-    assert base.name == "mlp.tessel-base.r2.json.gz"       # 40 ms: the median of 30 / 50 / 40
-    assert [p.name for p in bases] == paths                 # every round's, in round order
+    base, rounds, got = pipeline.alternate(3, tmp_path, {"gpipe": lambda: next(runs)}, progress=lambda m: None,
+                                           tag="tessel", iterations=12)
+    assert paths == [f"mlp.tessel-base.r{k}.json.gz" for k in range(4)]
+    assert base.name == "mlp.tessel-base.r2.json.gz"       # 40 ms: the lower median of 30 / 50 / 40 / 45
+    assert [(a.name, b.name) for a, b in rounds] == list(zip(paths[:-1], paths[1:]))
     assert got == {"gpipe": [70.0, 90.0, 60.0]}             # every round's, in order (callers take the median)
 
 
-def test_a_pipeline_row_is_the_median_of_each_round_s_prediction(monkeypatch):
-    """One prediction from each round's baseline; the row holds the medians of both sides and every round."""
+def test_a_pipeline_row_is_the_median_of_each_round_s_bracketed_prediction(monkeypatch):
+    """Each round predicts from the traces before and after it (their mean; a shared trace
+    predicted once); the row holds the medians of both sides and every round."""
     from daydream.validation import pipeline
 
-    got = {"r0": (20.0, 24.0), "r1": (22.0, 30.0), "r2": (19.0, 26.0)}      # baseline, predicted ms
+    got = {"t0": (20.0, 24.0), "t1": (22.0, 28.0), "t2": (18.0, 26.0), "t3": (20.0, 36.0)}  # baseline, predicted
+    asked = []
 
     def predict(path, specs, profile_path=None):
         assert specs == ["pipeline:stages=2"] and profile_path == "p.json"
+        asked.append(path)
         return SimpleNamespace(baseline_ms=got[path][0], predicted_ms=got[path][1]), None
 
-    monkeypatch.setattr(pipeline, "predict", predict)
-    row = pipeline.median_row("label", ["r0", "r1", "r2"], "pipeline:stages=2", [25.0, 28.0, 27.0], "p.json")
-    assert (row.optimization, row.baseline_ms, row.predicted_ms, row.measured_ms) == ("label", 20.0, 26.0, 27.0)
-    assert row.predicted_rounds_ms == (24.0, 30.0, 26.0) and row.measured_rounds_ms == (25.0, 28.0, 27.0)
+    monkeypatch.setattr(validate, "predict", predict)
+    rounds = validate.bracketed(["t0", "t1", "t2", "t3"])
+    row = pipeline.median_row("label", rounds, "pipeline:stages=2", [25.0, 28.0, 27.0], "p.json")
+    assert sorted(asked) == ["t0", "t1", "t2", "t3"]
+    assert row.predicted_rounds_ms == (26.0, 27.0, 31.0) and row.measured_rounds_ms == (25.0, 28.0, 27.0)
+    assert (row.optimization, row.baseline_ms, row.predicted_ms, row.measured_ms) == ("label", 20.0, 27.0, 27.0)
 
 
 def test_a_failing_runner_loses_no_other_rows(monkeypatch, tmp_path):

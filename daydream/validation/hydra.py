@@ -6,11 +6,15 @@ trains K copies of that MLP, each split into the two shards the what-if
 chose, over two gloo processes with one thread each, and measures the
 makespan of one training step of all K models, one model at a time
 (model-parallel) and shard-parallel, in alternating rounds (median over
-rounds).  With ``repeat`` > 1, baseline trace and real runs alternate,
-``repeat`` rounds, all with the split chosen from the first round's trace;
-a row is the mean over the rounds of the prediction from each round's trace
-(with that split, ``layers=``) and of the real makespan measured in that
-round, as the other validations' rows (:func:`daydream.validate.rounds_row`).
+rounds).  Baseline traces and real runs alternate, ``repeat`` rounds, all
+with the split chosen from the first trace, each round's runs between a
+trace before and one after them (:func:`daydream.validate.bracketed`); a row
+is the mean over the rounds of the prediction from each round's two traces
+(their mean, with that split, ``layers=``) and of the real makespan
+measured in that round, as the other validations' rows
+(:func:`daydream.validate.rounds_row`).  (Until session 37 each round traced
+once, before its runs: traces seconds apart read 4.6 and 6.4 ms an
+iteration around real runs that kept within 1.5 %.)
 Until session 16 each side kept its fastest: the fastest of a few
 5-iteration one-process traces is further below its typical run than the
 fastest of the 2-process jobs, so that under-predicted.
@@ -28,7 +32,7 @@ from pathlib import Path
 
 from ..corelink import probed
 from ..errors import DaydreamError
-from ..validate import WORKLOAD_ARGS, ValidationRow, run_env, trace_workload
+from ..validate import WORKLOAD_ARGS, ValidationRow, bracket_predictions, bracketed, run_env, trace_workload
 from ..whatif import predict
 
 __all__ = ["MODELS", "DEVICES", "SCHEDULES", "validate_rows", "run_real"]
@@ -60,26 +64,31 @@ def run_real(models: int, shard0_layers: int, rounds: int = 6) -> dict:
 
 def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
                   iterations: int = ITERATIONS) -> list:
-    """Trace one MLP and run each K for real, ``repeat`` rounds in alternation; two rows per K,
-    each the means over the rounds of the prediction from that round's trace and of the real
-    makespan (the split chosen from the first round's trace throughout)."""
+    """Trace one MLP and run each K for real, ``repeat`` rounds, each round's runs between a
+    baseline trace before and one after them; two rows per K, each the means over the rounds
+    of the prediction from that round's two traces (their mean) and of the real makespan (the
+    split chosen from the first trace throughout)."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     repeat = max(1, repeat)
     bases, split = [], None
     measured = {k: {s: [] for s in SCHEDULES} for k in MODELS}
+
+    def trace(r, when):
+        progress(f"hydra: {when}: tracing the single-model mlp baseline")
+        bases.append(trace_workload("mlp", tdir / f"hydra.mlp.base.r{r}.json.gz", (), iterations=iterations))
+
     try:
         for r in range(repeat):
-            progress(f"hydra: run {r + 1}/{repeat}: tracing the single-model mlp baseline")
-            p = tdir / (f"hydra.mlp.base.r{r}.json.gz" if repeat > 1 else "hydra.mlp.base.json.gz")
-            bases.append(trace_workload("mlp", p, (), iterations=iterations))
+            trace(r, f"run {r + 1}/{repeat}")
             split = split or _split(bases[0], profile_path)
             for k in MODELS:
                 progress(f"hydra: run {r + 1}/{repeat}: {k} models x {DEVICES} shards for real "
                          f"(first shard: {split[0]} layers)")
                 for s, v in run_real(k, split[0]).items():
                     measured[k][s].append(v)
+        trace(repeat, "after the last run")
     except DaydreamError as exc:
         progress(f"hydra: skipped ({exc})")
         return []
@@ -87,12 +96,11 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
     for k in MODELS:
         for s in SCHEDULES:
             spec = f"hydra:models={k},devices={DEVICES},schedule={s},layers={':'.join(map(str, split))}"
-            reps = [predict(b, [spec], profile_path=profile_path)[0] for b in bases]
-            row = ValidationRow(f"mlp x{k} on {DEVICES} procs", reps[0].optimizations[0],
-                                statistics.fmean(x.baseline_ms for x in reps),
-                                statistics.fmean(x.predicted_ms for x in reps), statistics.fmean(measured[k][s]),
-                                measured_rounds_ms=tuple(measured[k][s]),
-                                predicted_rounds_ms=tuple(x.predicted_ms for x in reps))
+            reps = bracket_predictions(bracketed(bases), spec, profile_path)
+            row = ValidationRow(f"mlp x{k} on {DEVICES} procs", reps[0][2].optimizations[0],
+                                statistics.fmean(b for b, _, _ in reps), statistics.fmean(p for _, p, _ in reps),
+                                statistics.fmean(measured[k][s]), measured_rounds_ms=tuple(measured[k][s]),
+                                predicted_rounds_ms=tuple(p for _, p, _ in reps))
             rows.append(row)
             progress(f"hydra: models={k} {s}: predicted {row.predicted_ms:.2f} ms, measured "
                      f"{row.measured_ms:.2f} ms, error {row.error_pct:.1f}% (rounds: measured "

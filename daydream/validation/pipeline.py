@@ -9,10 +9,11 @@ own cost per action, measured on this machine by :func:`action_overhead_us`).  M
 A third row runs the whole model as one stage on one process with the same
 micro-batches (``ScheduleGPipe``, ``--nproc 1``): the micro-batch cost model
 checked without cross-process effects.
-With ``repeat`` > 1, baseline traces and 2-process runs are taken in turns
+Baseline traces and 2-process runs are taken in turns, ``repeat`` rounds,
+each round's runs between a trace before and one after them
 (:func:`alternate`): on a shared machine they then see the same load.  A row
-is the median over the rounds of the prediction from each round's baseline
-and the median of the measured rounds.  (Until session 36 it predicted once,
+is the median over the rounds of the prediction from each round's two
+baselines (their mean) and the median of the measured rounds.  (Until session 36 it predicted once,
 from the round whose baseline iteration was the median: a prediction re-runs
 the micro-batch ops, and five predictions from one trace and one profile
 spread over 1.7 ms for the Tessel V.)
@@ -29,7 +30,6 @@ from pathlib import Path
 from ..corelink import probed
 from ..errors import DaydreamError
 from ..validate import THREADS, ValidationRow, run_env
-from ..whatif import predict
 
 __all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us",
            "alternate", "median_row"]
@@ -101,41 +101,52 @@ def action_overhead_us(repeat: int = 1, progress=print) -> float:
 
 
 def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "pipeline", iterations: int = STEPS):
-    """Baseline traces and measurements of each run, taken in turns; the median of each.
+    """Baseline traces and measurements of each run, taken in turns; each round's runs bracketed.
 
-    Each of ``repeat`` rounds traces the 1-process baseline once (``iterations``; file
-    ``mlp.TAG-base.rK.json.gz``) and calls every run in ``runs`` (name ->
-    callable returning ms) once, so that baseline and variants see the same
-    machine load.  Returns ``(median, paths, {name: [ms of each round]})``: the
-    baseline trace whose measured iteration is the median, every round's trace
-    in round order, and every run's measurements.  Callers take medians (the
-    fastest of each is biased here: a 5-iteration 1-process trace catches a
-    quiet spell of this machine far more often than a 14-step 2-process run).
+    ``repeat`` rounds each call every run in ``runs`` (name -> callable
+    returning ms) once; the 1-process baseline is traced (``iterations``;
+    file ``mlp.TAG-base.rK.json.gz``) before the first round, between rounds
+    and after the last, so that every round has a trace right before and
+    right after it (:func:`daydream.validate.bracketed`).  Returns
+    ``(median, rounds, {name: [ms of each round]})``: the baseline trace whose
+    measured iteration is the median, each round's ``(before, after)`` traces,
+    and every run's measurements.  Callers take medians (the fastest of each
+    is biased here: a 1-process trace catches a quiet spell of this machine
+    far more often than a 14-step 2-process run).  (Until session 37 each
+    round traced once, before its runs.)
     """
     from ..analysis import replay
-    from ..validate import trace_workload
+    from ..validate import bracketed, trace_workload
 
-    bases, got = [], {k: [] for k in runs}
-    for k in range(max(repeat, 1)):
-        progress(f"{tag}: round {k + 1}/{max(repeat, 1)}: tracing the 1-process baseline (mlp)")
+    n = max(repeat, 1)
+    traces, got = [], {k: [] for k in runs}
+
+    def trace(k):
         path = trace_workload("mlp", tdir / f"mlp.{tag}-base.r{k}.json.gz", MODEL_ARGS, iterations=iterations)
-        bases.append((replay(path)[0].measured_ms, str(path)))
+        traces.append((replay(path)[0].measured_ms, Path(path)))
+
+    for k in range(n):
+        progress(f"{tag}: round {k + 1}/{n}: tracing the 1-process baseline (mlp)")
+        trace(k)
         for name, fn in runs.items():
-            progress(f"{tag}: round {k + 1}/{max(repeat, 1)}: running {name}")
+            progress(f"{tag}: round {k + 1}/{n}: running {name}")
             got[name].append(fn())
-    paths = [Path(p) for _, p in bases]
-    bases.sort()
-    return Path(bases[(len(bases) - 1) // 2][1]), paths, got
+    progress(f"{tag}: tracing the 1-process baseline (mlp) after the last round")
+    trace(n)
+    paths = [p for _, p in traces]
+    return sorted(traces)[(len(traces) - 1) // 2][1], bracketed(paths), got
 
 
-def median_row(label: str, bases, spec: str, measured_ms, profile_path) -> ValidationRow:
-    """The row of ``spec``: medians of its predictions from each baseline in ``bases`` and of
-    the measured rounds ``measured_ms`` (each side's rounds listed in the row)."""
-    reps = [predict(b, [spec], profile_path=profile_path)[0] for b in bases]
-    return ValidationRow("mlp", label, statistics.median(r.baseline_ms for r in reps),
-                         statistics.median(r.predicted_ms for r in reps), statistics.median(measured_ms),
-                         measured_rounds_ms=tuple(measured_ms),
-                         predicted_rounds_ms=tuple(r.predicted_ms for r in reps))
+def median_row(label: str, rounds, spec: str, measured_ms, profile_path) -> ValidationRow:
+    """The row of ``spec``: medians of its per-round predictions (each the mean over the
+    round's baseline traces in ``rounds``, :func:`daydream.validate.bracket_predictions`) and
+    of the measured rounds ``measured_ms`` (each side's rounds listed in the row)."""
+    from ..validate import bracket_predictions
+
+    got = bracket_predictions(rounds, spec, profile_path)
+    return ValidationRow("mlp", label, statistics.median(b for b, _, _ in got),
+                         statistics.median(p for _, p, _ in got), statistics.median(measured_ms),
+                         measured_rounds_ms=tuple(measured_ms), predicted_rounds_ms=tuple(p for _, p, _ in got))
 
 
 def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS) -> list:
@@ -146,13 +157,13 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
     overhead = action_overhead_us(repeat, progress)
     runs = {s: (lambda s=s: measure_pipeline(s, steps=iterations)) for s in SCHEDULES}
     runs["1-stage"] = lambda: measure_pipeline("gpipe", ("--nproc", "1"), steps=iterations)
-    _, bases, got = alternate(repeat, tdir, runs, progress, iterations=iterations)
+    _, rounds, got = alternate(repeat, tdir, runs, progress, iterations=iterations)
     rows = []
     for s in runs:
         spec = (f"pipeline:stages=2,microbatches={MICROBATCHES},schedule={s},partition={PARTITION},"
                 f"action_overhead_us={overhead:.0f}" if s != "1-stage" else
                 f"pipeline:stages=1,microbatches={MICROBATCHES},schedule=gpipe,action_overhead_us={overhead:.0f}")
-        row = median_row(spec, bases, spec, got[s], profile_path)
+        row = median_row(spec, rounds, spec, got[s], profile_path)
         progress(f"pipeline: {s}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
                  f"error {row.error_pct:.1f}%")
         rows.append(row)

@@ -7,9 +7,10 @@ over 2 devices) and writes each winner as a per-rank action CSV; the pipeline
 workload runs that CSV on 2 gloo processes with ``_PipelineScheduleRuntime``
 (``--schedule csv``, the model cut into as many stages as the CSV names).
 The schedules are searched on a first baseline trace; baseline traces and
-runs then alternate (:func:`daydream.validation.pipeline.alternate`) and the
-median of the predictions of the schedule that ran (``schedule_csv=``), one
-from each round's baseline, is compared with the median run.  Until session 16 the
+runs then alternate (:func:`daydream.validation.pipeline.alternate`: a trace
+before and after each round) and the median of the predictions of the
+schedule that ran (``schedule_csv=``), one from each round's baselines, is
+compared with the median run.  Until session 16 the
 row predicted what a new search on the median baseline found, another
 schedule than the one measured in three of five runs in session 16 (marked "other
 schedule"); whether the search there would pick another is now only said.
@@ -52,13 +53,13 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
     runs = {tag: (lambda tag=tag: measure_pipeline("csv", ("--csv", str(out_dir / f"tessel-{tag}.csv")),
                                                    steps=iterations))
             for tag in specs}
-    base, bases, got = alternate(repeat, tdir, runs, progress, tag="tessel", iterations=iterations)
+    base, rounds, got = alternate(repeat, tdir, runs, progress, tag="tessel", iterations=iterations)
     rows = []
     for tag, spec in specs.items():
         ran = out_dir / f"tessel-{tag}.csv"
         again = out_dir / f"tessel-{tag}.check.csv"
         best, _ = predict(base, [f"{spec},csv={again}"], profile_path=profile_path)
-        row = median_row(f"{spec},schedule_csv={ran.name}", bases, f"{spec},schedule_csv={ran}", got[tag],
+        row = median_row(f"{spec},schedule_csv={ran.name}", rounds, f"{spec},schedule_csv={ran}", got[tag],
                          profile_path)
         if again.read_text() != ran.read_text():
             progress(f"tessel: {tag}: searched on the median baseline, another schedule would win "
