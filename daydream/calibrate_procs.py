@@ -104,7 +104,7 @@ def _gloo_worker(rank, port, sizes, kind, q):
         out = (out, _p2p_one_way_ns(torch, dist, rank, torch.zeros(min(sizes) // 4), preposted=True)[0],
                _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)),
                _p2p_hold_pts(torch, dist, rank, held), _p2p_late_hold_pts(torch, dist, rank, held),
-               _p2p_land_pts(torch, dist, rank))
+               _p2p_land_pts(torch, dist, rank), _p2p_handover_ns(torch, dist, rank))
     if rank == 0:
         q.put(out)
     dist.destroy_process_group()
@@ -262,6 +262,102 @@ def _p2p_post_ns(torch, dist, rank, t) -> tuple:
         return float(mine), float(peer)
     dist.send(mine, 0)
     return 0.0, 0.0
+
+
+#: The GPipe-like exchange of :func:`_p2p_handover_ns`: micro-batches a step, measured steps (after
+#: 2 more), each stage's compute (matmuls) per forward and per backward (s), bytes a hand-over.
+P2P_HANDOVER_MB, P2P_HANDOVER_STEPS, P2P_HANDOVER_FWD_S, P2P_HANDOVER_BWD_S = 4, 30, 0.001, 0.002
+P2P_HANDOVER_BYTES = 2 ** 16
+
+
+def _p2p_handover_ns(torch, dist, rank) -> float:
+    """Rank 0: the mean hand-over of a pipeline's sends, in ns; rank 1: 0.
+
+    The two ranks run :data:`P2P_HANDOVER_STEPS` steps of a 2-stage GPipe
+    schedule with matmuls for compute, as torch's pipelining runtime runs
+    it: rank 0 computes each micro-batch's forward and posts its activation,
+    then waits for each gradient and computes that backward; rank 1 waits
+    for each activation and computes its forward, then computes each
+    backward and posts its gradient; every send is posted right after the
+    compute that made it, and its sender goes on computing.  A hand-over is
+    the time from a send's post returning to the end of its receiver's wait,
+    counted where the receiver was already waiting (both ranks stamp one
+    monotonic clock).  Their mean keeps the sends that wait for a busy
+    rank's socket thread until the scheduler's tick, at the rate such an
+    exchange has them: 192-321 us over all hand-overs in four runs here,
+    where the real runtime's in the same minutes averaged 325 us and the
+    barrier-started sends of :func:`_p2p_one_way_ns` fitted 40-1231 us in
+    the calibrations of sessions 35-37 (docs/validation-log.md, "Session 37").
+    """
+    compute = _matmuls(torch)
+    peer, log = 1 - rank, []            # rows: (is a wait, tag, start ns, end ns)
+    bufs = [torch.zeros(P2P_HANDOVER_BYTES // 4) for _ in range(P2P_HANDOVER_MB)]
+
+    def send(m, tag):
+        t0 = time.perf_counter_ns()
+        work = dist.isend(bufs[m], peer, tag=tag)
+        log.append((0, tag, t0, time.perf_counter_ns()))
+        return work
+
+    def recv(m, tag):
+        work = dist.irecv(bufs[m], peer, tag=tag)
+        t0 = time.perf_counter_ns()
+        work.wait()
+        log.append((1, tag, t0, time.perf_counter_ns()))
+
+    for step in range(P2P_HANDOVER_STEPS + 2):
+        dist.barrier()
+        if step == 2:
+            log.clear()
+        fwd = [2 * (P2P_HANDOVER_MB * step + m) for m in range(P2P_HANDOVER_MB)]   # tags: a gradient's is +1
+        bwd, sends = [t + 1 for t in fwd], []
+        for m in range(P2P_HANDOVER_MB):
+            if rank == 0:
+                compute(P2P_HANDOVER_FWD_S)
+                sends.append(send(m, fwd[m]))
+            else:
+                recv(m, fwd[m])
+                compute(P2P_HANDOVER_FWD_S)
+        for m in range(P2P_HANDOVER_MB):
+            if rank == 0:
+                recv(m, bwd[m])
+                compute(P2P_HANDOVER_BWD_S)
+            else:
+                compute(P2P_HANDOVER_BWD_S)
+                sends.append(send(m, bwd[m]))
+        for work in sends:
+            work.wait()
+    return _handover_mean(torch, dist, rank, log)
+
+
+def _handover_mean(torch, dist, rank, log) -> float:
+    """Rank 0: :func:`handover_mean_ns` of both ranks' ``log`` rows (rank 1's sent over); rank 1: 0."""
+    mine = torch.tensor(log, dtype=torch.int64).reshape(-1, 4)
+    if rank == 1:
+        dist.send(torch.tensor([mine.shape[0]]), 0)
+        dist.send(mine, 0)
+        return 0.0
+    n = torch.zeros(1, dtype=torch.int64)
+    dist.recv(n, 1)
+    theirs = torch.zeros((int(n), 4), dtype=torch.int64)
+    dist.recv(theirs, 1)
+    return handover_mean_ns([tuple(r) for r in mine.tolist()], [tuple(r) for r in theirs.tolist()])
+
+
+def handover_mean_ns(rows0, rows1) -> float:
+    """Mean over the receives that began waiting before their send's post returned, of the time
+    from that return to the end of the wait, in ns; rows ``(is a wait, tag, start ns, end ns)``
+    of ranks 0 and 1, a send and its receive sharing a tag (0 where no receive waited so).
+
+    >>> handover_mean_ns([(0, 7, 100, 150), (1, 8, 100, 900)], [(1, 7, 120, 400), (0, 8, 300, 700)])
+    225.0
+    >>> handover_mean_ns([(0, 7, 100, 150)], [(1, 7, 200, 400)])     # the receiver came late
+    0.0
+    """
+    posted = {(r, tag): end for r, rows in enumerate((rows0, rows1)) for kind, tag, _, end in rows if not kind}
+    took = [end - posted[(1 - r, tag)] for r, rows in enumerate((rows0, rows1)) for kind, tag, start, end in rows
+            if kind and (1 - r, tag) in posted and start <= posted[(1 - r, tag)]]
+    return statistics.fmean(took) if took else 0.0
 
 
 #: A late receive: posted this long after its send, so that the send waits for it.
@@ -584,19 +680,23 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     name to figure: ``{"p2p": (bytes/s, latency ns), "p2p_post": (send ns, receive ns),
     "p2p_handshake": ns, "p2p_sends": (median send ns, stalled share), "p2p_preposted": ns (a send of the
     smallest size to a receive posted before the barrier that starts it: :func:`_p2p_one_way_ns`),
+    "p2p_handover": ns (the latency of a GPipe-like exchange's hand-overs: :func:`_p2p_handover_ns`,
+    less its bytes' time at the fitted bandwidth),
     "p2p_collision": ((gap ns,
     extra ns), ...), "p2p_hold": ((gap ns, extra ns), ...), "p2p_late_hold": ((busy ns, share), ...),
     "p2p_land": ((bytes, extra ns), ...)}``."""
     pts = first_result(_gloo_worker, 2, (sizes, kind))
     if kind == "p2p":
-        pts, preposted, collision, hold, late, land = pts
+        pts, preposted, collision, hold, late, land, handover = pts
         small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]
         post = tuple(statistics.median(p[k] for p in small) for k in (2, 3))
         handshake = statistics.median(p2p_handshake_ns(p[1], p[2], p[3], p[4]) for p in small)
         sends = (statistics.median(p[5] for p in small), statistics.fmean(p[6] for p in small))
-        return {"p2p": _fit_relative([p[:2] for p in pts]), "p2p_post": post, "p2p_handshake": handshake,
+        fit = _fit_relative([p[:2] for p in pts])
+        return {"p2p": fit, "p2p_post": post, "p2p_handshake": handshake,
                 "p2p_sends": sends, "p2p_preposted": preposted,
-                "p2p_collision": collision, "p2p_hold": hold, "p2p_late_hold": late, "p2p_land": land}
+                "p2p_collision": collision, "p2p_hold": hold, "p2p_late_hold": late, "p2p_land": land,
+                "p2p_handover": max(handover - P2P_HANDOVER_BYTES / fit[0] * 1e9, 0.0)}
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)

@@ -122,6 +122,10 @@ class DeviceProfile:
         Per backend: the one-way time of a small send whose receive was posted before the
         synchronisation that starts it (a runtime that posts a step's receives up front), which
         does not wait so (:meth:`p2p_preposted_ns`); where absent, the ``p2p`` latency.
+    p2p_handover : dict of str to ns
+        Per backend: the latency of a pipeline's hand-overs (:meth:`p2p_handover_ns`): the mean
+        time from a send's post to the end of its receiver's wait in a GPipe-like exchange
+        between two computing ranks, less the data's time; where absent, the ``p2p`` latency.
     collective_wake : dict of str to ns
         Per backend: how much longer a small all-reduce takes when the ranks come to it from
         compute than back to back (CPU ranks pinned a core each, gloo's threads sharing it:
@@ -168,6 +172,7 @@ class DeviceProfile:
     p2p_handshake: dict = field(default_factory=dict)
     p2p_sends: dict = field(default_factory=dict)
     p2p_preposted: dict = field(default_factory=dict)
+    p2p_handover: dict = field(default_factory=dict)
     collective_wake: dict = field(default_factory=dict)
     p2p_collision: dict = field(default_factory=dict)
     p2p_hold: dict = field(default_factory=dict)
@@ -341,6 +346,24 @@ class DeviceProfile:
         bw, lat = _for_backend(self.p2p, backend)
         return nbytes / bw * 1e9 + min(lat, float(_for_backend(self.p2p_preposted, backend)))
 
+    def p2p_handover_ns(self, nbytes: float, backend: str | None = None) -> float:
+        """One hand-over between pipeline stages: :meth:`p2p_ns` with the latency the calibrated
+        ``p2p_handover`` (the mean of a GPipe-like exchange's hand-overs, stalls included) where
+        there is one.  The fitted latency is from sends started by a barrier, of which 0-47 %
+        stalled in one calibration or the next: it read 40-1231 us where the pipelining
+        runtime's own hand-overs averaged 325 us (docs/validation-log.md, "Session 37").
+
+        >>> prof = DeviceProfile("x", "cpu", {}, {}, 0, p2p={"gloo": (1e9, 600e3)}, p2p_handover={"gloo": 250e3})
+        >>> prof.p2p_ns(1e6), prof.p2p_handover_ns(1e6)
+        (1600000.0, 1250000.0)
+        >>> DeviceProfile("x", "cpu", {}, {}, 0, p2p={"gloo": (1e9, 600e3)}).p2p_handover_ns(1e6)
+        1600000.0
+        """
+        if nbytes <= 0 or not self.p2p or not self.p2p_handover:
+            return self.p2p_ns(nbytes, backend)
+        bw, _ = _for_backend(self.p2p, backend)
+        return nbytes / bw * 1e9 + float(_for_backend(self.p2p_handover, backend))
+
     def p2p_post_ns(self, backend: str | None = None) -> tuple:
         """``(send, receive)``: host ns the sending and the receiving thread spend posting one
         transfer (``(0.0, 0.0)`` where not calibrated).  :meth:`p2p_ns` counts from the send's
@@ -471,6 +494,7 @@ class DeviceProfile:
                    p2p_post={k: tuple(v) for k, v in d.get("p2p_post", {}).items()},
                    p2p_handshake={k: float(v) for k, v in d.get("p2p_handshake", {}).items()},
                    p2p_preposted={k: float(v) for k, v in d.get("p2p_preposted", {}).items()},
+                   p2p_handover={k: float(v) for k, v in d.get("p2p_handover", {}).items()},
                    collective_wake={k: float(v) for k, v in d.get("collective_wake", {}).items()},
                    p2p_sends={k: tuple(float(x) for x in v) for k, v in d.get("p2p_sends", {}).items()},
                    threads=int(d.get("threads", 0)), source=d.get("source", "file"),
@@ -597,7 +621,7 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
     for name, v in prof.p2p_post.items():
         if len(v) != 2 or not all(_positive(x) or x == 0 for x in v):
             return f"p2p_post {name}: needs (send ns >= 0, receive ns >= 0)"
-    for kind in ("p2p_handshake", "p2p_preposted", "collective_wake"):
+    for kind in ("p2p_handshake", "p2p_preposted", "p2p_handover", "collective_wake"):
         for name, v in getattr(prof, kind).items():
             if not (_positive(v) or v == 0):
                 return f"{kind} {name}: needs ns >= 0"

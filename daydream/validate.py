@@ -107,6 +107,7 @@ def ensure_profile(profile_path=None, progress=print) -> str:
     if prof is not None and prof.kind == "cpu" and prof.collective and not (prof.p2p and prof.p2p_post
                                                                              and prof.p2p_handshake
                                                                              and prof.p2p_preposted
+                                                                             and prof.p2p_handover
                                                                              and prof.p2p_collision
                                                                              and prof.p2p_hold
                                                                              and prof.p2p_late_hold
@@ -411,10 +412,12 @@ def bracket_predictions(rounds, spec: str, profile_path) -> list:
 
     A 1-process baseline traced right before a 2-process run and one traced
     right after it see the machine in states seconds apart: on this project's
-    2-core VM the same MLP traced twice around one real Hydra run read 4.6 and
-    6.4 ms an iteration, while the real runs of six such rounds kept within
-    1.5 % of each other (docs/validation-log.md, "Session 37").  The mean of
-    the two halves the spread of a round's error where drift moved one of them.
+    2-core VM the same MLP traced around one real Hydra run read 4.98 and 6.36
+    ms an iteration (6.05 and 4.74 around the next), while the real runs of six
+    such rounds spread over 10.3-11.9 ms.  Over those rounds the error's
+    standard deviation was 6.5 / 6.9 % (model- / shard-parallel) from the
+    trace before, 4.1 / 2.4 % from the mean of both
+    (``python benchmarks/bracket_noise.py``; docs/validation-log.md, "Session 37").
     """
     done = {}
     out = []

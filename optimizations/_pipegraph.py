@@ -433,7 +433,7 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                         src = add(comp[r], send_task_ns, f"post send {a}", ph, i)
                         out.posts.append((src, where[nxt]))
                         deps.append((t, src))
-                    x = add(link(r, where[nxt], a), max(device.p2p_ns(nb) - send_post_ns, 0.0), f"send {a}", ph, i,
+                    x = add(link(r, where[nxt], a), max(device.p2p_handover_ns(nb) - send_post_ns, 0.0), f"send {a}", ph, i,
                             nbytes=nb, kind_=EventKind.COLLECTIVE)
                     deps.append((src, x))
                     sends[(it, a)] = out.sent[src] = x

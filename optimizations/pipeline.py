@@ -18,7 +18,10 @@ per rank a compute lane running the schedule's actions (``F``/``B`` of a
 stage on a micro-batch) in order, per directed link a transfer lane
 (activation forward, gradient backward; ``bytes / bw + latency`` with the
 device's point-to-point figures, else its collective ones: calibrated gloo on
-CPU, published link on GPUs),
+CPU, published link on GPUs; on a CPU profile with ``p2p_handover`` the
+latency is that, the mean hand-over of a GPipe-like exchange between two
+computing ranks, stalls included:
+:meth:`~daydream.device.DeviceProfile.p2p_handover_ns`),
 the backward of every micro-batch but an iteration's first also adds its
 gradients into ``.grad`` (a streaming add of the stage's gradient bytes at the
 device's measured bandwidth; the traced single batch only stored them),
@@ -141,7 +144,7 @@ class Pipeline(Optimization):
         if n_stages > len(units.names):
             raise sch.ScheduleError(f"pipeline: {n_stages} stages but the model has only {len(units.names)} layers")
         if self.partition == "auto":
-            comm = [ctx.device.p2p_ns(b) for b in units.out_bytes]
+            comm = [ctx.device.p2p_handover_ns(b) for b in units.out_bytes]
             bounds = partition(units.fwd_ns + units.bwd_ns, comm, n_stages)
         else:
             bounds = parse_partition(self.partition, units.names, n_stages)

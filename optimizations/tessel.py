@@ -196,7 +196,7 @@ class Tessel(Optimization):
         if n > len(units.names):
             raise sch.ScheduleError(f"tessel: {n} stages but the model has only {len(units.names)} layers")
         if self.partition == "auto":
-            bounds = partition(units.fwd_ns + units.bwd_ns, [ctx.device.p2p_ns(b) for b in units.out_bytes], n)
+            bounds = partition(units.fwd_ns + units.bwd_ns, [ctx.device.p2p_handover_ns(b) for b in units.out_bytes], n)
         else:
             bounds = parse_partition(self.partition, units.names, n)
         if self.action_overhead_us < 0:

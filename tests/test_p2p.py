@@ -76,6 +76,29 @@ def test_profile_keeps_the_send_to_a_receive_posted_ahead_and_refuses_a_negative
         load_profile(path)
 
 
+def test_profile_keeps_the_pipeline_hand_over_and_refuses_a_negative_one(tmp_path):
+    path = save_profile(dataclasses.replace(flat_profile(), p2p={"gloo": (1e9, 600_000.0)},
+                                            p2p_handover={"gloo": 250_000.0}), str(tmp_path / "p.json"))
+    prof = load_profile(path)
+    assert prof.p2p_handover == {"gloo": 250_000.0}
+    assert prof.p2p_handover_ns(1e6) == 1e6 + 250_000.0 and prof.p2p_ns(1e6) == 1e6 + 600_000.0
+    doc = json.loads(open(path).read())
+    doc["p2p_handover"] = {"gloo": -1}
+    open(path, "w").write(json.dumps(doc))
+    with pytest.raises(DaydreamError, match="p2p_handover gloo: needs"):
+        load_profile(path)
+
+
+def test_handover_mean_counts_receivers_already_waiting_from_the_post_s_return():
+    from daydream.calibrate_procs import handover_mean_ns
+
+    sends0 = [(0, 1, 0, 100), (0, 2, 500, 600)]                  # rank 0 posts tags 1 and 2
+    waits1 = [(1, 1, 50, 400), (1, 2, 700, 800)]                 # waiting before 1's post ended; late for 2
+    waits0, sends1 = [(1, 3, 1000, 2500)], [(0, 3, 1100, 1500)]  # rank 0 waits for tag 3 from rank 1
+    assert handover_mean_ns(sends0 + waits0, waits1 + sends1) == (300 + 1000) / 2
+    assert handover_mean_ns(sends0, [(1, 2, 700, 800)]) == 0.0     # no receiver waited ahead
+
+
 def test_calibrate_says_what_share_of_sends_stalled():
     from daydream.cli_whatif import _sends_text
 
@@ -235,12 +258,34 @@ def test_cached_profile_without_the_preposted_send_gets_it_measured(tmp_path, mo
                "p2p_late_hold": ((1e6, 0.1),), "p2p_land": ((16384.0, 1e5),)}
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     _fake_ddp_figures(monkeypatch)
-    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: {**figures, "p2p_preposted": 30_000.0})
+    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: {**figures, "p2p_preposted": 30_000.0,
+                                                             "p2p_handover": 200_000.0})
     older = dataclasses.replace(flat_profile(), **{k: {"gloo": v} for k, v in figures.items()})
     cached = save_profile(older, default_profile_path("cpu", validate.THREADS))
     said = []
     assert validate.ensure_profile(progress=said.append) == cached
     assert load_profile(cached).p2p_preposted == {"gloo": 30_000.0} and "point-to-point" in said[0]
+    assert load_profile(cached).p2p_handover == {"gloo": 200_000.0}
+
+
+def test_cached_profile_without_the_pipeline_hand_over_gets_it_measured(tmp_path, monkeypatch):
+    """A profile calibrated before ``p2p_handover`` existed is measured again by ``validate``,
+    so that ``pipeline`` and ``tessel`` get the figure."""
+    import daydream.calibrate as cal
+    from daydream import validate
+    from daydream.device import default_profile_path
+
+    figures = {"p2p": (3e9, 50_000.0), "p2p_post": (40_000.0, 30_000.0), "p2p_handshake": 9_000.0,
+               "p2p_preposted": 30_000.0, "p2p_collision": ((0.0, 2e6), (1e5, 0.0)),
+               "p2p_hold": ((0.0, 1e6), (8e5, 0.0)), "p2p_late_hold": ((1e6, 0.1),), "p2p_land": ((16384.0, 1e5),)}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    _fake_ddp_figures(monkeypatch)
+    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: {**figures, "p2p_handover": 200_000.0})
+    older = dataclasses.replace(flat_profile(), **{k: {"gloo": v} for k, v in figures.items()})
+    cached = save_profile(older, default_profile_path("cpu", validate.THREADS))
+    said = []
+    assert validate.ensure_profile(progress=said.append) == cached
+    assert load_profile(cached).p2p_handover == {"gloo": 200_000.0} and "point-to-point" in said[0]
 
 
 def test_gloo_p2p_measures_two_processes(tmp_path):
@@ -265,6 +310,7 @@ def test_gloo_p2p_measures_two_processes(tmp_path):
     assert [b for b, _ in late] == [b * 1e6 for b in P2P_LATE_HOLD_BEFORE_MS] and all(0 <= x <= 1 for _, x in late)
     land = got["p2p_land"]
     assert [b for b, _ in land] == list(P2P_LAND_SIZES) and all(0 <= x < 1e7 for _, x in land)    # < 10 ms a message
+    assert 0 <= got["p2p_handover"] < 1e8       # a GPipe-like exchange's mean hand-over: under 0.1 s
     assert load_profile(save_profile(dataclasses.replace(flat_profile(), **{k: {"gloo": v} for k, v in got.items()}),
                                      str(tmp_path / "p.json"))).p2p_late_hold
 
@@ -309,6 +355,7 @@ def test_calibrate_measures_and_reports_send_figures(tmp_path):
     (bw, lat), = prof.p2p.values()
     assert bw > 0 and lat >= 0 and "send gloo" in res.output and "all-reduce gloo" in res.output
     assert prof.p2p_preposted["gloo"] > 0 and "a gloo send to a receive posted ahead" in res.output
+    assert prof.p2p_handover["gloo"] >= 0 and "a gloo pipeline hand-over" in res.output
     assert prof.collective_wake["gloo"] >= 0 and "all-reduce reached from compute" in res.output
     assert prof.ddp_call_ns[1] > 0 and prof.ddp_tensor_ns[1] > 0 and "DDP's own time" in res.output
     # --quick still spans 1 KiB to 8 MiB, so the fits see the bandwidth, not only the latency

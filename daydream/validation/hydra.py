@@ -13,8 +13,7 @@ is the mean over the rounds of the prediction from each round's two traces
 (their mean, with that split, ``layers=``) and of the real makespan
 measured in that round, as the other validations' rows
 (:func:`daydream.validate.rounds_row`).  (Until session 37 each round traced
-once, before its runs: traces seconds apart read 4.6 and 6.4 ms an
-iteration around real runs that kept within 1.5 %.)
+once, before its runs: see :func:`daydream.validate.bracket_predictions`.)
 Until session 16 each side kept its fastest: the fastest of a few
 5-iteration one-process traces is further below its typical run than the
 fastest of the 2-process jobs, so that under-predicted.
