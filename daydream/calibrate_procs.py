@@ -284,10 +284,11 @@ def _p2p_handover_ns(torch, dist, rank) -> float:
     counted where the receiver was already waiting (both ranks stamp one
     monotonic clock).  Their mean keeps the sends that wait for a busy
     rank's socket thread until the scheduler's tick, at the rate such an
-    exchange has them: 192-321 us over all hand-overs in four runs here,
-    where the real runtime's in the same minutes averaged 325 us and the
-    barrier-started sends of :func:`_p2p_one_way_ns` fitted 40-1231 us in
-    the calibrations of sessions 35-37 (docs/validation-log.md, "Session 37").
+    exchange has them: 184-300 us in four calibrations here (05:00), where
+    torch's pipelining runtime's own hand-overs averaged 325 us in a logged
+    GPipe run of the validation's model (04:55, ``benchmarks/pipeline_timeline.py``)
+    and the barrier-started sends of :func:`_p2p_one_way_ns` fitted 40-1231
+    us over the calibrations of sessions 35-37 (docs/validation-log.md, "Session 37").
     """
     compute = _matmuls(torch)
     peer, log = 1 - rank, []            # rows: (is a wait, tag, start ns, end ns)
