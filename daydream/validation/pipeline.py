@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..corelink import probed
 from ..errors import DaydreamError
-from ..validate import THREADS, ValidationRow, run_env
+from ..validate import THREADS, ValidationRow, bracket_predictions, bracketed, run_env
 
 __all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us",
            "alternate", "median_row"]
@@ -116,7 +116,7 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
     round traced once, before its runs.)
     """
     from ..analysis import replay
-    from ..validate import bracketed, trace_workload
+    from ..validate import trace_workload
 
     n = max(repeat, 1)
     traces, got = [], {k: [] for k in runs}
@@ -141,8 +141,6 @@ def median_row(label: str, rounds, spec: str, measured_ms, profile_path) -> Vali
     """The row of ``spec``: medians of its per-round predictions (each the mean over the
     round's baseline traces in ``rounds``, :func:`daydream.validate.bracket_predictions`) and
     of the measured rounds ``measured_ms`` (each side's rounds listed in the row)."""
-    from ..validate import bracket_predictions
-
     got = bracket_predictions(rounds, spec, profile_path)
     return ValidationRow("mlp", label, statistics.median(b for b, _, _ in got),
                          statistics.median(p for _, p, _ in got), statistics.median(measured_ms),
