@@ -341,10 +341,7 @@ class DeviceProfile:
         >>> DeviceProfile("x", "cpu", {}, {}, 0, p2p={"gloo": (1e9, 300e3)}).p2p_preposted_ns(1e6)
         1300000.0
         """
-        if nbytes <= 0 or not self.p2p or not self.p2p_preposted:
-            return self.p2p_ns(nbytes, backend)
-        bw, lat = _for_backend(self.p2p, backend)
-        return nbytes / bw * 1e9 + min(lat, float(_for_backend(self.p2p_preposted, backend)))
+        return self._p2p_latency_from(self.p2p_preposted, nbytes, backend, min)
 
     def p2p_handover_ns(self, nbytes: float, backend: str | None = None) -> float:
         """One hand-over between pipeline stages: :meth:`p2p_ns` with the latency the calibrated
@@ -359,10 +356,15 @@ class DeviceProfile:
         >>> DeviceProfile("x", "cpu", {}, {}, 0, p2p={"gloo": (1e9, 600e3)}).p2p_handover_ns(1e6)
         1600000.0
         """
-        if nbytes <= 0 or not self.p2p or not self.p2p_handover:
+        return self._p2p_latency_from(self.p2p_handover, nbytes, backend, lambda _, ns: ns)
+
+    def _p2p_latency_from(self, figures: dict, nbytes: float, backend, pick) -> float:
+        """:meth:`p2p_ns` with the latency ``pick(fitted latency, figures' ns)``; :meth:`p2p_ns`
+        itself where ``figures`` or the ``p2p`` fit is missing."""
+        if nbytes <= 0 or not self.p2p or not figures:
             return self.p2p_ns(nbytes, backend)
-        bw, _ = _for_backend(self.p2p, backend)
-        return nbytes / bw * 1e9 + float(_for_backend(self.p2p_handover, backend))
+        bw, lat = _for_backend(self.p2p, backend)
+        return nbytes / bw * 1e9 + pick(lat, float(_for_backend(figures, backend)))
 
     def p2p_post_ns(self, backend: str | None = None) -> tuple:
         """``(send, receive)``: host ns the sending and the receiving thread spend posting one

@@ -141,6 +141,17 @@ def test_a_transfer_waits_for_its_receive_to_be_posted(handshake_ns, expected):
     assert iteration_ns(build_graph(sc, sch.gpipe(2, 2), 3, dev, True, 2)) == expected
 
 
+def test_a_transfer_takes_the_calibrated_hand_over_latency_where_there_is_one():
+    # GPipe, 1 micro-batch, posts of 5 / 3 ns: 1000 bytes at 1e9 B/s plus the hand-over's 20 ns
+    # (not the fitted 50 ns) after the send's post, two transfers on the critical path
+    dev = DeviceProfile("t", "cpu", {"float32": Curve.flat(1e9)}, {"float32": Curve.flat(1e9)}, 0,
+                        p2p={"gloo": (1e9, 50.0)}, p2p_post={"gloo": (5.0, 3.0)})
+    fitted = iteration_ns(build_graph(costs(2, 100, 200, send=1000), sch.gpipe(2, 1), 3, dev, True, 1))
+    handed = dataclasses.replace(dev, p2p_handover={"gloo": 20.0})
+    assert iteration_ns(build_graph(costs(2, 100, 200, send=1000), sch.gpipe(2, 1), 3, handed, True, 1)) \
+        == fitted - 2 * (50 - 20)
+
+
 def test_v_placement_with_rendezvous_runs_one_transfer_lane_per_stage_and_kind():
     # Tessel's V (stages 0, 3 on rank 0; 1, 2 on rank 1): rank 1 sends 2F(i) and 1B(i) to rank 0,
     # whose receives come in another order than those sends; one first-come first-served lane per
