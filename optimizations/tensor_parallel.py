@@ -83,7 +83,8 @@ from ._layers import lane_position, op_figures, work_mask
 from ._stragglers import wait_for_stragglers
 from .base import NotApplicable, Optimization, Param
 
-__all__ = ["TensorParallel", "OPTIMIZATION", "megatron_pairs", "linear_modules", "api_overhead_ns", "API_MESH_RANKS"]
+__all__ = ["TensorParallel", "OPTIMIZATION", "megatron_pairs", "linear_modules", "api_overhead_ns",
+           "forget_api_overhead", "API_MESH_RANKS"]
 
 #: Ranks of the mesh on which torch's TP API overhead is measured (:func:`api_overhead_ns`): with
 #: one rank DTensor skips the redistributions, most of its cost; assumed the same at other degrees.
@@ -323,10 +324,7 @@ def api_overhead_ns(threads: int = 1, input_dims: int = 2, allreduce_bytes: int 
     import subprocess
     import sys
 
-    from daydream.device import default_profile_path
-
-    path = os.path.join(os.path.dirname(default_profile_path("cpu", threads)),
-                        f"tp-api-overhead-{threads}t-{input_dims}d-{allreduce_bytes}b.json")
+    path = str(_api_overhead_dir() / f"tp-api-overhead-{threads}t-{input_dims}d-{allreduce_bytes}b.json")
     code = ("import json; from daydream.workloads.tensor_parallel import measure_api_overhead as m; "
             f"print(json.dumps(m({int(threads)}, input_dims={int(input_dims)}, "
             f"allreduce_bytes={int(allreduce_bytes)})))")
@@ -350,6 +348,24 @@ def api_overhead_ns(threads: int = 1, input_dims: int = 2, allreduce_bytes: int 
 
     atomic_write_bytes(path, json.dumps(out).encode())
     return out
+
+
+def forget_api_overhead(threads: int) -> list:
+    """Delete the cached :func:`api_overhead_ns` figures of ``threads`` (every input rank and
+    all-reduce size), so that the next prediction measures them again; returns the paths removed."""
+    gone = sorted(_api_overhead_dir().glob(f"tp-api-overhead-{int(threads)}t-*.json"))
+    for path in gone:
+        path.unlink(missing_ok=True)
+    return gone
+
+
+def _api_overhead_dir():
+    """Where :func:`api_overhead_ns` caches its figures: next to the calibrated profiles."""
+    from pathlib import Path
+
+    from daydream.device import default_profile_path
+
+    return Path(default_profile_path("cpu", 1)).parent
 
 
 def _torch_version():

@@ -8,6 +8,7 @@ import pytest
 
 from daydream.model import Phase
 from daydream.optimizations import NotApplicable, WhatIfContext, get
+from daydream.optimizations.tensor_parallel import api_overhead_ns as measured_api_overhead_ns
 from daydream.sim import simulate
 
 from conftest import GraphMaker, flat_profile
@@ -196,6 +197,36 @@ def test_a_row_without_output_size_is_refused_before_measuring(own_trace, monkey
     with pytest.raises(NotApplicable, match="no output size for .*attn.proj"):
         predict(trace, ["tensor-parallel:degree=2"], device=flat_profile())
     assert asked == []
+
+
+def test_the_validation_measures_the_api_overhead_afresh(tmp_path, monkeypatch):
+    """The cached DTensor overhead is re-measured at the start of a validation (every cache file
+    of its thread count, whatever its input rank and all-reduce size); other thread counts stay."""
+    import subprocess
+
+    from daydream.optimizations.tensor_parallel import API_MESH_RANKS, _torch_version
+    from daydream.validation.tensor_parallel import THREADS, _fresh_api_overhead
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    runs = []
+
+    def fake_run(cmd, **kw):
+        runs.append(cmd)
+        out = {"forward_ns": 1.0, "backward_ns": 2.0, "optimizer_ns": 3.0, "torch": _torch_version(),
+               "profiled": True, "evict_bytes": 1, "mesh_ranks": API_MESH_RANKS, "input_dims": 3,
+               "allreduce_bytes": 4096}
+        import json
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(out) + "\n", stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    measured_api_overhead_ns(THREADS, 3, 4096)
+    measured_api_overhead_ns(THREADS, 3, 4096)
+    assert len(runs) == 1                                    # the second call read the cache
+    other = tmp_path / "daydream" / f"tp-api-overhead-{THREADS + 1}t-3d-4096b.json"
+    other.write_text("{}")
+    _fresh_api_overhead()
+    measured_api_overhead_ns(THREADS, 3, 4096)
+    assert len(runs) == 2 and other.exists()
 
 
 def test_torch_api_allreduces_cost_what_they_were_measured_to_cost_in_line(monkeypatch):

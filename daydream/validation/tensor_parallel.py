@@ -51,7 +51,6 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
 
 def _fresh_api_overhead():
     """Re-measure torch's TP API overhead now (it is part of the prediction being validated)."""
-    from daydream.device import default_profile_path
+    from ..optimizations.tensor_parallel import forget_api_overhead
 
-    path = Path(default_profile_path("cpu", THREADS)).with_name(f"tp-api-overhead-{THREADS}t.json")
-    path.unlink(missing_ok=True)
+    forget_api_overhead(THREADS)
