@@ -24,7 +24,7 @@ from .errors import DaydreamError
 from .heapmode import STEADY_MALLOC
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "bracketed", "bracket_predictions", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -405,10 +405,27 @@ def bracketed(traces: list) -> list:
     return list(zip(traces[:-1], traces[1:]))
 
 
-def bracket_predictions(rounds, spec: str, profile_path) -> list:
+def predict_now(path, specs, profile_path) -> dict:
+    """``{spec: report}``: each of ``specs`` predicted from the trace at ``path`` now, its co-run
+    rates (``corun=trace``) measured afresh (:func:`optimizations._corun.forget_measured`).
+
+    Called right after a baseline trace is taken, so that the rate is measured in the
+    machine's state of the minute the trace and its bracketed real runs saw: on this
+    project's VM the rate follows where the host places the two cores, which changes every
+    few seconds (0.64 to 1.00 for the pipeline validation's micro-batch sequence); measured
+    once at the end of a validation it moved all the pipeline and Tessel rows by 5-10 %.
+    """
+    from .optimizations._corun import forget_measured
+
+    forget_measured()
+    return {spec: predict(path, [spec], profile_path=profile_path)[0] for spec in specs}
+
+
+def bracket_predictions(rounds, spec: str, profile_path, done: dict | None = None) -> list:
     """Per round of :func:`bracketed` traces: ``(baseline_ms, predicted_ms, first report)`` of
     ``spec``, each the mean over the round's traces (a trace shared by two rounds is
-    predicted once).
+    predicted once; ``done`` holds predictions made already, ``{path: {spec: report}}`` as
+    :func:`predict_now` made them).
 
     A 1-process baseline traced right before a 2-process run and one traced
     right after it see the machine in states seconds apart: on this project's
@@ -419,14 +436,15 @@ def bracket_predictions(rounds, spec: str, profile_path) -> list:
     trace before, 4.1 / 2.4 % from the mean of both
     (``python benchmarks/bracket_noise.py``; docs/validation-log.md, "Session 37").
     """
-    done = {}
+    done = {p: dict(v) for p, v in (done or {}).items()}
     out = []
     for paths in rounds:
         reps = []
         for p in paths:
-            if p not in done:
-                done[p] = predict(p, [spec], profile_path=profile_path)[0]
-            reps.append(done[p])
+            known = done.setdefault(p, {})
+            if spec not in known:
+                known[spec] = predict(p, [spec], profile_path=profile_path)[0]
+            reps.append(known[spec])
         out.append((statistics.fmean(r.baseline_ms for r in reps), statistics.fmean(r.predicted_ms for r in reps),
                     reps[0]))
     return out

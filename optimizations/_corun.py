@@ -39,7 +39,7 @@ from daydream.model import LaneKind
 from daydream.primitives import scale
 from daydream.sim import simulate
 
-__all__ = ["corun_rate", "corun_stretch", "slow_thread_work", "SOURCES", "CORUN_ROUNDS"]
+__all__ = ["corun_rate", "corun_stretch", "slow_thread_work", "forget_measured", "SOURCES", "CORUN_ROUNDS"]
 
 #: Simulations of :func:`corun_stretch` (each stretches the tasks by the last one's schedule).
 CORUN_ROUNDS = 6
@@ -81,6 +81,19 @@ def _measured(ctx, batch_factor: float):
         except ImportError:          # no torch here
             _MEASURED[key] = None
     return _MEASURED[key]
+
+
+def forget_measured() -> None:
+    """Forget the rates ``source="trace"`` measured in this process: the next prediction measures
+    its sequence's rate again, in the machine's state of then.
+
+    The rate follows where the host has placed the two cores at the moment: on this
+    project's 2-vCPU VM the pipeline validation's micro-batch sequence read 0.61-0.65 beside
+    its twin with a cache-line round trip of 65-73 ns between the cores (two hyper-threads
+    of one core, presumably), 0.88-0.91 at 81-90 ns and 0.98-1.00 at 390-430 ns, the host
+    moving between them every few seconds (docs/validation-log.md, "Session 38").
+    """
+    _MEASURED.clear()
 
 
 def slow_thread_work(ctx, rate: float, who: str, source: str) -> None:

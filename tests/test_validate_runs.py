@@ -85,6 +85,51 @@ def test_pipeline_rounds_are_bracketed_by_baseline_traces(monkeypatch, tmp_path)
     assert got == {"gpipe": [70.0, 90.0, 60.0]}             # every round's, in order (callers take the median)
 
 
+def test_each_baseline_trace_is_predicted_before_the_next_run(monkeypatch, tmp_path):
+    """``on_trace`` sees every baseline trace right after it is taken, before the next real run."""
+    import daydream.analysis as analysis
+    from daydream.validation import pipeline
+
+    log = []
+    monkeypatch.setattr(validate, "trace_workload", lambda name, path, args, iterations: log.append(Path(path).name)
+                        or path)
+    monkeypatch.setattr(analysis, "replay", lambda p: (SimpleNamespace(measured_ms=1.0),))
+    pipeline.alternate(2, tmp_path, {"gpipe": lambda: log.append("run") or 1.0}, progress=lambda m: None,
+                       on_trace=lambda p: log.append(f"predict {p.name}"))
+    names = [f"mlp.pipeline-base.r{k}.json.gz" for k in range(3)]
+    assert log == [names[0], f"predict {names[0]}", "run", names[1], f"predict {names[1]}", "run",
+                   names[2], f"predict {names[2]}"]
+
+
+def test_predict_now_measures_the_corun_rate_afresh(monkeypatch):
+    """Rates measured earlier in the process are forgotten first; every spec is predicted."""
+    import daydream.optimizations._corun as corun
+
+    monkeypatch.setitem(corun._MEASURED, ("seq", 1), 0.64)
+    seen = []
+
+    def predict(path, specs, profile_path=None):
+        seen.append((path, specs, dict(corun._MEASURED)))
+        return SimpleNamespace(predicted_ms=float(len(seen))), None
+
+    monkeypatch.setattr(validate, "predict", predict)
+    got = validate.predict_now("t0", ["a", "b"], "p.json")
+    assert seen == [("t0", ["a"], {}), ("t0", ["b"], {})]
+    assert {k: v.predicted_ms for k, v in got.items()} == {"a": 1.0, "b": 2.0}
+
+
+def test_bracket_predictions_take_the_predictions_made_already(monkeypatch):
+    """Traces predicted when they were taken are not predicted again; others are, once."""
+    asked = []
+    monkeypatch.setattr(validate, "predict", lambda path, specs, profile_path=None:
+                        asked.append(path) or (SimpleNamespace(baseline_ms=10.0, predicted_ms=30.0), None))
+    done = {"t0": {"s": SimpleNamespace(baseline_ms=10.0, predicted_ms=20.0)},
+            "t1": {"other": SimpleNamespace(baseline_ms=0.0, predicted_ms=0.0)}}
+    got = validate.bracket_predictions(validate.bracketed(["t0", "t1", "t2"]), "s", "p.json", done)
+    assert asked == ["t1", "t2"] and [p for _, p, _ in got] == [25.0, 30.0]
+    assert "s" not in done["t1"]                             # the caller's dict is left as it was
+
+
 def test_a_pipeline_row_is_the_median_of_each_round_s_bracketed_prediction(monkeypatch):
     """Each round predicts from the traces before and after it (their mean; a shared trace
     predicted once); the row holds the medians of both sides and every round."""

@@ -12,7 +12,10 @@ trace before and one after them (:func:`daydream.validate.bracketed`); a row
 is the mean over the rounds of the prediction from each round's two traces
 (their mean, with that split, ``layers=``) and of the real makespan
 measured in that round, as the other validations' rows
-(:func:`daydream.validate.rounds_row`).  (Until session 37 each round traced
+(:func:`daydream.validate.rounds_row`).  Each trace is predicted right after it
+is taken, the co-run rate of the two processes measured then
+(:func:`daydream.validate.predict_now`; until session 38, once after the last
+run).  (Until session 37 each round traced
 once, before its runs: see :func:`daydream.validate.bracket_predictions`.)
 Until session 16 each side kept its fastest: the fastest of a few
 5-iteration one-process traces is further below its typical run than the
@@ -31,7 +34,8 @@ from pathlib import Path
 
 from ..corelink import probed
 from ..errors import DaydreamError
-from ..validate import WORKLOAD_ARGS, ValidationRow, bracket_predictions, bracketed, run_env, trace_workload
+from ..validate import (WORKLOAD_ARGS, ValidationRow, bracket_predictions, bracketed, predict_now, run_env,
+                        trace_workload)
 from ..whatif import predict
 
 __all__ = ["MODELS", "DEVICES", "SCHEDULES", "validate_rows", "run_real"]
@@ -74,14 +78,18 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
     bases, split = [], None
     measured = {k: {s: [] for s in SCHEDULES} for k in MODELS}
 
+    done = {}
+
     def trace(r, when):
+        nonlocal split
         progress(f"hydra: {when}: tracing the single-model mlp baseline")
         bases.append(trace_workload("mlp", tdir / f"hydra.mlp.base.r{r}.json.gz", (), iterations=iterations))
+        split = split or _split(bases[0], profile_path)
+        done[bases[-1]] = predict_now(bases[-1], _specs(split).values(), profile_path)
 
     try:
         for r in range(repeat):
             trace(r, f"run {r + 1}/{repeat}")
-            split = split or _split(bases[0], profile_path)
             for k in MODELS:
                 progress(f"hydra: run {r + 1}/{repeat}: {k} models x {DEVICES} shards for real "
                          f"(first shard: {split[0]} layers)")
@@ -94,8 +102,7 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
     rows = []
     for k in MODELS:
         for s in SCHEDULES:
-            spec = f"hydra:models={k},devices={DEVICES},schedule={s},layers={':'.join(map(str, split))}"
-            reps = bracket_predictions(bracketed(bases), spec, profile_path)
+            reps = bracket_predictions(bracketed(bases), _specs(split)[(k, s)], profile_path, done)
             row = ValidationRow(f"mlp x{k} on {DEVICES} procs", reps[0][2].optimizations[0],
                                 statistics.fmean(b for b, _, _ in reps), statistics.fmean(p for _, p, _ in reps),
                                 statistics.fmean(measured[k][s]), measured_rounds_ms=tuple(measured[k][s]),
@@ -109,6 +116,12 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
                  f"measured {mp.measured_ms / sp.measured_ms:.2f}x")
     progress(f"hydra: {time.time() - t0:.0f} s")
     return rows
+
+
+def _specs(split) -> dict:
+    """``{(models, schedule): spec}`` of the rows, with the shards' layers ``split``."""
+    return {(k, s): f"hydra:models={k},devices={DEVICES},schedule={s},layers={':'.join(map(str, split))}"
+            for k in MODELS for s in SCHEDULES}
 
 
 def _split(trace_path, profile_path) -> tuple:

@@ -13,7 +13,10 @@ Baseline traces and 2-process runs are taken in turns, ``repeat`` rounds,
 each round's runs between a trace before and one after them
 (:func:`alternate`): on a shared machine they then see the same load.  A row
 is the median over the rounds of the prediction from each round's two
-baselines (their mean) and the median of the measured rounds.  (Until session 36 it predicted once,
+baselines (their mean) and the median of the measured rounds; each trace is
+predicted right after it is taken, with the co-run rate of two ranks measured
+then (:func:`daydream.validate.predict_now`; until session 38, once after the
+last round).  (Until session 36 it predicted once,
 from the round whose baseline iteration was the median: a prediction re-runs
 the micro-batch ops, and five predictions from one trace and one profile
 spread over 1.7 ms for the Tessel V.)
@@ -29,7 +32,7 @@ from pathlib import Path
 
 from ..corelink import probed
 from ..errors import DaydreamError
-from ..validate import THREADS, ValidationRow, bracket_predictions, bracketed, run_env
+from ..validate import THREADS, ValidationRow, bracket_predictions, bracketed, predict_now, run_env
 
 __all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us",
            "alternate", "median_row"]
@@ -100,7 +103,8 @@ def action_overhead_us(repeat: int = 1, progress=print) -> float:
     return us
 
 
-def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "pipeline", iterations: int = STEPS):
+def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "pipeline", iterations: int = STEPS,
+              on_trace=None):
     """Baseline traces and measurements of each run, taken in turns; each round's runs bracketed.
 
     ``repeat`` rounds each call every run in ``runs`` (name -> callable
@@ -113,7 +117,8 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
     and every run's measurements.  Callers take medians (the fastest of each
     is biased here: a 1-process trace catches a quiet spell of this machine
     far more often than a 14-step 2-process run).  (Until session 37 each
-    round traced once, before its runs.)
+    round traced once, before its runs.)  ``on_trace(path)``, if given, is called right
+    after each baseline trace (to predict from it then: :func:`daydream.validate.predict_now`).
     """
     from ..analysis import replay
     from ..validate import trace_workload
@@ -124,6 +129,8 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
     def trace(k):
         path = trace_workload("mlp", tdir / f"mlp.{tag}-base.r{k}.json.gz", MODEL_ARGS, iterations=iterations)
         traces.append((replay(path)[0].measured_ms, Path(path)))
+        if on_trace is not None:
+            on_trace(Path(path))
 
     for k in range(n):
         progress(f"{tag}: round {k + 1}/{n}: tracing the 1-process baseline (mlp)")
@@ -137,11 +144,12 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
     return sorted(traces)[(len(traces) - 1) // 2][1], bracketed(paths), got
 
 
-def median_row(label: str, rounds, spec: str, measured_ms, profile_path) -> ValidationRow:
+def median_row(label: str, rounds, spec: str, measured_ms, profile_path, done: dict | None = None) -> ValidationRow:
     """The row of ``spec``: medians of its per-round predictions (each the mean over the
-    round's baseline traces in ``rounds``, :func:`daydream.validate.bracket_predictions`) and
-    of the measured rounds ``measured_ms`` (each side's rounds listed in the row)."""
-    got = bracket_predictions(rounds, spec, profile_path)
+    round's baseline traces in ``rounds``, :func:`daydream.validate.bracket_predictions`, with
+    the predictions ``done`` already) and of the measured rounds ``measured_ms`` (each side's
+    rounds listed in the row)."""
+    got = bracket_predictions(rounds, spec, profile_path, done)
     return ValidationRow("mlp", label, statistics.median(b for b, _, _ in got),
                          statistics.median(p for _, p, _ in got), statistics.median(measured_ms),
                          measured_rounds_ms=tuple(measured_ms), predicted_rounds_ms=tuple(p for _, p, _ in got))
@@ -155,13 +163,16 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
     overhead = action_overhead_us(repeat, progress)
     runs = {s: (lambda s=s: measure_pipeline(s, steps=iterations)) for s in SCHEDULES}
     runs["1-stage"] = lambda: measure_pipeline("gpipe", ("--nproc", "1"), steps=iterations)
-    _, rounds, got = alternate(repeat, tdir, runs, progress, iterations=iterations)
+    specs = {s: (f"pipeline:stages=2,microbatches={MICROBATCHES},schedule={s},partition={PARTITION},"
+                 f"action_overhead_us={overhead:.0f}" if s != "1-stage" else
+                 f"pipeline:stages=1,microbatches={MICROBATCHES},schedule=gpipe,action_overhead_us={overhead:.0f}")
+             for s in runs}
+    done = {}
+    _, rounds, got = alternate(repeat, tdir, runs, progress, iterations=iterations,
+                               on_trace=lambda p: done.update({p: predict_now(p, specs.values(), profile_path)}))
     rows = []
-    for s in runs:
-        spec = (f"pipeline:stages=2,microbatches={MICROBATCHES},schedule={s},partition={PARTITION},"
-                f"action_overhead_us={overhead:.0f}" if s != "1-stage" else
-                f"pipeline:stages=1,microbatches={MICROBATCHES},schedule=gpipe,action_overhead_us={overhead:.0f}")
-        row = median_row(spec, rounds, spec, got[s], profile_path)
+    for s, spec in specs.items():
+        row = median_row(spec, rounds, spec, got[s], profile_path, done)
         progress(f"pipeline: {s}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
                  f"error {row.error_pct:.1f}%")
         rows.append(row)

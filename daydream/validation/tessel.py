@@ -10,7 +10,8 @@ The schedules are searched on a first baseline trace; baseline traces and
 runs then alternate (:func:`daydream.validation.pipeline.alternate`: a trace
 before and after each round) and the median of the predictions of the
 schedule that ran (``schedule_csv=``), one from each round's baselines, is
-compared with the median run.  Until session 16 the
+compared with the median run (each trace predicted right after it is taken, the
+ranks' co-run rate measured then: :func:`daydream.validate.predict_now`).  Until session 16 the
 row predicted what a new search on the median baseline found, another
 schedule than the one measured in three of five runs in session 16 (marked "other
 schedule"); whether the search there would pick another is now only said.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..validate import predict_now
 from ..whatif import predict
 from .pipeline import (MICROBATCHES, MODEL_ARGS, PARTITION, STEPS, action_overhead_us, alternate, measure_pipeline,
                        median_row)
@@ -53,14 +55,16 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
     runs = {tag: (lambda tag=tag: measure_pipeline("csv", ("--csv", str(out_dir / f"tessel-{tag}.csv")),
                                                    steps=iterations))
             for tag in specs}
-    base, rounds, got = alternate(repeat, tdir, runs, progress, tag="tessel", iterations=iterations)
+    executed = {tag: f"{spec},schedule_csv={out_dir / f'tessel-{tag}.csv'}" for tag, spec in specs.items()}
+    done = {}
+    base, rounds, got = alternate(repeat, tdir, runs, progress, tag="tessel", iterations=iterations,
+                                  on_trace=lambda p: done.update({p: predict_now(p, executed.values(), profile_path)}))
     rows = []
     for tag, spec in specs.items():
         ran = out_dir / f"tessel-{tag}.csv"
         again = out_dir / f"tessel-{tag}.check.csv"
         best, _ = predict(base, [f"{spec},csv={again}"], profile_path=profile_path)
-        row = median_row(f"{spec},schedule_csv={ran.name}", rounds, f"{spec},schedule_csv={ran}", got[tag],
-                         profile_path)
+        row = median_row(f"{spec},schedule_csv={ran.name}", rounds, executed[tag], got[tag], profile_path, done)
         if again.read_text() != ran.read_text():
             progress(f"tessel: {tag}: searched on the median baseline, another schedule would win "
                      f"({best.predicted_ms:.2f} ms there; the one that ran: {row.predicted_ms:.2f} ms, the median "
