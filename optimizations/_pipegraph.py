@@ -60,7 +60,7 @@ from ._schedules import Action, Kind, ScheduleError
 from .base import NotApplicable
 
 __all__ = ["UnitCosts", "StageCosts", "unit_costs", "attribute", "partition", "parse_partition",
-           "stage_costs", "build_graph", "PipeGraph", "simulate_pipeline",
+           "stage_costs", "build_graph", "waited_send", "PipeGraph", "simulate_pipeline",
            "accumulate_ns", "scale_grads_ns", "ACCUMULATE_BYTES_PER_BYTE"]
 
 
@@ -349,7 +349,7 @@ class PipeGraph:
 
 
 def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush: bool = True,
-                microbatches: int = 0) -> PipeGraph:
+                microbatches: int = 0, waited_sends: bool = False) -> PipeGraph:
     """Dependency graph of ``iterations`` iterations of a pipeline schedule.
 
     Parameters
@@ -359,6 +359,15 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
         Per rank, the actions of one iteration (``flush=True``), or of all
         iterations with micro-batch ids running on (``flush=False``, 2BW; then
         iteration ``i`` owns micro-batches ``i*M .. (i+1)*M - 1``).
+    waited_sends : bool
+        The runtime waits for a send before its rank's next action where that
+        is of the other kind or there is none (torch's ``Schedule1F1B`` posts
+        it with the next receive and waits for both; :func:`waited_send`).
+        Such a send's hand-over takes the profile's ``p2p_preposted`` latency
+        (:meth:`~daydream.device.DeviceProfile.p2p_preposted_ns`: the sender
+        blocked, its socket thread runs at once); every other send the
+        ``p2p_handover`` mean, stalls included (the sender goes on computing
+        and its socket thread waits for the core).
     """
     g = DependencyGraph()
     kind = LaneKind.GPU_STREAM if device.kind == "gpu" else LaneKind.CPU_THREAD
@@ -412,7 +421,7 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                 g.markers[r].append(add(comp[r], 0, "iteration boundary", Phase.OTHER, it, kind_=EventKind.MARKER))
                 pre = add(comp[r], sc.pre_ns, "input", Phase.DATALOADER, it)
                 out.extra[(r, it)] = [pre]
-            for a in seq:
+            for j, a in enumerate(seq):
                 i = it if flush else a.microbatch // M
                 if not flush and a.kind is Kind.F and a.microbatch % M == 0 and i > 0 and a.stage == first_stage[r]:
                     out.extra[(r, i)] = [add(comp[r], sc.pre_ns, "input", Phase.DATALOADER, i)]
@@ -433,7 +442,9 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                         src = add(comp[r], send_task_ns, f"post send {a}", ph, i)
                         out.posts.append((src, where[nxt]))
                         deps.append((t, src))
-                    x = add(link(r, where[nxt], a), max(device.p2p_handover_ns(nb) - send_post_ns, 0.0), f"send {a}", ph, i,
+                    hand_ns = (device.p2p_preposted_ns(nb) if waited_sends and waited_send(seq, j)
+                               else device.p2p_handover_ns(nb))
+                    x = add(link(r, where[nxt], a), max(hand_ns - send_post_ns, 0.0), f"send {a}", ph, i,
                             nbytes=nb, kind_=EventKind.COLLECTIVE)
                     deps.append((src, x))
                     sends[(it, a)] = out.sent[src] = x
@@ -475,6 +486,23 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
     for r in range(P):
         g.measured_boundaries_ns[r] = np.zeros(len(g.markers[r]), np.int64)
     return out
+
+
+def waited_send(seq, j: int) -> bool:
+    """Whether torch's ``Schedule1F1B`` waits for the send of action ``seq[j]`` before its rank
+    computes again: where the next action is of the other kind (the send posted and waited with
+    that action's receive) or there is none (the step's end); not in the warm-up (a forward
+    followed by a forward: the send fired and waited after the next one) or the cool-down
+    (backward after backward).  On this project's VM a sender that went on computing left its
+    gloo thread waiting for the core: the runtime's hand-overs averaged 177 us in a logged GPipe
+    run (6 of 8 sends so) and 67 us in a 1F1B one (1 of 8), medians 17-65 us in both
+    (``benchmarks/pipeline_timeline.py``; docs/validation-log.md, "Session 38").
+
+    >>> from optimizations._schedules import one_f_one_b
+    >>> [[str(a) for j, a in enumerate(seq) if waited_send(seq, j)] for seq in one_f_one_b(2, 3)]
+    [['0F1', '0B0', '0F2', '0B2'], ['1F0', '1B0', '1F1', '1B1', '1F2', '1B2']]
+    """
+    return j + 1 >= len(seq) or seq[j + 1].kind is not seq[j].kind
 
 
 def simulate_pipeline(pg: PipeGraph, device, ctx=None):

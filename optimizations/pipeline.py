@@ -155,7 +155,8 @@ class Pipeline(Optimization):
         flush = sch.SCHEDULES[self.schedule]
         if flush:
             sch.validate(acts, n_stages, self.microbatches)
-        pg = build_graph(sc, acts, ITERATIONS if flush else ITERATIONS_2BW, ctx.device, flush, self.microbatches)
+        pg = build_graph(sc, acts, ITERATIONS if flush else ITERATIONS_2BW, ctx.device, flush, self.microbatches,
+                         waited_sends=self.schedule == "1f1b")
         res = simulate_pipeline(pg, ctx.device, ctx)
         ctx.graph = pg.graph
         self._report(ctx, units, sc, acts, res)

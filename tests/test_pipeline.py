@@ -152,6 +152,21 @@ def test_a_transfer_takes_the_calibrated_hand_over_latency_where_there_is_one():
         == fitted - 2 * (50 - 20)
 
 
+def test_sends_torch_s_1f1b_waits_for_take_the_preposted_latency():
+    """``waited_sends`` (Schedule1F1B): a send waited before the rank's next action of the other
+    kind hands over in the ``p2p_preposted`` latency, one its rank computes on after (a warm-up
+    forward followed by a forward) in the ``p2p_handover`` mean."""
+    dev = DeviceProfile("t", "cpu", {"float32": Curve.flat(1e9)}, {"float32": Curve.flat(1e9)}, 0,
+                        p2p={"gloo": (1e9, 50.0)}, p2p_handover={"gloo": 400.0}, p2p_preposted={"gloo": 30.0})
+    acts = sch.one_f_one_b(2, 3)
+    pg = build_graph(costs(2, 100, 200, send=1000), acts, 1, dev, True, 3, waited_sends=True)
+    sent = {pg.graph.task_name(x).split()[1]: int(pg.graph.tasks["dur_ns"][x]) for x in pg.sent.values()}
+    assert sent == {"0F0": 1000 + 400, "0F1": 1000 + 30, "0F2": 1000 + 30,
+                    "1B0": 1000 + 30, "1B1": 1000 + 30, "1B2": 1000 + 30}
+    plain = build_graph(costs(2, 100, 200, send=1000), acts, 1, dev, True, 3)
+    assert {int(plain.graph.tasks["dur_ns"][x]) for x in plain.sent.values()} == {1000 + 400}
+
+
 def test_v_placement_with_rendezvous_runs_one_transfer_lane_per_stage_and_kind():
     # Tessel's V (stages 0, 3 on rank 0; 1, 2 on rank 1): rank 1 sends 2F(i) and 1B(i) to rank 0,
     # whose receives come in another order than those sends; one first-come first-served lane per
