@@ -412,8 +412,9 @@ def predict_now(path, specs, profile_path) -> dict:
     Called right after a baseline trace is taken, so that the rate is measured in the
     machine's state of the minute the trace and its bracketed real runs saw: on this
     project's VM the rate follows where the host places the two cores, which changes every
-    few seconds (0.64 to 1.00 for the pipeline validation's micro-batch sequence); measured
-    once at the end of a validation it moved all the pipeline and Tessel rows by 5-10 %.
+    few seconds (0.61 to 1.00 for the pipeline validation's micro-batch sequence); measured
+    once at the end of a validation, with the op re-runs a prediction also measures, it moved
+    all the pipeline and Tessel rows together (by -2 to -7 % when predicted again minutes later).
     """
     from .optimizations._corun import forget_measured
 

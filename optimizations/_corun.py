@@ -88,9 +88,9 @@ def forget_measured() -> None:
     its sequence's rate again, in the machine's state of then.
 
     The rate follows where the host has placed the two cores at the moment: on this
-    project's 2-vCPU VM the pipeline validation's micro-batch sequence read 0.61-0.65 beside
+    project's 2-vCPU VM the pipeline validation's micro-batch sequence read 0.61-0.67 beside
     its twin with a cache-line round trip of 65-73 ns between the cores (two hyper-threads
-    of one core, presumably), 0.88-0.91 at 81-90 ns and 0.98-1.00 at 390-430 ns, the host
+    of one core, presumably), 0.88-0.97 at 77-97 ns and 0.98-1.00 at 386-434 ns, the host
     moving between them every few seconds (docs/validation-log.md, "Session 38").
     """
     _MEASURED.clear()

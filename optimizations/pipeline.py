@@ -38,7 +38,11 @@ work resumed after that gap (``resume``, :mod:`optimizations._resume`).
 Schedules:
 
 * ``gpipe``: all forwards, then all backwards, flush, step;
-* ``1f1b``: PipeDream-Flush / torch ``Schedule1F1B`` (needs ``M >= S``);
+* ``1f1b``: PipeDream-Flush / torch ``Schedule1F1B`` (needs ``M >= S``); that
+  runtime waits for a send with its rank's next receive before computing
+  again, so such sends hand over in the profile's ``p2p_preposted`` latency
+  (the sender blocked: :func:`optimizations._pipegraph.waited_send`), the
+  others in ``p2p_handover``;
 * ``interleaved``: Megatron's interleaved 1F1B with ``virtual`` stages per
   rank (``S * virtual`` model chunks; ``M`` a multiple of ``S``);
 * ``2bw``: PipeDream-2BW, 1F1B with no flush (weights double-buffered): the
