@@ -14,7 +14,7 @@ import os
 import statistics
 import time
 
-from .calibrate_corun import PROCESS_SPREAD_PAIRS, corun_factor, process_spread
+from .calibrate_corun import CORUN_SITTINGS, PROCESS_SPREAD_PAIRS, corun_factor, corun_sitting, process_spread
 from .calibrate_cycle import CYCLE_ROUNDS, cycle_points
 from .calibrate_procs import GLOO_SIZES, gloo_fit, gloo_p2p, gloo_wake_ns, p2p_handshake_ns
 from .device import BMM_COPIES, Curve, DeviceProfile, measured_on
@@ -469,6 +469,22 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
                                core_to_core_ns=before + after)
 
 
+class _CorunSittings:
+    """The early sittings of the co-run measurement (:data:`CORUN_SITTINGS` in all, the last at the
+    co-run step): spread over the calibration, so that a spell of the host falls on one at most."""
+
+    def __init__(self, torch, say, active: bool):
+        self.torch, self.say, self.active, self.taken = torch, say, active, []
+
+    def label(self) -> str:
+        return f" (sitting {len(self.taken) + 1} of {CORUN_SITTINGS})" if self.active else ""
+
+    def take(self) -> None:
+        if self.active and len(self.taken) < CORUN_SITTINGS - 1:
+            self.say("compute beside a second busy process" + self.label())
+            self.taken.append(corun_sitting(self.torch))
+
+
 def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     try:
         import torch
@@ -483,6 +499,8 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     min_time_s = 0.01 if quick else 0.1
     say = progress or (lambda msg: None)
     matmul, conv, bmm, gconv, ew = {}, {}, {}, {}, {}
+    sittings = _CorunSittings(torch, say, collectives and dev.type == "cpu" and not quick)
+    sittings.take()
     for dt in _DTYPES:
         tdt = getattr(torch, dt)
         say(f"matmul {dt}")
@@ -498,6 +516,7 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
                                              groups=n)
         say(f"elementwise {dt}")
         ew[dt] = _elementwise_curve(torch, dev, tdt, sizes["elementwise"], min_time_s)
+    sittings.take()
     say("op overhead")
     overhead = _op_overhead_ns(torch, dev, min_time_s)
     say("DataLoader worker hand-over")
@@ -518,8 +537,8 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
         cycle = cycle_points(torch, 3 if quick else CYCLE_ROUNDS)
     coll, p2p, corun, spread, wake = {}, {}, 1.0, (), {}
     if collectives:
-        say("compute beside a second busy process")
-        corun = corun_factor(torch) if dev.type == "cpu" else 1.0
+        say("compute beside a second busy process" + sittings.label())
+        corun = corun_factor(torch, sittings.taken) if dev.type == "cpu" else 1.0
         if dev.type == "cpu":
             say(f"speed of processes started together ({PROCESS_SPREAD_PAIRS} pairs)")
             spread = process_spread(warn=lambda m: say(f"warning: {m}"))

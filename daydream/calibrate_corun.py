@@ -9,7 +9,8 @@ import os
 import statistics
 import time
 
-__all__ = ["corun_factor", "process_spread", "least_disturbed", "CORUN_SHAPE", "PROCESS_SPREAD_PAIRS"]
+__all__ = ["corun_factor", "corun_sitting", "process_spread", "least_disturbed", "CORUN_SHAPE", "CORUN_SITTINGS",
+           "PROCESS_SPREAD_PAIRS"]
 
 
 #: Co-run measurement: a matmul whose weight (4 MiB) streams from the shared cache, timed alone
@@ -136,18 +137,28 @@ def process_spread(pairs: int = PROCESS_SPREAD_PAIRS, seconds: float = PROCESS_S
     return tuple(out)
 
 
-def corun_factor(torch) -> float:
-    """Throughput of one 1-thread process's matmul with another such process busy on another
-    core, relative to alone (typical batch of each; 1.0 where there is one core or no slow-down):
-    the median of rounds spread over seconds, the other process stopped and running in turn
-    (:func:`daydream.opseq.corun_rounds`)."""
+#: Sittings of the profile's co-run measurement, spread over a calibration (``daydream calibrate``
+#: takes one before its throughput curves, one after them and one at its co-run step), and the
+#: rounds and least span (s) of each.  This VM has spells of a few seconds in which two busy cores
+#: run at 0.5-0.7x each (the vCPUs on one physical core's two hardware threads: core-to-core round
+#: trip 62-73 ns): one sitting of 9 rounds over 4 s read 0.60 in 1 of 20 back-to-back sittings
+#: (the others 0.977-1.000, 18:17-18:19 on 2026-11-28), and one calibration's read 0.46, which
+#: put a tensor-parallel prediction 65 % high (validation-log.md, session 38); pooled over
+#: sittings minutes apart, a spell moves a minority of the rounds.
+CORUN_SITTINGS, CORUN_SITTING_ROUNDS, CORUN_SITTING_SPAN_S = 3, 5, 2.0
+
+
+def corun_sitting(torch, rounds: int = CORUN_SITTING_ROUNDS, span_s: float = CORUN_SITTING_SPAN_S) -> list:
+    """One sitting of the co-run measurement: per round, a 1-thread matmul's time with a second
+    such process stopped over its time with that process busy on another core
+    (:func:`daydream.opseq.corun_ratios`); ``[]`` on one core or if the second process does not start."""
     import torch.multiprocessing as mp
 
     from .calibrate import time_call_ns
-    from .opseq import corun_rounds
+    from .opseq import corun_ratios
 
-    if (os.cpu_count() or 1) < 2:
-        return 1.0
+    if len(os.sched_getaffinity(0)) < 2:
+        return []
     m, k, n = CORUN_SHAPE
     a, b = torch.randn(m, k), torch.randn(k, n)
     threads = torch.get_num_threads()
@@ -159,11 +170,22 @@ def corun_factor(torch) -> float:
         proc.start()
         try:
             if not ready.wait(60):
-                return 1.0
+                return []
             mm = lambda: time_call_ns(lambda: torch.mm(a, b), torch.device("cpu"), 0.05, typical=True)  # noqa: E731
-            return corun_rounds(proc.pid, mm, mm)
+            return corun_ratios(proc.pid, mm, mm, rounds, span_s)
         finally:
             stop.set()
             proc.join(10)
     finally:
         torch.set_num_threads(threads)
+
+
+def corun_factor(torch, earlier=()) -> float:
+    """Throughput of one 1-thread process's matmul with another such process busy on another
+    core, relative to alone (typical batch of each; 1.0 where there is one core or no slow-down):
+    the median of the rounds of a sitting now (:func:`corun_sitting`) and of the ``earlier``
+    sittings' (:data:`CORUN_SITTINGS`), at most 1."""
+    from .opseq import pooled_rate
+
+    sittings = [*earlier, corun_sitting(torch)]
+    return pooled_rate(*sittings) if any(sittings) else 1.0

@@ -18,8 +18,8 @@ from .errors import DaydreamError
 from .heapmode import STEADY_MALLOC
 from .opbench import _TENSOR_TYPES, _bind, call_for
 
-__all__ = ["sequence_ratios", "sequence_corun", "shared_args", "corun_rounds", "SEQUENCE_ROUNDS", "SEQUENCE_SPAN_S",
-           "SEQUENCE_MAX_BYTES", "CORUN_ROUNDS", "CORUN_SIDE_S", "CORUN_SPAN_S"]
+__all__ = ["sequence_ratios", "sequence_corun", "shared_args", "corun_rounds", "corun_ratios", "pooled_rate",
+           "SEQUENCE_ROUNDS", "SEQUENCE_SPAN_S", "SEQUENCE_MAX_BYTES", "CORUN_ROUNDS", "CORUN_SIDE_S", "CORUN_SPAN_S"]
 
 
 #: Rounds of a sequence re-run (each: the traced sequence, then the variant's), at least.
@@ -211,9 +211,9 @@ def _wait_stopped(pid: int, timeout_s: float = 0.05) -> None:
         time.sleep(0.0002)
 
 
-def corun_rounds(pid: int, alone, beside, rounds: int = CORUN_ROUNDS, span_s: float = CORUN_SPAN_S) -> float:
-    """Median over ``rounds`` of ``alone() / beside()``: ``alone`` timed with process ``pid``
-    stopped (``SIGSTOP``), ``beside`` with it running; at most 1.
+def corun_ratios(pid: int, alone, beside, rounds: int = CORUN_ROUNDS, span_s: float = CORUN_SPAN_S) -> list:
+    """Per round, ``alone() / beside()``: ``alone`` timed with process ``pid`` stopped
+    (``SIGSTOP``), ``beside`` with it running.
 
     The rounds are spread over at least ``span_s`` seconds (the machine idle in between, ``pid``
     stopped), so that a slow spell of the machine falls on a minority of them.  ``alone`` and
@@ -236,7 +236,21 @@ def corun_rounds(pid: int, alone, beside, rounds: int = CORUN_ROUNDS, span_s: fl
             os.kill(pid, signal.SIGSTOP)
             time.sleep(rest)
             os.kill(pid, signal.SIGCONT)
-    return min(statistics.median(ratios), 1.0)
+    return ratios
+
+
+def pooled_rate(*sittings) -> float:
+    """The median of every round's ratio of ``sittings`` (lists of :func:`corun_ratios`), at most 1.
+
+    >>> pooled_rate([0.6, 0.61, 0.6], [0.99, 1.0, 0.98], [1.02, 0.97, 0.99])
+    0.98
+    """
+    return min(statistics.median([r for s in sittings for r in s]), 1.0)
+
+
+def corun_rounds(pid: int, alone, beside, rounds: int = CORUN_ROUNDS, span_s: float = CORUN_SPAN_S) -> float:
+    """Median over ``rounds`` of ``alone() / beside()`` (:func:`corun_ratios`), at most 1."""
+    return pooled_rate(corun_ratios(pid, alone, beside, rounds, span_s))
 
 
 def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROUNDS) -> float | None:

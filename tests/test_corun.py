@@ -55,6 +55,21 @@ def test_corun_factor_measures_two_processes():
     assert 0 < f <= 1
 
 
+def test_corun_factor_pools_the_earlier_sittings_rounds():
+    """Two earlier sittings in a slow spell (every round 0.5) outnumber this sitting's rounds: the
+    pooled median is theirs; one such sitting among two normal ones keeps it among the normal rounds."""
+    torch = pytest.importorskip("torch")
+    import os
+
+    from daydream.calibrate_corun import CORUN_SITTING_ROUNDS, corun_factor
+    from daydream.opseq import pooled_rate
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    assert corun_factor(torch, earlier=[[0.5] * CORUN_SITTING_ROUNDS] * 2) == 0.5
+    assert pooled_rate([0.5] * 5, [0.97, 0.99, 1.0, 0.98, 0.99], [1.0, 0.96, 0.99, 0.99, 1.01]) == 0.98
+
+
 def test_profile_keeps_the_process_spread_and_refuses_bad_ones(tmp_path):
     path = save_profile(dataclasses.replace(flat_profile(), process_spread=(0.95, 1.05)), str(tmp_path / "p.json"))
     assert load_profile(path).process_spread == (0.95, 1.05)
