@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daydream.graph import build_graph
 from daydream.optimizations import NotApplicable, OptionError
@@ -227,6 +229,17 @@ def test_profile_keeps_cycle_points_and_refuses_bad_ones(tmp_path):
     assert flat_profile().cycle_factor(8e6) == 1.0                       # not calibrated: no change
     assert_profile_refuses(path, "cycle", (([[16e6, 1.2], [4e6, 1.0]], "cycle: state bytes must increase"),
                                            ([[4e6, 0.9]], "cycle needs"), ([[0.0, 1.1]], "cycle needs")))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(1.0, 2.0), min_size=1, max_size=6), st.floats(0.5, 300.0), st.floats(1.0, 64.0))
+def test_cycle_factor_never_falls_with_more_state(factors, mb, more):
+    """Whatever the calibrated points (a dip is noise), more state never gives a smaller factor,
+    so K models' steps are never predicted faster than one model's."""
+    import dataclasses
+
+    dev = dataclasses.replace(flat_profile(), cycle=tuple((4e6 * 2 ** i, f) for i, f in enumerate([1.0, *factors])))
+    assert dev.cycle_factor(mb * 1e6 * more) >= dev.cycle_factor(mb * 1e6) >= 1.0
 
 
 def test_cycle_calibration_measures_a_point_per_number_of_copies():
