@@ -74,16 +74,19 @@ def optimizer_state_factor(meta: dict) -> int:
     return 0
 
 
-def cycle_ratio(ctx, copies: int) -> float:
+def cycle_ratio(ctx, copies: int, param_bytes: float | None = None) -> float:
     """The device profile's cycle factor (:meth:`daydream.device.DeviceProfile.cycle_factor`)
     for the parameters and optimizer state of ``copies`` models against one's: how much longer
     a step takes when ``copies`` copies of the traced model keep their state on the host (Hydra's
-    devices taking turns, HFTA's fused copies) than the traced one did.  1.0 off CPU, without
-    the profile's figures, or without the trace's module table."""
+    devices taking turns, HFTA's fused copies) than the traced one did.  ``param_bytes``: the
+    parameters of one copy (default: the traced model's, from its module table; Hydra passes a
+    device's shard).  1.0 off CPU, without the profile's figures, or without the trace's module
+    table."""
     dev = ctx.device
     mods = ctx.meta().get("modules") or []
     if dev.kind != "cpu" or not dev.cycle or not mods:
         return 1.0
-    # each row's param_bytes counts the module's own parameters, so the rows add up to the model's
-    state = sum(int(m.get("param_bytes") or 0) for m in mods) * (1 + optimizer_state_factor(ctx.meta()))
+    if param_bytes is None:   # each row counts the module's own parameters: the rows add up to the model's
+        param_bytes = sum(int(m.get("param_bytes") or 0) for m in mods)
+    state = param_bytes * (1 + optimizer_state_factor(ctx.meta()))
     return dev.cycle_factor(copies * state) / dev.cycle_factor(state)

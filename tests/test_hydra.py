@@ -207,15 +207,41 @@ def test_models_taking_turns_stretch_every_shard_by_the_cycle_factor(own_trace):
     spec = "hydra:models=4,devices=1,corun=off"
     (off, g_off), (on, g_on) = ((r, res.graph) for r, res in
                                 (predict(trace, [spec + ",cycle=" + c], device=dev) for c in ("false", "true")))
-    assert on.metrics["cycle_factor"] == pytest.approx(1.2)
-    assert "cycle_factor" not in off.metrics
+    assert on.metrics["shard0_cycle_factor"] == pytest.approx(1.2)
+    assert "shard0_cycle_factor" not in off.metrics
     shards_off, shards_on = (g.tasks["dur_ns"][select(g, name="^model ")] for g in (g_off, g_on))
     assert shards_on == pytest.approx(1.2 * shards_off, abs=1)
     for sched in ("model_parallel", "shard_parallel"):
         assert on.metrics[f"{sched}_makespan_ms"] == pytest.approx(1.2 * off.metrics[f"{sched}_makespan_ms"], abs=1e-5)
     assert any("x1.20" in n for n in on.notes)
     one, _ = predict(trace, ["hydra:models=1,devices=1,corun=off"], device=dev)
-    assert one.metrics["cycle_factor"] == pytest.approx(1.0)
+    assert one.metrics["shard0_cycle_factor"] == pytest.approx(1.0)
+
+
+def test_each_device_takes_the_cycle_factor_of_its_own_shards(own_trace):
+    """Split 2:7, the first device keeps one Linear's parameters and momentum (2.1 MB), the
+    second three (6.3 MB).  With cycle figures x1.0 at the first shard's state and x1.2 from
+    twice that on, two models taking turns stretch the first device's shards x1.2 and leave the
+    second's (already past the rise) as they were: the factor is of K copies of the device's
+    own shard, not of the whole model's state (which would read x1.2 / x1.2 = 1.0 for both)."""
+    import dataclasses
+
+    from daydream.primitives import select
+
+    trace = own_trace("mlp")
+    table = {m["path"]: m for m in trace.ranks[0].meta["daydream"]["modules"]}
+    units, _, _ = layer_units(build_graph(trace), table)
+    small = 2 * sum(u.param_bytes for u in units[:2])
+    dev = dataclasses.replace(flat_profile(allreduce=(1e9, 10_000.0)), cycle=((small, 1.0), (2 * small, 1.2)))
+    spec = "hydra:models=2,devices=2,corun=off,layers=2:7,cycle="
+    (off, g_off), (on, g_on) = ((r, res.graph) for r, res in
+                                (predict(trace, [spec + c], device=dev) for c in ("false", "true")))
+    assert (on.metrics["shard0_cycle_factor"], on.metrics["shard1_cycle_factor"]) == pytest.approx((1.2, 1.0))
+    for shard, factor in ((0, 1.2), (1, 1.0)):
+        pattern = f"^model .* shard {shard}$"
+        before, after = (g.tasks["dur_ns"][select(g, name=pattern)] for g in (g_off, g_on))
+        assert len(before) == 6 and after == pytest.approx(factor * before, abs=1)
+    assert any("x1.20 / x1.00" in n for n in on.notes)
 
 
 def test_profile_keeps_cycle_points_and_refuses_bad_ones(tmp_path):
