@@ -27,7 +27,9 @@ __all__ = ["cycle_points", "CYCLE_COPIES", "CYCLE_ROUNDS", "CYCLE_WIDTH", "CYCLE
 #: Copies cycled through, per point of the curve.
 CYCLE_COPIES = (1, 2, 4, 8)
 #: Rounds (each times every number of copies once, in random order); each point is the median.
-CYCLE_ROUNDS = 9
+#: With 9 rounds six probes in a row read 0.97-1.12 for 2 copies (session 40, 05:17); a Hydra
+#: prediction takes the point as its factor, so the probe takes three times as many (about 6 s).
+CYCLE_ROUNDS = 27
 #: Width of the probe shard's two linear layers (batch 64): 4 MiB of parameters and momentum.
 CYCLE_WIDTH = 512
 #: Least time (s) a number of copies is timed for in one round.
@@ -39,7 +41,7 @@ def cycle_points(torch, rounds: int = CYCLE_ROUNDS) -> tuple:
     momentum-SGD step) of one of N copies of a small shard run in turn, over the same with one
     copy, for each N of :data:`CYCLE_COPIES`; ``state bytes`` is what the N copies keep between
     steps (parameters and momentum: N x 4 MiB).  Median over ``rounds``; below 1 counts as 1.
-    About 2 s (``tests/test_hydra.py`` runs one round).
+    About 6 s (``tests/test_hydra.py`` runs one round).
     """
     from torch import nn
 

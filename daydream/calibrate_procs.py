@@ -266,7 +266,10 @@ def _p2p_post_ns(torch, dist, rank, t) -> tuple:
 
 #: The GPipe-like exchange of :func:`_p2p_handover_ns`: micro-batches a step, measured steps (after
 #: 2 more), each stage's compute (matmuls) per forward and per backward (s), bytes a hand-over.
-P2P_HANDOVER_MB, P2P_HANDOVER_STEPS, P2P_HANDOVER_FWD_S, P2P_HANDOVER_BWD_S = 4, 30, 0.001, 0.002
+#: The hand-overs' mean is heavy-tailed (a few stalls of milliseconds): 30 steps read 131-540 us
+#: in ten 2-process groups within 22 s, and 178-1083 us ten times in a row in one group (session
+#: 40), so the exchange runs 240 steps (about 4 s).
+P2P_HANDOVER_MB, P2P_HANDOVER_STEPS, P2P_HANDOVER_FWD_S, P2P_HANDOVER_BWD_S = 4, 240, 0.001, 0.002
 P2P_HANDOVER_BYTES = 2 ** 16
 
 
