@@ -27,7 +27,7 @@ __all__ = ["cycle_points", "CYCLE_COPIES", "CYCLE_ROUNDS", "CYCLE_WIDTH", "CYCLE
 #: Copies cycled through, per point of the curve.
 CYCLE_COPIES = (1, 2, 4, 8)
 #: Rounds (each times every number of copies once, in random order); each point is the median.
-#: With 9 rounds six probes in a row read 0.97-1.12 for 2 copies (session 40, 05:17); a Hydra
+#: With 9 rounds twelve probes in a row read x0.97-1.19 for 2 copies (session 40, 05:13); a Hydra
 #: prediction takes the point as its factor, so the probe takes three times as many (about 6 s).
 CYCLE_ROUNDS = 27
 #: Width of the probe shard's two linear layers (batch 64): 4 MiB of parameters and momentum.
