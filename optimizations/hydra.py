@@ -77,7 +77,6 @@ shards to host memory is not modelled.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,13 +119,15 @@ class Unit:
 
 @dataclass(frozen=True)
 class ShardCosts:
-    """Per shard: forward, backward, optimizer time (ns) and bytes sent to the next shard."""
+    """Per shard: forward, backward, optimizer time (ns), bytes sent to the next shard, layers
+    and parameter bytes."""
 
     fwd_ns: tuple
     bwd_ns: tuple
     opt_ns: tuple
     send_bytes: tuple
     layers: tuple
+    param_bytes: tuple = ()
 
 
 def _work_tasks(g):
@@ -280,7 +281,7 @@ def shard_costs(units, head_ns: float, opt_ns: float, devices: int, sizes=(), op
     fwd[0] += head_ns
     return ShardCosts(tuple(fwd), tuple(sum(u.bwd_ns for u in grp) for grp in groups),
                       split_step_ns(opt_ns, opt_call_ns, share), tuple(grp[-1].output_bytes for grp in groups[:-1]),
-                      tuple(sizes))
+                      tuple(sizes), tuple(pbytes))
 
 
 def _add(g, lane, dur, name, phase, prio):
@@ -401,10 +402,9 @@ class Hydra(Optimization):
             raise OptionError(f"hydra: devices={D} means more shards than the model's {len(units)} layer(s)")
         costs = shard_costs(units, head_ns, opt_ns, D, parse_layers(self.layers, D, len(units)),
                             step_call_ns(ctx.graph))
-        cycle = self._cycle_factors(ctx, units, costs.layers)
-        if any(f != 1.0 for f in cycle):
-            costs = dataclasses.replace(costs, **{k: tuple(x * f for x, f in zip(getattr(costs, k), cycle))
-                                                  for k in ("fwd_ns", "bwd_ns", "opt_ns")})
+        cycle = self._cycle_factors(ctx, costs.param_bytes)
+        costs = dataclasses.replace(costs, **{k: tuple(x * f for x, f in zip(getattr(costs, k), cycle))
+                                              for k in ("fwd_ns", "bwd_ns", "opt_ns")})
         dev = ctx.device
         if D > 1 and not (dev.p2p or dev.collective):
             raise NotApplicable(f"hydra: device profile {dev.name!r} has no transfer figures; run daydream calibrate")
@@ -454,7 +454,7 @@ class Hydra(Optimization):
                  + ", ".join(f"{f / 1e6:.2f}/{b / 1e6:.2f}" for f, b in zip(costs.fwd_ns, costs.bwd_ns))
                  + f"; transfers {', '.join(f'{b / 1e3:.0f} kB' for b in costs.send_bytes) or 'none'}")
 
-    def _cycle_factors(self, ctx, units, layers) -> tuple:
+    def _cycle_factors(self, ctx, shard_param_bytes) -> tuple:
         """Per device, :func:`optimizations._common.cycle_ratio` of K copies of its shard's
         parameters against one copy's (1.0 each with ``cycle`` off).
 
@@ -464,10 +464,8 @@ class Hydra(Optimization):
         two taking turns, where the profile read x1.06 for two copies of a 4 MiB shard
         against one, and x1.00 for the whole model's 8.4 MB against twice that)."""
         if not self.cycle:
-            return (1.0,) * len(layers)
-        ends = itertools.accumulate(layers)
-        factors = tuple(cycle_ratio(ctx, self.models, sum(u.param_bytes for u in units[end - n:end]))
-                        for n, end in zip(layers, ends))
+            return (1.0,) * len(shard_param_bytes)
+        factors = tuple(cycle_ratio(ctx, self.models, b) for b in shard_param_bytes)
         ctx.metrics.update({f"shard{d}_cycle_factor": f for d, f in enumerate(factors)})
         return factors
 
