@@ -89,6 +89,13 @@ def call_for(signature: str, dtype: str | None = None, channels_last: bool = Fal
 
 def _bind(packet, args):
     """The overload of ``packet`` accepting ``args``, keyword-only ones passed by name."""
+    op, pos, kw = _overload(packet, args)
+    return lambda: op(*pos, **kw)
+
+
+def _overload(packet, args) -> tuple:
+    """``(op, positional args, keyword args)``: the overload of ``packet`` accepting ``args``
+    (run once to find it)."""
     for name in packet.overloads():
         op = getattr(packet, name)
         params = op._schema.arguments
@@ -100,7 +107,7 @@ def _bind(packet, args):
             op(*pos, **kw)
         except (RuntimeError, TypeError, ValueError, IndexError):
             continue
-        return lambda: op(*pos, **kw)
+        return op, pos, kw
     raise DaydreamError(f"no overload of {packet} accepts the traced arguments")
 
 
@@ -194,16 +201,17 @@ def dtype_time_pairs(signatures, dtype: str, threads: int | None = None) -> dict
     return _pairs(signatures, lambda sig: time_signature_ns(sig, dtype), threads, typical=True)
 
 
-def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None) -> dict:
+def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None, chained: bool = False) -> dict:
     """Per signature: ``t(at to_threads intra-op threads) / t(at threads)``, measured now in turns.
 
     ``sequence``: the signatures of one traced iteration in order; the ops are
     then re-run as that sequence, at one thread count and then the other
-    (:func:`daydream.opseq.sequence_ratios`).
+    (:func:`daydream.opseq.sequence_ratios`), ``chained`` along the data flow
+    the layouts imply where asked.
     """
     import torch
 
-    got = _in_sequence(signatures, sequence, lambda sig: sig, threads, variant_threads=to_threads)
+    got = _in_sequence(signatures, sequence, lambda sig: sig, threads, variant_threads=to_threads, chained=chained)
     if got is not None:
         return got
 

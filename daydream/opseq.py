@@ -16,9 +16,9 @@ import time
 
 from .errors import DaydreamError
 from .heapmode import STEADY_MALLOC
-from .opbench import _TENSOR_TYPES, _bind, call_for
+from .opbench import _TENSOR_TYPES, _bind, _overload, call_for
 
-__all__ = ["sequence_ratios", "sequence_corun", "shared_args", "corun_rounds", "corun_ratios", "pooled_rate",
+__all__ = ["sequence_ratios", "sequence_corun", "shared_args", "chain_calls", "CHAIN_WINDOW", "corun_rounds", "corun_ratios", "pooled_rate",
            "SEQUENCE_ROUNDS", "SEQUENCE_SPAN_S", "SEQUENCE_MAX_BYTES", "CORUN_ROUNDS", "CORUN_SIDE_S", "CORUN_SPAN_S"]
 
 
@@ -41,7 +41,7 @@ def _operand_bytes(signature: str) -> int:
 
 def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int = SEQUENCE_ROUNDS,
                     span_s: float | None = None, variant_threads: int | None = None,
-                    variant_repeats: int = 1) -> dict | None:
+                    variant_repeats: int = 1, chained: bool = False) -> dict | None:
     """Per signature of ``sequence`` with a variant: ``t(variant(sig)) / t(sig)``, re-run as one iteration.
 
     A compute op in training finds its operands where the rest of the
@@ -71,7 +71,9 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     its mean over them: micro-batches pass over the same weights one after
     another, and the later passes find them where the earlier left them (a
     16-row pass over four 1024 x 1024 weights cost 0.39 of the 64-row pass
-    alone here, 0.34 a pass in four back to back).
+    alone here, 0.34 a pass in four back to back).  ``chained``: each side's
+    occurrences read the outputs of the ones before them where the layouts
+    match (:func:`chain_calls`), as the iteration's data flows.
     """
     import torch
 
@@ -81,13 +83,7 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     pairs = [(sig, keys, variant(sig)) for sig, keys in items]
     if sum(_operand_bytes(a) + _operand_bytes(b or a) for a, _, b in pairs) > SEQUENCE_MAX_BYTES:
         return None
-    calls, pools = [], ({}, {})
-    for sig, keys, var in pairs:
-        try:
-            calls.append((sig, var is not None, _bind(*shared_args(call_for(sig), keys, pools[0])),
-                          _bind(*shared_args(call_for(var or sig), keys, pools[1]))))
-        except DaydreamError:
-            continue
+    calls = _side_calls(pairs, chained)
     got = [[] for _ in calls]
     r, t_end = 0, None
     while r <= rounds or time.perf_counter() < t_end:
@@ -109,6 +105,106 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
         if has_variant:
             by_sig.setdefault(sig, []).append(statistics.median(ratios))
     return {sig: statistics.median(v) for sig, v in by_sig.items()}
+
+
+def _side_calls(pairs, chained: bool) -> list:
+    """``(signature, has a variant, traced call, variant call)`` per ``(sig, keys, variant)`` of
+    :func:`sequence_ratios` that both sides can rebuild; each side chained where asked."""
+    built, pools = [], ({}, {})
+    for sig, keys, var in pairs:
+        try:
+            sides = [shared_args(call_for(s), keys, pool) for s, pool in ((sig, pools[0]), (var or sig, pools[1]))]
+            built.append((sig, var is not None, keys, *(_overload(*c) if chained else _bind(*c) for c in sides)))
+        except DaydreamError:
+            continue
+    if not chained:
+        return [b[:2] + b[3:] for b in built]
+    fixed = [{i for i, k in enumerate(b[2] or ()) if k is not None} for b in built]
+    ours, theirs = (chain_calls([b[side] for b in built], fixed) for side in (3, 4))
+    return [(b[0], b[1], a, v) for b, a, v in zip(built, ours, theirs)]
+
+
+#: How many calls back an occurrence of a chained re-run looks for an output to read (:func:`chain_calls`).
+CHAIN_WINDOW = 4
+
+
+def chain_calls(bound, fixed=()) -> list:
+    """Callables re-running ``bound`` (``(op, positional args, keyword args)`` per call, in order)
+    with the data flow that the layouts imply.
+
+    A traced op reads what the ops just before it wrote, and on two threads
+    part of that was written by the other core: the MLP's optimizer ``add_``
+    ran 2.5x slower at 2 threads than at 1 in a real run here while each op
+    re-run on operands of its own read 0.7x.  So each tensor argument (but
+    the positions ``fixed[j]`` names for call ``j``: a layer's weights,
+    shared by name) becomes the output of the latest of the
+    :data:`CHAIN_WINDOW` calls before it with that shape, strides and dtype
+    (each output once per call), read afresh each pass.  The trace does not
+    say which tensor an op read, so this is a guess; an op the guess breaks
+    keeps its own operands.
+
+    >>> import torch
+    >>> a = torch.ones(2, 2)
+    >>> mm, relu = torch.ops.aten.mm.default, torch.ops.aten.relu.default
+    >>> run = chain_calls([(mm, [a, a], {}), (relu, [torch.zeros(2, 2)], {})])
+    >>> _ = run[0]()
+    >>> run[1]()                      # relu reads mm's output, not its zeros
+    tensor([[2., 2.],
+            [2., 2.]])
+    """
+    box, recent, links = {}, [], []
+    for j, (op, pos, kw) in enumerate(bound):
+        pos = list(pos)
+        linked = _links(pos, recent, fixed[j] if j < len(fixed) else ())
+        own = list(pos)
+        for k, i, o, t in linked:
+            pos[k] = t
+        try:
+            out = op(*pos, **kw)
+        except (RuntimeError, TypeError, ValueError, IndexError):
+            linked, pos = [], own
+            out = op(*pos, **kw)
+        outs = [(None, out)] if _is_tensor(out) else [(o, t) for o, t in enumerate(out or ()) if _is_tensor(t)]
+        recent = [r for r in recent if r[0] > j - CHAIN_WINDOW] + [(j, o, t) for o, t in outs]
+        links.append((op, pos, kw, [(k, i, o) for k, i, o, _ in linked]))
+    producers = {i for *_, lk in links for _, i, _ in lk}
+    return [_chained(op, pos, kw, lk, box, j if j in producers else None)
+            for j, (op, pos, kw, lk) in enumerate(links)]
+
+
+def _is_tensor(x) -> bool:
+    return hasattr(x, "stride") and hasattr(x, "dtype")
+
+
+def _links(pos, recent, fixed) -> list:
+    """``(argument, producer call, its output's index or None, the output)`` for each tensor
+    argument of ``pos`` a recent output matches (newest first, each output once)."""
+    out, used = [], set()
+    for k, a in enumerate(pos):
+        if k in fixed or not _is_tensor(a):
+            continue
+        for i, o, t in reversed(recent):
+            if id(t) not in used and t.shape == a.shape and t.stride() == a.stride() and t.dtype == a.dtype:
+                used.add(id(t))
+                out.append((k, i, o, t))
+                break
+    return out
+
+
+def _chained(op, pos, kw, links, box: dict, slot):
+    """One call of :func:`chain_calls`: its linked arguments read from ``box``, its output kept
+    there under ``slot`` (None: not read by a later call)."""
+    if not links and slot is None:
+        return lambda: op(*pos, **kw)
+
+    def call():
+        for k, i, o in links:
+            pos[k] = box[i] if o is None else box[i][o]
+        out = op(*pos, **kw)
+        if slot is not None:
+            box[slot] = out
+        return out
+    return call
 
 
 def shared_args(call, keys, pool: dict):

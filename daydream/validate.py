@@ -329,7 +329,7 @@ def rounds_label(repeat: int, configs, turns: bool = True) -> str:
     return f"one after the other, x{max(repeat, 1) * SEQUENTIAL_ROUNDS}"
 
 
-def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True) -> list:
+def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True, after_round=None) -> list:
     """``repeat`` rounds of :func:`trace_in_turns` over ``configs`` (``turns=False``: each
     round traces them one after the other, and there are :data:`SEQUENTIAL_ROUNDS` times as many).
 
@@ -341,6 +341,7 @@ def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True)
     simulated schedule), one per config, in order: the runs of a round are
     comparable.  Traced one after the other, every second round goes in reverse order, so
     that a drift of the machine's speed over the rounds weighs on each config alike.
+    ``after_round(runs)``, where given, is called with each round's list as soon as it is done.
     """
     rounds = []
     together = _in_turns(configs, turns)
@@ -354,6 +355,8 @@ def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True)
             done = {i: trace_workload(*cfgs[i][:3], iterations=iterations, nproc=cfgs[i][3]) for i in order}
             paths = [done[i] for i in range(len(cfgs))]
         rounds.append([(p, *replay(p)) for p in paths])
+        if after_round is not None:
+            after_round(rounds[-1])
     return rounds
 
 
@@ -377,12 +380,14 @@ def untouched_ratio(base, predicted, real) -> float:
     return sum(r[k] for k in keys) / total if total > 0 else float("nan")
 
 
-def rounds_row(workload: str, label: str, rounds, spec: str, profile_path, variant: int = 1) -> tuple:
+def rounds_row(workload: str, label: str, rounds, spec: str, profile_path, variant: int = 1,
+               predicted=None) -> tuple:
     """A row from :func:`paired_rounds`: the means over the rounds of the prediction of ``spec``
     from each round's baseline (its first run) and of run ``variant`` measured in the same round,
     and of :func:`untouched_ratio` where the rounds carry their schedules.
+    ``predicted``: the rounds' ``predict`` results made already (else they are made now).
     Returns (row, the rounds' what-if reports)."""
-    outs = [predict(r[0][0], [spec], profile_path=profile_path) for r in rounds]
+    outs = predicted or [predict(r[0][0], [spec], profile_path=profile_path) for r in rounds]
     reports = [o[0] for o in outs]
     ratios = [untouched_ratio(r[0][2], o[1], r[variant][2]) for r, o in zip(rounds, outs)
               if r[0][2] is not None and o[1] is not None]

@@ -30,18 +30,25 @@ a name of the published table or a profile JSON (``daydream calibrate -o``).
 When the target is a CPU profile measured on this machine (its ``source``
 names this host) at another intra-op thread count, and the trace was
 recorded with shapes (``remeasure=1``, the default), each distinct op whose
-call signature the loader kept -- ops with FLOPs (matrix products,
-convolutions) and copies and batch norms (``keeps_signature`` in
-:mod:`daydream.loader.shapes`) -- is instead re-run here at both thread
-counts, in turns (:func:`daydream.opbench.thread_time_ratios`), and the
-measured ratio scales it (the other memory-bound ops, elementwise and
-their backward, keep the profiles' bandwidth ratio): how an op's time divides over threads depends on its shape and kind far
-more than the calibration's matmul and streaming curves can say.  With
-``in_sequence`` (the default) the ops are re-run in the order of one traced
-iteration, at one thread count and then at the other
+call signature the loader kept -- ops with FLOPs or input bytes (matrix
+products, convolutions, element-wise ops and their backward;
+``keeps_signature`` in :mod:`daydream.loader.shapes`) -- is instead re-run
+here at both thread counts, in turns
+(:func:`daydream.opbench.thread_time_ratios`), and the measured ratio scales
+it: how an op's time divides over threads depends on its shape and kind far
+more than the calibration's matmul and streaming curves can say (the MLP's
+optimizer ``add_`` at 2 threads: x0.69 by the profiles' bandwidth, x0.80-0.89
+re-run in sequence).  With ``in_sequence`` (the default) the ops are re-run in
+the order of one traced iteration, at one thread count and then at the other
 (:func:`daydream.opseq.sequence_ratios`), so each finds the caches as its
 iteration leaves them: an op timed alone in a loop finds its operands in
-cache and divides over threads better than it does in training.
+cache and divides over threads better than it does in training.  With
+``chained`` (the default) each op of the sequence reads the output of a recent
+op of its layout (:func:`daydream.opseq.chain_calls`): on two threads part of
+what an op reads was written by the other core, and how much that costs
+follows where the host puts the two vCPUs (the transformer's
+``gelu_backward`` after its 2-thread ``mm``: x0.56-0.57 on operands of its
+own, x0.70 and x1.27 chained, minutes apart).
 
 Assumptions and limits: kernels stay the same kernels (no new algorithm
 choice, no TF32 on a GPU that lacks it, same fusion); published peaks are
@@ -130,7 +137,9 @@ class Device(Optimization):
               Param("remeasure", True, "target a CPU profile of this machine at another thread count: re-run each "
                     "op of a trace with shapes at both thread counts", bool),
               Param("in_sequence", True, "re-run the ops as one traced iteration's sequence (each finds the caches "
-                    "as the rest of the iteration leaves them), not each alone in a loop", bool))
+                    "as the rest of the iteration leaves them), not each alone in a loop", bool),
+              Param("chained", True, "in sequence, each op reads the output of a recent op of its layout (the "
+                    "data flow: on two threads part of it was written by the other core)", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -170,7 +179,7 @@ class Device(Optimization):
             return {}
         tasks = np.flatnonzero(np.isin(cls, (Boundness.COMPUTE, Boundness.MEMORY)))
         seq = iteration_sequence(ctx, tasks, shared=True) if self.in_sequence else None
-        return rerun_ratios(ctx, tasks, lambda sigs: thread_time_ratios(sigs, threads, dst.threads, seq),
+        return rerun_ratios(ctx, tasks, lambda sigs: thread_time_ratios(sigs, threads, dst.threads, seq, self.chained),
                             f"device: {{n}} distinct ops re-run here at {threads} and {dst.threads} threads")
 
     @staticmethod

@@ -156,9 +156,10 @@ def test_cpu_target_of_this_machine_rescales_ops_by_their_rerun_thread_ratio(own
 
     calls = []
 
-    def halve(sigs, threads, to_threads, sequence=None):
-        calls.append((threads, to_threads))
-        assert sequence and {s for s, _ in sequence} >= set(sigs)     # one iteration's ops, in order
+    def halve(sigs, threads, to_threads, sequence=None, chained=False):
+        calls.append((threads, to_threads, chained))
+        in_seq = {s for s, _ in sequence}                          # one iteration's ops, in order
+        assert sequence and in_seq <= set(sigs) and any('"aten::addmm"' in s for s in in_seq)
         return {s: 0.5 for s in sigs}
 
     monkeypatch.setattr(device_opt, "thread_time_ratios", halve)
@@ -171,6 +172,6 @@ def test_cpu_target_of_this_machine_rescales_ops_by_their_rerun_thread_ratio(own
         path = save_profile(prof, str(tmp_path / f"{name}.json"))
         rep, res = predict(trace, [f"device:target={path}"], device=src)
         got[name] = rep.metrics
-    assert calls and set(calls) == {(2, 1)}
+    assert calls and set(calls) == {(2, 1, True)}
     assert got["here"]["compute_time_ratio"] == pytest.approx(0.5, abs=0.01)
     assert got["elsewhere"]["compute_time_ratio"] == pytest.approx(1.0)     # flat curves, same figures

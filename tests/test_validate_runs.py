@@ -288,6 +288,18 @@ def test_a_row_from_paired_rounds_means_each_rounds_prediction_and_measurement(m
         "mlp", "label", 11.0, 23.0, 42.0)
 
 
+def test_a_row_takes_the_predictions_made_already(monkeypatch):
+    """``predicted``: the rounds' predictions made during the runs; none is made again."""
+    monkeypatch.setattr(validate, "predict", lambda *a, **k: pytest.fail("predicted again"))
+    run = lambda path, ms: (path, SimpleNamespace(measured_ms=ms), None)     # noqa: E731
+    made = [(SimpleNamespace(baseline_ms=b, predicted_ms=p), None) for b, p in ((10.0, 20.0), (12.0, 24.0))]
+    row, reports = validate.rounds_row("mlp", "label", [[run("b0", 9.0), run("v0", 21.0)],
+                                                        [run("b1", 11.0), run("v1", 25.0)]], "opt", "p.json",
+                                       predicted=made)
+    assert (row.baseline_ms, row.predicted_ms, row.measured_ms) == (11.0, 22.0, 23.0)
+    assert reports == [m[0] for m in made]
+
+
 def test_untouched_ratio_compares_the_ops_the_prediction_left_alone(monkeypatch):
     """Ops whose predicted time is their baseline time (within the tolerance) and that the real
     run also has: their real time over their baseline time; changed or missing ops left out."""
@@ -336,21 +348,33 @@ def test_device_validation_predicts_with_two_profiles_measured_now(monkeypatch, 
                         lambda kind, threads, collectives, progress: calibrated.append((threads, collectives))
                         or f"profile {threads}t")
     monkeypatch.setattr(device_mod, "save_profile", lambda prof, path: Path(path).write_text(prof))
-    turns = []
-    monkeypatch.setattr(dv, "paired_rounds", lambda repeat, configs, iterations, turns_: turns.append(turns_)
-                        or ["rounds"])
+    turns, events = [], []
 
-    def fake_rounds_row(workload, opt_label, rounds, spec, profile_path):
-        used.append((spec, Path(profile_path).read_text()))
+    def fake_paired_rounds(repeat, configs, iterations, turns_, after_round):
+        turns.append(turns_)
+        for k in range(2):
+            events.append(("round", k))
+            after_round([(f"base{k}", None, None), (f"two{k}", None, None)])
+        return ["rounds"]
+
+    monkeypatch.setattr(dv, "paired_rounds", fake_paired_rounds)
+    monkeypatch.setattr(dv, "predict", lambda path, specs, profile_path: events.append(("predict", path))
+                        or f"prediction of {path}")
+
+    def fake_rounds_row(workload, opt_label, rounds, spec, profile_path, predicted):
+        used.append((spec, Path(profile_path).read_text(), tuple(predicted)))
         return validate.ValidationRow(workload, opt_label, 1.0, 2.0, 2.0), None
 
     monkeypatch.setattr(dv, "rounds_row", fake_rounds_row)
     rows = dv.validate_rows(tmp_path, "/cached/device-cpu-1t.json", progress=lambda m: None, repeat=1)
     assert calibrated == [(1, False), (2, False)] and len(rows) == len(dv.DEVICE_WORKLOADS)
     target = tmp_path / "device-cpu-2t-nocomm.json"
-    assert used == [(f"device:target={target}", "profile 1t")] * len(dv.DEVICE_WORKLOADS)
+    assert used == [(f"device:target={target}", "profile 1t",
+                     ("prediction of base0", "prediction of base1"))] * len(dv.DEVICE_WORKLOADS)
     assert target.read_text() == "profile 2t"
     assert turns == [False] * len(dv.DEVICE_WORKLOADS)   # a 2-thread process stalls after each pause
+    # each round's baseline is predicted as soon as the round is done, before the next round
+    assert events[:4] == [("round", 0), ("predict", "base0"), ("round", 1), ("predict", "base1")]
 
 
 def test_paired_rounds_without_turns_trace_the_configs_one_after_the_other(monkeypatch, tmp_path):
@@ -363,7 +387,9 @@ def test_paired_rounds_without_turns_trace_the_configs_one_after_the_other(monke
     monkeypatch.setattr(validate, "replay", lambda p: ("report", "schedule"))
     configs = [("mlp", tmp_path / "a.json.gz", (), 1), ("mlp", tmp_path / "b.json.gz", ("--threads", "2"), 1)]
     monkeypatch.setattr(validate, "SEQUENTIAL_ROUNDS", 1)
-    rounds = validate.paired_rounds(2, configs, 9, turns=False)
-    assert calls == [("a.r0.json.gz", 9), ("b.r0.json.gz", 9), ("b.r1.json.gz", 9), ("a.r1.json.gz", 9)]
+    rounds = validate.paired_rounds(2, configs, 9, turns=False, after_round=lambda runs: calls.append(
+        ("done", [r[0].name for r in runs])))
+    assert calls == [("a.r0.json.gz", 9), ("b.r0.json.gz", 9), ("done", ["a.r0.json.gz", "b.r0.json.gz"]),
+                     ("b.r1.json.gz", 9), ("a.r1.json.gz", 9), ("done", ["a.r1.json.gz", "b.r1.json.gz"])]
     assert [[r[0].name for r in rnd] for rnd in rounds] == [["a.r0.json.gz", "b.r0.json.gz"],
                                                              ["a.r1.json.gz", "b.r1.json.gz"]]

@@ -150,15 +150,15 @@ def _shape_values(names, shapes, value, name_col, shape_col, ops):
         nbytes[k] = input_bytes(args)
         flops[k] = f = op_flops(name, args)
         named[k] = keeps_signature(name, 0)
-        sig_text.append(op_signature(name, args) if keeps_signature(name, f) else None)
+        sig_text.append(op_signature(name, args) if keeps_signature(name, f, int(nbytes[k])) else None)
     return nbytes[inverse], flops[inverse], inverse, sig_text, named
 
 
-def _signatures(p, flops, pair, sig_text, named) -> np.ndarray:
-    """Signature ids of ops with FLOPs (after clamping) or of :data:`SIGNED_OPS`, interned in
-    event order as the reference does."""
+def _signatures(p, flops, nbytes, pair, sig_text, named) -> np.ndarray:
+    """Signature ids of ops with FLOPs or bytes (after clamping) or of :data:`SIGNED_OPS`, interned
+    in event order as the reference does."""
     sig = np.full(len(flops), -1, np.int32)
-    has = np.flatnonzero((flops != 0) | named[pair])
+    has = np.flatnonzero((flops != 0) | (nbytes > 0) | named[pair])
     if len(has):
         first = {}
         for k in pair[has].tolist():
@@ -232,7 +232,7 @@ def _event_columns(p, r, value, lane_of_key) -> dict:
                                                                        r["shape"], ops)
     _clamp_counts(p, nbytes, flops)
     if len(ops):
-        sig[ops] = _signatures(p, flops[ops], pair, sig_text, named)
+        sig[ops] = _signatures(p, flops[ops], nbytes[ops], pair, sig_text, named)
     cols = {"kind": kind.astype(EVENT_COLUMNS["kind"]), "name": name.astype(EVENT_COLUMNS["name"]),
             "lane": lane_of_key[r["lane_key"]].astype(EVENT_COLUMNS["lane"])}
     for k in ("start_ns", "dur_ns", "corr", "ext"):

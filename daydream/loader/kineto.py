@@ -266,7 +266,8 @@ def _add_complete(p: ParsedEvents, e: dict, cat: str, source: str, thread_names:
         p.repairs["negative or implausible byte/FLOP counts (set to 0)"] += 1
         nbytes = nbytes if 0 <= nbytes <= MAX_COUNT else 0
         flops = flops if 0 <= flops <= MAX_COUNT else 0
-    sig = p.sigs.intern(op_signature(name, args)) if keeps_signature(name, flops) else -1
+    signed = keeps_signature(name, flops, nbytes if kind == EventKind.CPU_OP else 0)
+    sig = p.sigs.intern(op_signature(name, args)) if signed else -1
     p.add(kind, name, lane, start, dur, corr, ext, nbytes, _as_int(args.get("Sequence number")), flops, sig)
 
 

@@ -147,13 +147,17 @@ def _attention_flops(name: str, dims: list, concrete) -> int:
 SIGNED_OPS = frozenset({"aten::copy_", "aten::native_batch_norm"})
 
 
-def keeps_signature(name: str, flops: int) -> bool:
-    """Whether the loader keeps an op's call signature: compute ops and :data:`SIGNED_OPS`.
+def keeps_signature(name: str, flops: int, nbytes: int = 0) -> bool:
+    """Whether the loader keeps a CPU op's call signature: ops with FLOPs or input bytes (the
+    ``device`` what-if re-runs element-wise ops too: on two threads they slow down as a matmul
+    does not) and :data:`SIGNED_OPS`.
 
-    >>> keeps_signature("aten::mm", 12), keeps_signature("aten::copy_", 0), keeps_signature("aten::add", 0)
-    (True, True, False)
+    >>> keeps_signature("aten::mm", 12), keeps_signature("aten::copy_", 0), keeps_signature("aten::add", 0, 64)
+    (True, True, True)
+    >>> keeps_signature("aten::view", 0)
+    False
     """
-    return bool(flops) or name in SIGNED_OPS
+    return bool(flops) or nbytes > 0 or name in SIGNED_OPS
 
 
 def op_signature(name: str, args: dict) -> str:

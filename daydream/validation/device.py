@@ -13,6 +13,13 @@ parallel ops after a pause (``index_select``, ``add``, ``layer_norm``) took 2.7,
 cores (``OMP_PROC_BIND=true``, in turns) made it worse: the MLP's 2-thread runs
 measured 11.75 ms against 7.80 ms predicted.  A training run never pauses so.
 
+Each round's prediction is made as soon as the round is done, so that its op
+re-runs (at 1 and at 2 threads) see the machine as the round's runs did: on this
+project's VM how two threads share an op follows where the host places the two
+vCPUs, which moves every minute or so (session 41: the MLP's real 2-thread runs,
+with the cores 311-1100 ns apart, ran ``mm`` x0.75 of its 1-thread time; re-run
+minutes later, 80-100 ns apart, x0.57, and the row read -18 %).
+
 Both profiles are measured afresh, one right after the other, just before the
 runs: where the prediction does not re-run an op at both thread counts it scales
 by the ratio of the two profiles, and on this VM a profile measured hours apart
@@ -26,6 +33,7 @@ from pathlib import Path
 
 from daydream.errors import DaydreamError
 from daydream.corelink import CoreLinkLog
+from daydream.whatif import predict
 from daydream.validate import paired_rounds, rounds_label, rounds_row, with_placement, placement_note
 
 __all__ = ["validate_rows", "DEVICE_WORKLOADS"]
@@ -56,10 +64,12 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
             configs = [(w, tdir / f"{w}.dev1t.json.gz", ("--threads", "1"), 1),
                        (w, tdir / f"{w}.dev2t.json.gz", ("--threads", "2"), 1)]
             progress(f"device: {w}: tracing at 1 and then at 2 threads, {rounds_label(repeat, configs, False)}")
+            spec, predicted = f"device:target={target}", []
             with CoreLinkLog() as log:
-                rounds = paired_rounds(repeat, configs, iterations, False)
-            row, _ = rounds_row(f"{w} 1->2 threads", "device:target=cpu-2t", rounds, f"device:target={target}",
-                                profile_path)
+                rounds = paired_rounds(repeat, configs, iterations, False, lambda runs: predicted.append(
+                    predict(runs[0][0], [spec], profile_path=profile_path)))
+            row, _ = rounds_row(f"{w} 1->2 threads", "device:target=cpu-2t", rounds, spec, profile_path,
+                                predicted=predicted)
             row = with_placement([row], log)[0]
         except DaydreamError as exc:
             progress(f"device: {w}: skipped ({exc})")

@@ -1,0 +1,60 @@
+"""Chained op re-runs (:func:`daydream.opseq.chain_calls`): each op reads a recent output of its layout."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from daydream import opseq
+
+torch = pytest.importorskip("torch")
+
+MM, RELU, ADD_ = torch.ops.aten.mm.default, torch.ops.aten.relu.default, torch.ops.aten.add_.Tensor
+
+
+def test_an_op_reads_the_latest_output_of_its_layout_each_pass():
+    a, b, c = torch.ones(2, 3), torch.full((2, 3), 3.0), torch.ones(3, 2)
+    runs = opseq.chain_calls([(MM, [a, c], {}), (MM, [b, c], {}), (RELU, [torch.zeros(2, 2)], {})])
+    assert [r() for r in runs][2].tolist() == [[9.0, 9.0], [9.0, 9.0]]      # the second mm's output
+    b.fill_(1.0)                                                              # the next pass: fresh data
+    assert [r() for r in runs][2].tolist() == [[3.0, 3.0], [3.0, 3.0]]
+
+
+def test_each_output_once_per_call_and_fixed_positions_kept():
+    """Two arguments of one layout read two different outputs; a fixed position keeps its tensor;
+    an output of another layout is never read."""
+    x, w = torch.ones(2, 2), torch.full((2, 2), 5.0)
+    bound = [(MM, [x, x], {}), (RELU, [-x], {}), (torch.ops.aten.sum.default, [torch.ones(3)], {}),
+             (torch.ops.aten.add.Tensor, [torch.zeros(2, 2), torch.zeros(2, 2)], {}),
+             (torch.ops.aten.add.Tensor, [w, torch.zeros(2, 2)], {})]
+    runs = opseq.chain_calls(bound, fixed=[set(), set(), set(), set(), {0}])
+    out = [r() for r in runs]
+    assert out[1].tolist() == [[2.0, 2.0], [2.0, 2.0]]             # relu of the mm's 2s, not of -1s
+    assert out[3].tolist() == [[4.0, 4.0], [4.0, 4.0]]             # relu's output plus the mm's
+    assert out[4].tolist() == [[9.0, 9.0], [9.0, 9.0]]             # w kept (fixed), plus the add's 4s
+    assert out[2].item() == 3.0                                    # sum of a 3-vector: no 2x2 output fits
+
+
+def test_outputs_older_than_the_window_are_not_read(monkeypatch):
+    monkeypatch.setattr(opseq, "CHAIN_WINDOW", 1)
+    two = torch.full((2, 2), 2.0)
+    runs = opseq.chain_calls([(MM, [two, two], {}), (torch.ops.aten.sum.default, [torch.ones(3)], {}),
+                              (RELU, [torch.ones(2, 2)], {})])
+    assert [r() for r in runs][2].tolist() == [[1.0, 1.0], [1.0, 1.0]]      # the mm is two calls back
+
+
+def test_a_link_that_breaks_the_op_is_dropped():
+    """An index read from a recent int64 output is out of range: the op keeps its own operand."""
+    sevens = torch.full((2,), 7, dtype=torch.int64)
+    src, idx = torch.tensor([1.0, 2.0, 3.0]), torch.zeros(2, dtype=torch.int64)
+    runs = opseq.chain_calls([(torch.ops.aten.add.Tensor, [sevens, torch.zeros(2, dtype=torch.int64)], {}),
+                              (torch.ops.aten.index_select.default, [src, 0, idx], {})])
+    assert [r() for r in runs][1].tolist() == [1.0, 1.0]
+
+
+def test_chained_sequence_reruns_give_a_ratio_per_signature():
+    mm = json.dumps(["aten::mm", [[32, 32], [32, 32]], ["float", "float"], None, None])
+    relu = json.dumps(["aten::relu", [[32, 32]], ["float"], None, None])
+    got = opseq.sequence_ratios([mm, relu, mm], lambda sig: sig, threads=1, rounds=2, span_s=0,
+                                variant_threads=1, chained=True)
+    assert set(got) == {mm, relu} and all(0.2 < r < 5 for r in got.values())
