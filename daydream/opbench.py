@@ -207,11 +207,13 @@ def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None,
     ``sequence``: the signatures of one traced iteration in order; the ops are
     then re-run as that sequence, at one thread count and then the other
     (:func:`daydream.opseq.sequence_ratios`), ``chained`` along the data flow
-    the layouts imply where asked.
+    the layouts imply where asked (and then each signature's ratio weighs its
+    occurrences by their time: ``by_time``).
     """
     import torch
 
-    got = _in_sequence(signatures, sequence, lambda sig: sig, threads, variant_threads=to_threads, chained=chained)
+    got = _in_sequence(signatures, sequence, lambda sig: sig, threads, variant_threads=to_threads, chained=chained,
+                       by_time=chained)
     if got is not None:
         return got
 

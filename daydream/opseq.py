@@ -41,7 +41,7 @@ def _operand_bytes(signature: str) -> int:
 
 def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int = SEQUENCE_ROUNDS,
                     span_s: float | None = None, variant_threads: int | None = None,
-                    variant_repeats: int = 1, chained: bool = False) -> dict | None:
+                    variant_repeats: int = 1, chained: bool = False, by_time: bool = False) -> dict | None:
     """Per signature of ``sequence`` with a variant: ``t(variant(sig)) / t(sig)``, re-run as one iteration.
 
     A compute op in training finds its operands where the rest of the
@@ -73,7 +73,13 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     16-row pass over four 1024 x 1024 weights cost 0.39 of the 64-row pass
     alone here, 0.34 a pass in four back to back).  ``chained``: each side's
     occurrences read the outputs of the ones before them where the layouts
-    match (:func:`chain_calls`), as the iteration's data flows.
+    match (:func:`chain_calls`), as the iteration's data flows.  ``by_time``:
+    each signature's ratio is the sum over its occurrences of their median
+    variant times over the sum of their median traced times, so that an
+    occurrence that costs more on the variant's side counts by its time
+    where the median over occurrences would drop it (the MLP's first update of
+    each weight that two threads had read, with the cores 330 ns apart: 220 us
+    at 2 threads against 37-41 at 1, its other updates 16-17 against 17-19).
     """
     import torch
 
@@ -94,17 +100,26 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
             times.append(_pass_times([c[side] for c in calls], repeats))
         if r:                                   # the first round warms up
             for g, a, b in zip(got, *times):
-                g.append(b / max(a, 1))
+                g.append((a, b))
         else:
             t_end = time.perf_counter() + (SEQUENCE_SPAN_S if span_s is None else span_s)
         r += 1
     if variant_threads and threads:
         torch.set_num_threads(threads)
+    return _per_signature(calls, got, by_time)
+
+
+def _per_signature(calls, got, by_time: bool) -> dict:
+    """Each signature's ratio from its occurrences' rounds ``(traced ns, variant ns)`` (:func:`sequence_ratios`)."""
     by_sig: dict = {}
-    for (sig, has_variant, _, _), ratios in zip(calls, got):
+    for (sig, has_variant, _, _), rows in zip(calls, got):
         if has_variant:
-            by_sig.setdefault(sig, []).append(statistics.median(ratios))
-    return {sig: statistics.median(v) for sig, v in by_sig.items()}
+            by_sig.setdefault(sig, []).append(rows)
+    if by_time:
+        return {sig: sum(statistics.median(b for _, b in rows) for rows in occ)
+                / max(sum(statistics.median(a for a, _ in rows) for rows in occ), 1) for sig, occ in by_sig.items()}
+    return {sig: statistics.median(statistics.median(b / max(a, 1) for a, b in rows) for rows in occ)
+            for sig, occ in by_sig.items()}
 
 
 def _side_calls(pairs, chained: bool) -> list:

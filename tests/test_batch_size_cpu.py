@@ -218,3 +218,14 @@ def test_micro_batches_rerun_their_sequence_back_to_back(tmp_path, profile, monk
     assert seen == [2, 4]
     with pytest.raises(OptionError, match="repeats must be at least 1"):
         predict(out, ["batch-size:factor=0.5,repeats=0"], device=profile)
+
+
+def test_sequence_reruns_by_time_weigh_each_occurrence_by_its_time(monkeypatch):
+    """``by_time``: a signature's ratio is its occurrences' summed variant time over their summed
+    traced time; the default median over occurrences drops the one occurrence that costs more."""
+    costs = {"mm": lambda k: 100, "mm/2": lambda k: 300 if k % 3 == 0 else 50}
+    opseq = _sequence_fixture(monkeypatch, costs)
+    variant = {"mm": "mm/2"}.get
+    assert opseq.sequence_ratios(["mm"] * 3, variant, rounds=3) == {"mm": 0.5}
+    got = opseq.sequence_ratios(["mm"] * 3, variant, rounds=3, by_time=True)
+    assert got == {"mm": pytest.approx(400 / 300)}
