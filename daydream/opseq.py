@@ -18,7 +18,8 @@ from .errors import DaydreamError
 from .heapmode import STEADY_MALLOC
 from .opbench import _TENSOR_TYPES, _bind, _overload, call_for
 
-__all__ = ["sequence_ratios", "sequence_corun", "shared_args", "chain_calls", "CHAIN_WINDOW", "corun_rounds", "corun_ratios", "pooled_rate",
+__all__ = ["sequence_ratios", "sequence_corun", "shared_args", "chain_calls", "CHAIN_WINDOW", "corun_rounds",
+           "corun_ratios", "pooled_rate",
            "SEQUENCE_ROUNDS", "SEQUENCE_SPAN_S", "SEQUENCE_MAX_BYTES", "CORUN_ROUNDS", "CORUN_SIDE_S", "CORUN_SPAN_S"]
 
 
@@ -148,9 +149,10 @@ def chain_calls(bound, fixed=()) -> list:
     with the data flow that the layouts imply.
 
     A traced op reads what the ops just before it wrote, and on two threads
-    part of that was written by the other core: the MLP's optimizer ``add_``
-    ran 2.5x slower at 2 threads than at 1 in a real run here while each op
-    re-run on operands of its own read 0.7x.  So each tensor argument (but
+    part of that was written by the other core: the transformer's
+    ``gelu_backward`` after its 2-thread ``mm`` re-ran x0.56-0.57 of its
+    1-thread time on operands of its own, and x0.70 and x1.27 reading the
+    ``mm``'s output (minutes apart, as the host moved the cores).  So each tensor argument (but
     the positions ``fixed[j]`` names for call ``j``: a layer's weights,
     shared by name) becomes the output of the latest of the
     :data:`CHAIN_WINDOW` calls before it with that shape, strides and dtype
@@ -179,7 +181,8 @@ def chain_calls(bound, fixed=()) -> list:
         except (RuntimeError, TypeError, ValueError, IndexError):
             linked, pos = [], own
             out = op(*pos, **kw)
-        outs = [(None, out)] if _is_tensor(out) else [(o, t) for o, t in enumerate(out or ()) if _is_tensor(t)]
+        many = out if isinstance(out, (tuple, list)) else ()
+        outs = [(None, out)] if _is_tensor(out) else [(o, t) for o, t in enumerate(many) if _is_tensor(t)]
         recent = [r for r in recent if r[0] > j - CHAIN_WINDOW] + [(j, o, t) for o, t in outs]
         links.append((op, pos, kw, [(k, i, o) for k, i, o, _ in linked]))
     producers = {i for *_, lk in links for _, i, _ in lk}

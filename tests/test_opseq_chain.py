@@ -58,3 +58,10 @@ def test_chained_sequence_reruns_give_a_ratio_per_signature():
     got = opseq.sequence_ratios([mm, relu, mm], lambda sig: sig, threads=1, rounds=2, span_s=0,
                                 variant_threads=1, chained=True)
     assert set(got) == {mm, relu} and all(0.2 < r < 5 for r in got.values())
+
+
+def test_an_op_that_returns_a_number_is_no_producer():
+    """``aten::_local_scalar_dense`` returns a Python number: nothing to link, nothing raised."""
+    runs = opseq.chain_calls([(torch.ops.aten._local_scalar_dense.default, [torch.tensor(3.0)], {}),
+                              (RELU, [torch.ones(2)], {})])
+    assert runs[0]() == 3.0 and runs[1]().tolist() == [1.0, 1.0]
