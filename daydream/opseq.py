@@ -155,8 +155,10 @@ def chain_calls(bound, fixed=()) -> list:
     ``mm``'s output (minutes apart, as the host moved the cores).  So each tensor argument (but
     the positions ``fixed[j]`` names for call ``j``: a layer's weights,
     shared by name) becomes the output of the latest of the
-    :data:`CHAIN_WINDOW` calls before it with that shape, strides and dtype
-    (each output once per call), read afresh each pass.  The trace does not
+    :data:`CHAIN_WINDOW` calls before it with that shape, strides and dtype,
+    else of one of the latest outputs of that layout from further back (a
+    backward op reads activations its forward wrote), each output once per
+    call, read afresh each pass.  The trace does not
     say which tensor an op read, so this is a guess; an op the guess breaks
     keeps its own operands.
 
@@ -169,10 +171,10 @@ def chain_calls(bound, fixed=()) -> list:
     tensor([[2., 2.],
             [2., 2.]])
     """
-    box, recent, links = {}, [], []
+    box, recent, links, by_layout = {}, [], [], {}
     for j, (op, pos, kw) in enumerate(bound):
         pos = list(pos)
-        linked = _links(pos, recent, fixed[j] if j < len(fixed) else ())
+        linked = _links(pos, recent, fixed[j] if j < len(fixed) else (), by_layout)
         own = list(pos)
         for k, i, o, t in linked:
             pos[k] = t
@@ -184,6 +186,9 @@ def chain_calls(bound, fixed=()) -> list:
         many = out if isinstance(out, (tuple, list)) else ()
         outs = [(None, out)] if _is_tensor(out) else [(o, t) for o, t in enumerate(many) if _is_tensor(t)]
         recent = [r for r in recent if r[0] > j - CHAIN_WINDOW] + [(j, o, t) for o, t in outs]
+        for o, t in outs:
+            kept = by_layout.setdefault(_layout(t), [])
+            kept[:] = kept[-(CHAIN_WINDOW - 1):] + [(j, o, t)]
         links.append((op, pos, kw, [(k, i, o) for k, i, o, _ in linked]))
     producers = {i for *_, lk in links for _, i, _ in lk}
     return [_chained(op, pos, kw, lk, box, j if j in producers else None)
@@ -194,15 +199,21 @@ def _is_tensor(x) -> bool:
     return hasattr(x, "stride") and hasattr(x, "dtype")
 
 
-def _links(pos, recent, fixed) -> list:
+def _layout(t) -> tuple:
+    return tuple(t.shape), t.stride(), t.dtype
+
+
+def _links(pos, recent, fixed, by_layout) -> list:
     """``(argument, producer call, its output's index or None, the output)`` for each tensor
-    argument of ``pos`` a recent output matches (newest first, each output once)."""
+    argument of ``pos`` a recent output matches, else one of the latest outputs of its layout
+    from any call before (newest first, each output once)."""
     out, used = [], set()
     for k, a in enumerate(pos):
         if k in fixed or not _is_tensor(a):
             continue
-        for i, o, t in reversed(recent):
-            if id(t) not in used and t.shape == a.shape and t.stride() == a.stride() and t.dtype == a.dtype:
+        lay = _layout(a)
+        for i, o, t in [*reversed(recent), *reversed(by_layout.get(lay, ()))]:
+            if id(t) not in used and _layout(t) == lay:
                 used.add(id(t))
                 out.append((k, i, o, t))
                 break
