@@ -140,7 +140,8 @@ def _side_calls(pairs, chained: bool) -> list:
     return [(b[0], b[1], a, v) for b, a, v in zip(built, ours, theirs)]
 
 
-#: How many calls back an occurrence of a chained re-run looks for an output to read (:func:`chain_calls`).
+#: How many of the latest outputs of each layout a chained re-run keeps for later calls to read
+#: (:func:`chain_calls`).
 CHAIN_WINDOW = 4
 
 
@@ -154,11 +155,10 @@ def chain_calls(bound, fixed=()) -> list:
     1-thread time on operands of its own, and x0.70 and x1.27 reading the
     ``mm``'s output (minutes apart, as the host moved the cores).  So each tensor argument (but
     the positions ``fixed[j]`` names for call ``j``: a layer's weights,
-    shared by name) becomes the output of the latest of the
-    :data:`CHAIN_WINDOW` calls before it with that shape, strides and dtype,
-    else of one of the latest outputs of that layout from further back (a
-    backward op reads activations its forward wrote), each output once per
-    call, read afresh each pass.  The trace does not
+    shared by name) becomes the latest output before it with that shape,
+    strides and dtype, however far back (a backward op reads activations its
+    forward wrote), among the :data:`CHAIN_WINDOW` latest of that layout and
+    each output once per call, read afresh each pass.  The trace does not
     say which tensor an op read, so this is a guess; an op the guess breaks
     keeps its own operands.
 
@@ -171,10 +171,10 @@ def chain_calls(bound, fixed=()) -> list:
     tensor([[2., 2.],
             [2., 2.]])
     """
-    box, recent, links, by_layout = {}, [], [], {}
+    box, links, by_layout = {}, [], {}
     for j, (op, pos, kw) in enumerate(bound):
         pos = list(pos)
-        linked = _links(pos, recent, fixed[j] if j < len(fixed) else (), by_layout)
+        linked = _links(pos, fixed[j] if j < len(fixed) else (), by_layout)
         own = list(pos)
         for k, i, o, t in linked:
             pos[k] = t
@@ -185,7 +185,6 @@ def chain_calls(bound, fixed=()) -> list:
             out = op(*pos, **kw)
         many = out if isinstance(out, (tuple, list)) else ()
         outs = [(None, out)] if _is_tensor(out) else [(o, t) for o, t in enumerate(many) if _is_tensor(t)]
-        recent = [r for r in recent if r[0] > j - CHAIN_WINDOW] + [(j, o, t) for o, t in outs]
         for o, t in outs:
             kept = by_layout.setdefault(_layout(t), [])
             kept[:] = kept[-(CHAIN_WINDOW - 1):] + [(j, o, t)]
@@ -203,17 +202,16 @@ def _layout(t) -> tuple:
     return tuple(t.shape), t.stride(), t.dtype
 
 
-def _links(pos, recent, fixed, by_layout) -> list:
+def _links(pos, fixed, by_layout) -> list:
     """``(argument, producer call, its output's index or None, the output)`` for each tensor
-    argument of ``pos`` a recent output matches, else one of the latest outputs of its layout
-    from any call before (newest first, each output once)."""
+    argument of ``pos`` that one of the latest outputs of its layout (``by_layout``) matches,
+    newest first, each output once."""
     out, used = [], set()
     for k, a in enumerate(pos):
         if k in fixed or not _is_tensor(a):
             continue
-        lay = _layout(a)
-        for i, o, t in [*reversed(recent), *reversed(by_layout.get(lay, ()))]:
-            if id(t) not in used and _layout(t) == lay:
+        for i, o, t in reversed(by_layout.get(_layout(a), ())):
+            if id(t) not in used:
                 used.add(id(t))
                 out.append((k, i, o, t))
                 break

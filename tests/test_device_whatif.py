@@ -13,7 +13,7 @@ from daydream.model import EventKind, LaneKind, Phase
 from daydream.optimizations import NotApplicable, OptionError, WhatIfContext, get
 from daydream.sim import simulate
 
-from conftest import flat_profile
+from conftest import REPO, flat_profile
 
 
 def _stub_trace():
@@ -175,3 +175,30 @@ def test_cpu_target_of_this_machine_rescales_ops_by_their_rerun_thread_ratio(own
     assert calls and set(calls) == {(2, 1, True)}
     assert got["here"]["compute_time_ratio"] == pytest.approx(0.5, abs=0.01)
     assert got["elsewhere"]["compute_time_ratio"] == pytest.approx(1.0)     # flat curves, same figures
+
+
+def test_the_optimizers_in_place_updates_rerun_on_the_weights_the_forward_reads(monkeypatch, tmp_path):
+    """In the re-run sequence an optimizer's in-place update (element-wise: its signature kept for
+    its bytes) names the layer weight that the forward's ``addmm`` of that layer reads."""
+    import dataclasses
+    import json
+
+    import daydream.optimizations.device as device_opt
+    from daydream import load_trace
+    from daydream.device import measured_on
+    from daydream.whatif import predict
+
+    trace = load_trace(REPO / "traces" / "mlp.trace.json.gz")       # a copy: its module table gets shapes
+    for m in trace.ranks[0].meta["daydream"]["modules"]:             # (newer traces record them)
+        if m.get("param_bytes"):
+            out = 10 if m["path"] == "MLP.head" else 512
+            m["param_shapes"] = [[out, 512], [out]]
+    seen = []
+    monkeypatch.setattr(device_opt, "thread_time_ratios",
+                        lambda sigs, threads, to_threads, sequence=None, chained=False: seen.extend(sequence) or {})
+    src = dataclasses.replace(flat_profile(), threads=2)
+    here = dataclasses.replace(src, threads=1, source=f"{measured_on()} 2026-11-22 09:22")
+    predict(trace, [f"device:target={save_profile(here, str(tmp_path / 'here.json'))}"], device=src)
+    forward = {k for s, keys in seen if json.loads(s)[0] == "aten::addmm" for k in keys or () if k}
+    updates = {keys[0] for s, keys in seen if json.loads(s)[0].endswith("_") and keys and keys[0]}
+    assert "MLP.blocks.0.0#0" in forward and "MLP.blocks.0.0#0" in updates and updates <= forward
