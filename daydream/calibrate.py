@@ -15,7 +15,7 @@ import statistics
 import time
 
 from .calibrate_corun import CORUN_SITTINGS, PROCESS_SPREAD_PAIRS, corun_factor, corun_sitting, process_spread
-from .calibrate_cycle import CYCLE_ROUNDS, cycle_points
+from .calibrate_cycle import CYCLE_ROUNDS, RESUME_TRIES, cycle_curve, cycle_times, resume_curve, resume_times
 from .calibrate_procs import GLOO_SIZES, gloo_fit, gloo_p2p, gloo_wake_ns, p2p_handshake_ns
 from .device import BMM_COPIES, Curve, DeviceProfile, measured_on
 from .errors import DaydreamError
@@ -175,45 +175,6 @@ def _loader_fetch(torch, sizes=(2 ** 12, 2 ** 18), batches: int = 40, busy_s: fl
     (x0, y0), (x1, y1) = pts[0], pts[-1]
     per_byte = max((y1 - y0) / (x1 - x0), 0.0)
     return (max(y0 - per_byte * x0, 0.0), per_byte)
-
-
-#: Gaps (ms) after which :func:`_resume_points` times resumed work, and its tries per gap.
-RESUME_GAPS_MS, RESUME_TRIES = (0.5, 1.0, 2.0, 4.0, 8.0), 40
-
-
-def _resume_points(torch, tries: int = RESUME_TRIES) -> tuple:
-    """``((gap ns, factor), ...)``: a small training shard's backward and momentum-SGD step (two
-    Linear(512)+ReLU blocks, batch 64) after its thread slept ``gap`` following the forward, over
-    their time with no gap; the median of ``tries`` per gap, gaps shuffled per try.  Below 1
-    (noise) counts as 1: no slow-down.  ``benchmarks/post_gap.py`` is the longer measurement."""
-    import random
-
-    from torch import nn
-
-    h = 512
-    shard = nn.Sequential(nn.Linear(h, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU())
-    opt = torch.optim.SGD(shard.parameters(), lr=1e-3, momentum=0.9)
-    x, grad = torch.randn(64, h), torch.randn(64, h)
-
-    def one(gap_ms):
-        out = shard(x)
-        if gap_ms:
-            time.sleep(gap_ms / 1e3)
-        t0 = time.perf_counter_ns()
-        out.backward(grad)
-        opt.step()
-        opt.zero_grad()
-        return time.perf_counter_ns() - t0
-
-    for _ in range(20):
-        one(0)
-    gaps = (0.0,) + RESUME_GAPS_MS
-    got = {g: [] for g in gaps}
-    for _ in range(tries):
-        for g in random.sample(gaps, len(gaps)):
-            got[g].append(one(g))
-    base = statistics.median(got[0.0])
-    return tuple((g * 1e6, max(statistics.median(got[g]) / base, 1.0)) for g in RESUME_GAPS_MS)
 
 
 #: Layers (a ``Linear`` and a ``ReLU`` each) of the larger module timed by :func:`_checkpoint_ns`.
@@ -469,20 +430,42 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
                                core_to_core_ns=before + after)
 
 
-class _CorunSittings:
-    """The early sittings of the co-run measurement (:data:`CORUN_SITTINGS` in all, the last at the
-    co-run step): spread over the calibration, so that a spell of the host falls on one at most."""
+#: Sittings of the figures that drift with the host's state (co-run, ``cycle``, ``resume``),
+#: spread over a calibration: one before its throughput curves, one after them, one at the end.
+CALIBRATION_SITTINGS = CORUN_SITTINGS
 
-    def __init__(self, torch, say, active: bool):
-        self.torch, self.say, self.active, self.taken = torch, say, active, []
+
+class _Sittings:
+    """The sittings of the drifting figures (:data:`CALIBRATION_SITTINGS`), so that a spell of the
+    host falls on one at most: the co-run measurement's (``corun``: where two processes are
+    measured), and the raw times of ``cycle`` and ``resume`` (``cold``: on a CPU), which
+    :meth:`cycle` and :meth:`resume` pool."""
+
+    def __init__(self, torch, say, corun: bool, cold: bool, quick: bool):
+        self.torch, self.say, self.corun, self.cold, self.quick = torch, say, corun, cold, quick
+        self.taken, self.cycles, self.resumes = [], [], []
 
     def label(self) -> str:
-        return f" (sitting {len(self.taken) + 1} of {CORUN_SITTINGS})" if self.active else ""
+        return f" (sitting {len(self.taken) + 1} of {CALIBRATION_SITTINGS})" if self.corun else ""
 
-    def take(self) -> None:
-        if self.active and len(self.taken) < CORUN_SITTINGS - 1:
+    def take(self, last: bool = False) -> None:
+        """One sitting; the co-run one only before the last (which ``corun_factor`` takes)."""
+        n = 1 if self.quick else CALIBRATION_SITTINGS
+        if self.cold and len(self.cycles) < n:
+            at = f" (sitting {len(self.cycles) + 1} of {n})" if n > 1 else ""
+            self.say("work resumed after an idle gap" + at)
+            self.resumes.append(resume_times(self.torch, 8 if self.quick else -(-RESUME_TRIES // n)))
+            self.say("training steps of several model copies in turn" + at)
+            self.cycles.append(cycle_times(self.torch, 3 if self.quick else -(-CYCLE_ROUNDS // n)))
+        if self.corun and not last and len(self.taken) < CORUN_SITTINGS - 1:
             self.say("compute beside a second busy process" + self.label())
             self.taken.append(corun_sitting(self.torch))
+
+    def cycle(self) -> tuple:
+        return cycle_curve(*self.cycles)
+
+    def resume(self) -> tuple:
+        return resume_curve(*self.resumes)
 
 
 def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
@@ -499,7 +482,7 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     min_time_s = 0.01 if quick else 0.1
     say = progress or (lambda msg: None)
     matmul, conv, bmm, gconv, ew = {}, {}, {}, {}, {}
-    sittings = _CorunSittings(torch, say, collectives and dev.type == "cpu" and not quick)
+    sittings = _Sittings(torch, say, collectives and dev.type == "cpu" and not quick, dev.type == "cpu", quick)
     sittings.take()
     for dt in _DTYPES:
         tdt = getattr(torch, dt)
@@ -529,12 +512,8 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     if not quick:
         say("torch.compile call overhead (compiles two tiny models, ~20 s)")
         compiled, compiled_tensor = _compiled_call_ns(torch, dev)
-    resume = cycle = ()
-    if dev.type == "cpu":
-        say("work resumed after an idle gap")
-        resume = _resume_points(torch, 8 if quick else RESUME_TRIES)
-        say("training steps of several model copies in turn")
-        cycle = cycle_points(torch, 3 if quick else CYCLE_ROUNDS)
+    sittings.take(last=True)
+    resume, cycle = sittings.resume(), sittings.cycle()
     coll, p2p, corun, spread, wake = {}, {}, 1.0, (), {}
     if collectives:
         say("compute beside a second busy process" + sittings.label())

@@ -49,8 +49,41 @@ def test_whatifs_of_ranks_that_wait_lengthen_the_resumed_work(own_trace, spec):
 
 def test_calibration_measures_factors_by_gap():
     torch = pytest.importorskip("torch")
-    from daydream.calibrate import RESUME_GAPS_MS, _resume_points
+    from daydream.calibrate_cycle import RESUME_GAPS_MS, resume_points
 
-    pts = _resume_points(torch, tries=3)
+    pts = resume_points(torch, tries=3)
     assert [g for g, _ in pts] == [g * 1e6 for g in RESUME_GAPS_MS]
     assert all(1.0 <= f < 5.0 for _, f in pts)
+
+
+def test_calibration_pools_the_cold_state_figures_over_sittings_spread_over_its_run(monkeypatch):
+    import daydream.calibrate as cal
+    from daydream.calibrate_cycle import CYCLE_COPIES, RESUME_GAPS_MS
+
+    # three sittings: the second falls in a spell that doubles every resumed and cycled time
+    slow = iter([1.0, 2.0, 1.0])
+    cycle_calls, resume_calls = [], []
+
+    def cycle_times(torch, rounds):
+        cycle_calls.append(rounds)
+        k = next(slow)
+        return {n: [k * (100.0 + 10 * (n > 1))] * rounds for n in CYCLE_COPIES}
+
+    def resume_times(torch, tries):
+        resume_calls.append(tries)
+        return {g: [100.0 * (1 + (g >= 4.0)) * (2.0 if len(resume_calls) == 2 and g else 1.0)] * tries
+                for g in (0.0, *RESUME_GAPS_MS)}
+
+    monkeypatch.setattr(cal, "cycle_times", cycle_times)
+    monkeypatch.setattr(cal, "resume_times", resume_times)
+    said = []
+    sittings = cal._Sittings(None, said.append, corun=False, cold=True, quick=False)
+    sittings.take()
+    sittings.take()
+    sittings.take(last=True)
+    sittings.take(last=True)         # no more than the calibration's sittings
+    assert cycle_calls == [9, 9, 9] and resume_calls == [14, 14, 14]
+    assert [f for _, f in sittings.cycle()] == [1.0, 1.1, 1.1, 1.1]
+    assert [f for _, f in sittings.resume()] == [1.0, 1.0, 1.0, 2.0, 2.0]
+    assert said[:2] == ["work resumed after an idle gap (sitting 1 of 3)",
+                        "training steps of several model copies in turn (sitting 1 of 3)"]
