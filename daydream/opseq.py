@@ -63,11 +63,12 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     both.  ``None`` when the operands of both sequences exceed
     :data:`SEQUENCE_MAX_BYTES` (then time each op alone).
 
-    An element of ``sequence`` may be a ``(signature, keys)`` pair
+    An element of ``sequence`` may be a ``(signature, keys, grads)`` triple
     (:func:`optimizations._layers.iteration_sequence` with ``shared``): the
     arguments ``keys`` names are one tensor per name on each side
     (:func:`shared_args`), as a layer's weight is for its forward and backward
-    ops.  ``variant_repeats``: the variant's side runs its whole sequence that
+    ops; chained, an argument keyed as a gradient reads the output that a
+    backward op named by ``grads`` produced (:func:`chain_calls`).  ``variant_repeats``: the variant's side runs its whole sequence that
     many times back to back on the same operands, and each occurrence counts
     its mean over them: micro-batches pass over the same weights one after
     another, and the later passes find them where the earlier left them (a
@@ -86,9 +87,9 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
 
     if threads:
         torch.set_num_threads(threads)
-    items = [(e, None) if isinstance(e, str) else tuple(e) for e in sequence]
-    pairs = [(sig, keys, variant(sig)) for sig, keys in items]
-    if sum(_operand_bytes(a) + _operand_bytes(b or a) for a, _, b in pairs) > SEQUENCE_MAX_BYTES:
+    items = [(e, None, None) if isinstance(e, str) else (*e, None)[:3] for e in sequence]
+    pairs = [(sig, keys, grads, variant(sig)) for sig, keys, grads in items]
+    if sum(_operand_bytes(a) + _operand_bytes(b or a) for a, *_, b in pairs) > SEQUENCE_MAX_BYTES:
         return None
     calls = _side_calls(pairs, chained)
     got = [[] for _ in calls]
@@ -124,20 +125,27 @@ def _per_signature(calls, got, by_time: bool) -> dict:
 
 
 def _side_calls(pairs, chained: bool) -> list:
-    """``(signature, has a variant, traced call, variant call)`` per ``(sig, keys, variant)`` of
+    """``(signature, has a variant, traced call, variant call)`` per ``(sig, keys, grads, variant)`` of
     :func:`sequence_ratios` that both sides can rebuild; each side chained where asked."""
     built, pools = [], ({}, {})
-    for sig, keys, var in pairs:
+    for sig, keys, grads, var in pairs:
         try:
             sides = [shared_args(call_for(s), keys, pool) for s, pool in ((sig, pools[0]), (var or sig, pools[1]))]
-            built.append((sig, var is not None, keys, *(_overload(*c) if chained else _bind(*c) for c in sides)))
+            built.append((sig, var is not None, keys, grads, *(_overload(*c) if chained else _bind(*c) for c in sides)))
         except DaydreamError:
             continue
     if not chained:
-        return [b[:2] + b[3:] for b in built]
-    fixed = [{i for i, k in enumerate(b[2] or ()) if k is not None} for b in built]
-    ours, theirs = (chain_calls([b[side] for b in built], fixed) for side in (3, 4))
+        return [b[:2] + b[4:] for b in built]
+    keyed = [dict(enumerate(b[2] or ())) for b in built]
+    reads = [{i: k for i, k in ks.items() if k is not None and k.endswith(GRAD_SUFFIX)} for ks in keyed]
+    fixed = [{i for i, k in ks.items() if k is not None} - set(r) for ks, r in zip(keyed, reads)]
+    produces = [b[3] or () for b in built]
+    ours, theirs = (chain_calls([b[side] for b in built], fixed, reads, produces) for side in (4, 5))
     return [(b[0], b[1], a, v) for b, a, v in zip(built, ours, theirs)]
+
+
+#: The key suffix of a parameter's gradient (``optimizations._layers.GRAD_KEY``).
+GRAD_SUFFIX = ".grad"
 
 
 #: How many of the latest outputs of each layout a chained re-run keeps for later calls to read
@@ -145,7 +153,7 @@ def _side_calls(pairs, chained: bool) -> list:
 CHAIN_WINDOW = 4
 
 
-def chain_calls(bound, fixed=()) -> list:
+def chain_calls(bound, fixed=(), reads=(), produces=()) -> list:
     """Callables re-running ``bound`` (``(op, positional args, keyword args)`` per call, in order)
     with the data flow that the layouts imply.
 
@@ -162,6 +170,13 @@ def chain_calls(bound, fixed=()) -> list:
     say which tensor an op read, so this is a guess; an op the guess breaks
     keeps its own operands.
 
+    Gradients go by name: ``produces[j]``, ``((shape, key), ...)``, names
+    the outputs of call ``j`` that are a parameter's gradient (those of that
+    shape: a backward op of the parameter's layer), and ``reads[j]``,
+    ``{position: key}``, the arguments of call ``j`` that read one (the
+    optimizer's; the latest output under that key, of the argument's shape
+    and dtype, strides as produced).
+
     >>> import torch
     >>> a = torch.ones(2, 2)
     >>> mm, relu = torch.ops.aten.mm.default, torch.ops.aten.relu.default
@@ -170,11 +185,22 @@ def chain_calls(bound, fixed=()) -> list:
     >>> run[1]()                      # relu reads mm's output, not its zeros
     tensor([[2., 2.],
             [2., 2.]])
+    >>> add = torch.ops.aten.add.Tensor
+    >>> w, g = torch.zeros(2, 3), torch.zeros(2, 3)
+    >>> run = chain_calls([(mm, [a, torch.ones(2, 3)], {}), (add, [w, g], {})], fixed=[(), {0}],
+    ...                   reads=[{}, {1: "w.grad"}], produces=[(((2, 3), "w.grad"),), ()])
+    >>> _ = run[0]()
+    >>> run[1]()                      # the update reads the gradient mm produced
+    tensor([[2., 2., 2.],
+            [2., 2., 2.]])
     """
-    box, links, by_layout = {}, [], {}
+    box, links, by_layout, by_key = {}, [], {}, {}
     for j, (op, pos, kw) in enumerate(bound):
         pos = list(pos)
-        linked = _links(pos, fixed[j] if j < len(fixed) else (), by_layout)
+        mine = reads[j] if j < len(reads) else {}
+        linked = _links(pos, set(fixed[j] if j < len(fixed) else ()) | set(mine), by_layout)
+        linked += [(k, *by_key[key]) for k, key in mine.items()
+                   if key in by_key and k < len(pos) and _same_shape(pos[k], by_key[key][2])]
         own = list(pos)
         for k, i, o, t in linked:
             pos[k] = t
@@ -188,10 +214,17 @@ def chain_calls(bound, fixed=()) -> list:
         for o, t in outs:
             kept = by_layout.setdefault(_layout(t), [])
             kept[:] = kept[-(CHAIN_WINDOW - 1):] + [(j, o, t)]
+            for shape, key in (produces[j] if j < len(produces) else ()) or ():
+                if tuple(t.shape) == tuple(shape):
+                    by_key[key] = (j, o, t)
         links.append((op, pos, kw, [(k, i, o) for k, i, o, _ in linked]))
     producers = {i for *_, lk in links for _, i, _ in lk}
     return [_chained(op, pos, kw, lk, box, j if j in producers else None)
             for j, (op, pos, kw, lk) in enumerate(links)]
+
+
+def _same_shape(a, t) -> bool:
+    return _is_tensor(a) and _is_tensor(t) and tuple(a.shape) == tuple(t.shape) and a.dtype == t.dtype
 
 
 def _is_tensor(x) -> bool:

@@ -22,6 +22,7 @@ import numpy as np
 
 from daydream.graph.graph import Anchor, EdgeKind
 from daydream.heapmode import steady_heap
+from daydream.opseq import GRAD_SUFFIX
 from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import check_acyclic
 
@@ -30,7 +31,7 @@ from .base import NotApplicable
 
 __all__ = ["meta", "gpu_ranks", "ALLREDUCE_RE", "allreduce_tasks", "require_allreduce", "FAMILIES", "Instance", "op_figures",
            "layer_instances", "world_size", "work_mask", "add_edges_checked", "lane_position", "signatures_of",
-           "rerun_ratios", "parameter_keys", "optimizer_keys", "iteration_sequence", "work_slice", "spread_to_slices"]
+           "rerun_ratios", "parameter_keys", "optimizer_keys", "STATE_KEY", "GRAD_KEY", "iteration_sequence", "work_slice", "spread_to_slices"]
 
 #: Layer families: regexes matched against layer names (op names of both the
 #: forward op and its autograd node, e.g. ``aten::relu_`` / ``ReluBackward1``)
@@ -341,9 +342,13 @@ def _portable_parent(r, ev: int) -> int:
 def iteration_sequence(ctx, tasks, shared: bool = False) -> list:
     """Signatures of ``tasks`` in one iteration (the lowest rank's first), in traced order.
 
-    ``shared``: each element a ``(signature, keys)`` pair instead, ``keys`` naming the layer
-    parameter each argument is (:func:`parameter_keys`, from the trace's module table), so
-    that a re-run hands one tensor to every op that reads the same weight.
+    ``shared``: each element a ``(signature, keys, grads)`` triple instead: ``keys`` names the
+    layer parameter (or its optimizer state or gradient) each argument is
+    (:func:`parameter_keys`, :func:`optimizer_keys`, from the trace's module table), so that a
+    re-run hands one tensor to every op that reads the same weight; ``grads``, for a backward
+    op of a layer with parameters, ``((shape, "LAYER#i.grad"), ...)``: an output of the
+    parameter's shape is taken as its gradient, which the optimizer's ops then read
+    (:func:`daydream.opseq.chain_calls`), else ``None``.
     """
     T = ctx.graph.tasks
     tasks = np.asarray(tasks)[T["iteration"][tasks] >= 0]
@@ -359,32 +364,49 @@ def iteration_sequence(ctx, tasks, shared: bool = False) -> list:
         return [sig_of[t] for t in kept]
     shapes = {m["path"]: m.get("param_shapes") or [] for m in meta(ctx).get("modules") or [] if isinstance(m, dict)}
     layers = ctx.graph.layers.strings
-    keys = [parameter_keys(sig_of[t], layers[T["layer"][t]] if T["layer"][t] >= 0 else "", shapes) for t in kept]
+    layer = [layers[T["layer"][t]] if T["layer"][t] >= 0 else "" for t in kept]
+    keys = [parameter_keys(sig_of[t], lay, shapes) for t, lay in zip(kept, layer)]
     step = [k for k, t in enumerate(kept) if T["phase"][t] == Phase.OPTIMIZER]
     for k, key in zip(step, optimizer_keys([sig_of[kept[k]] for k in step], shapes)):
         keys[k] = keys[k] or key
-    return [(sig_of[t], key) for t, key in zip(kept, keys)]
+    grads = [tuple((tuple(p), f"{lay}#{i}{GRAD_KEY}") for i, p in enumerate(shapes.get(lay) or []) if p) or None
+             if T["phase"][t] == Phase.BACKWARD else None for t, lay in zip(kept, layer)]
+    return [(sig_of[t], key, grad) for t, key, grad in zip(kept, keys, grads)]
+
+
+#: Key suffixes of a parameter's optimizer state and gradient (:func:`optimizer_keys`; a re-run
+#: chains the gradient's readers to its producer by that name: :func:`daydream.opseq.chain_calls`).
+STATE_KEY, GRAD_KEY = ".state", GRAD_SUFFIX
 
 
 def optimizer_keys(signatures, param_shapes: dict) -> list:
-    """Per optimizer op (``signatures`` in traced order): ``("LAYER#i",)`` naming the parameter
-    whose in-place update it is taken to be, else ``None``.
+    """Per optimizer op (``signatures`` in traced order): per argument, the key of the tensor it
+    is taken to be (``"LAYER#i"``: the parameter; ``"LAYER#i.state"``: its optimizer state;
+    ``"LAYER#i.grad"``: its gradient; ``None``: none of them), else ``None``.
 
     An optimizer step writes each parameter, which the forward and backward
     ops of two threads read and so hold in both cores' caches: on this
     project's VM, with the vCPUs 330 ns apart, a 512 x 512 ``add_`` after a
     2-thread ``addmm`` that read its tensor took 154 us at 2 threads against
-    40 us at 1 (19 us at 2 on a tensor of its own).  The trace does not say
+    40 us at 1 (19 us at 2 on a tensor of its own); and it reads each
+    gradient, which the backward's 2-thread ops wrote.  The trace does not say
     which tensor an op updates, so the in-place ops (``name_``) whose first
     argument has the shape of ``n`` parameters are dealt out to them in
-    module order, in equal runs (a per-parameter loop: SGD's ``mul_``,
-    ``add_``, ``add_`` for each).
+    module order, in equal runs (a per-parameter loop: SGD's ``mul_(buf)``,
+    ``add_(buf, grad)``, ``add_(param, buf)`` for each).  In a run the last
+    op writes the parameter and the others its state; their other arguments
+    of the parameter's shape are its gradient, but the last op's, which is
+    its state (a run of one op, plain SGD's ``add_(param, grad)``, reads the
+    gradient).
 
     >>> sig = lambda name, d: json.dumps([name, [d, d], ["float", "float"], None, None])
     >>> shapes = {"a": [[4, 4], [4]], "b": [[4, 4], [4]]}
-    >>> optimizer_keys([sig("aten::mul_", [4, 4]), sig("aten::add_", [4, 4]), sig("aten::add", [4, 4]),
-    ...                 sig("aten::add_", [4, 4]), sig("aten::add_", [4, 4]), sig("aten::add_", [4])], shapes)
-    [('a#0',), ('a#0',), None, ('b#0',), ('b#0',), ('a#1',)]
+    >>> keys = optimizer_keys([sig("aten::mul_", [4, 4]), sig("aten::add_", [4, 4]), sig("aten::add", [4, 4]),
+    ...                        sig("aten::add_", [4, 4]), sig("aten::add_", [4, 4]), sig("aten::add_", [4])], shapes)
+    >>> keys[:3]
+    [('a#0.state', 'a#0.grad'), ('a#0', 'a#0.state'), None]
+    >>> keys[3:]
+    [('b#0.state', 'b#0.grad'), ('b#0', 'b#0.state'), ('a#1', 'a#1.grad')]
     """
     params: dict = {}
     for layer, shp in param_shapes.items():
@@ -392,16 +414,24 @@ def optimizer_keys(signatures, param_shapes: dict) -> list:
             if p:
                 params.setdefault(tuple(p), []).append(f"{layer}#{i}")
     runs: dict = {}
+    dims_of = {}
     for j, sig in enumerate(signatures):
         name, dims = json.loads(sig)[:2]
         first = tuple(dims[0]) if dims and isinstance(dims[0], list) else ()
         if name.endswith("_") and first in params:
             runs.setdefault(first, []).append(j)
+            dims_of[j] = dims
     keys = [None] * len(signatures)
     for shape, ops in runs.items():
         names = params[shape]
+        owner = [names[n * len(names) // len(ops)] for n in range(len(ops))]
         for n, j in enumerate(ops):
-            keys[j] = (names[n * len(names) // len(ops)],)
+            last = n + 1 == len(ops) or owner[n + 1] != owner[n]
+            alone = last and (n == 0 or owner[n - 1] != owner[n])
+            other = owner[n] + (GRAD_KEY if alone or not last else STATE_KEY)
+            keys[j] = tuple((owner[n] if last else owner[n] + STATE_KEY) if k == 0
+                            else (other if isinstance(d, list) and tuple(d) == shape else None)
+                            for k, d in enumerate(dims_of[j]))
     return keys
 
 

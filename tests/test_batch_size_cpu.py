@@ -176,8 +176,8 @@ def test_batch_size_reruns_one_iterations_ops_in_traced_order(tmp_path, profile,
     monkeypatch.setattr(opseq, "sequence_ratios", lambda seq, *a, **k: seen.append(list(seq)) or real(seq, *a, **k))
     rep, _ = predict(out, ["batch-size:factor=0.5"], device=profile)
     assert len(seen) == 1
-    names = [json.loads(s)[0] for s, _ in seen[0]]
-    dims = [json.loads(s)[1][:2] for s, _ in seen[0]]
+    names = [json.loads(s)[0] for s, *_ in seen[0]]
+    dims = [json.loads(s)[1][:2] for s, *_ in seen[0]]
     # forward: two addmm (16 -> 40, 40 -> 24); backward: the last layer's grads first, then the first's
     assert names[:2] == ["aten::addmm", "aten::addmm"] and dims[0][1] == [12, 16] and dims[1][1] == [12, 40]
     assert "aten::mm" in names[2:] and "aten::addmm" not in names[2:]
@@ -195,7 +195,7 @@ def test_a_layers_ops_share_its_weight_in_the_rerun_sequence(tmp_path, profile):
     tr, g = trace_and_graph(_tiny_trace(tmp_path))
     ctx = WhatIfContext(graph=g, trace=tr, device=profile)
     seq = iteration_sequence(ctx, rerun_tasks(ctx), shared=True)
-    named = [(json.loads(s)[0], keys) for s, keys in seq]
+    named = [(json.loads(s)[0], keys) for s, keys, _ in seq]
     assert named[1] == ("aten::addmm", ("Sequential.2#1", None, "Sequential.2#0", None, None))   # bias, x, W.t()
     assert named[2] == ("aten::mm", (None, "Sequential.2#0"))             # its grad-input: grad @ W
     assert named[3][1] is None                                            # grad-weight: no parameter read
