@@ -49,10 +49,13 @@ what an op reads was written by the other core, and how much that costs
 follows where the host puts the two vCPUs (the transformer's
 ``gelu_backward`` after its 2-thread ``mm``: x0.56-0.57 on operands of its
 own, x0.70 and x1.27 chained, minutes apart).  The optimizer's in-place ops
-then update the layers' parameters (:func:`optimizations._layers.optimizer_keys`),
-which two threads have read, and each signature's ratio weighs its
-occurrences by their time: with the cores 330 ns apart the first update of
-each weight took x5 at 2 threads and the others x0.9.
+then update each parameter's state and last the parameter itself, which two
+threads have read, reading its gradient as a backward op of its layer wrote
+it (:func:`optimizations._layers.optimizer_keys`; the MLP's update ``add_``
+re-ran x1.04 where it had read x0.69, real x2.81 with the cores 330 ns
+apart), and each signature's ratio weighs its occurrences by their time:
+with the cores 330 ns apart the first update of each weight took x5 at 2
+threads and the others x0.9.
 
 Assumptions and limits: kernels stay the same kernels (no new algorithm
 choice, no TF32 on a GPU that lacks it, same fusion); published peaks are
