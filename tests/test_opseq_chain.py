@@ -71,3 +71,20 @@ def test_an_op_that_returns_a_number_is_no_producer():
     runs = opseq.chain_calls([(torch.ops.aten._local_scalar_dense.default, [torch.tensor(3.0)], {}),
                               (RELU, [torch.ones(2)], {})])
     assert runs[0]() == 3.0 and runs[1]().tolist() == [1.0, 1.0]
+
+
+def test_an_update_reads_its_parameters_gradient_by_name_not_the_latest_of_its_layout():
+    """Two layers' weight gradients of one layout: each update reads its own layer's (keyed),
+    where the layout alone would give both the latest one; outputs of other shapes are no gradient."""
+    ones = torch.ones(3, 2)
+    g0, g1 = (MM, [torch.ones(2, 3), ones], {}), (MM, [torch.full((2, 3), 2.0), ones], {})
+    other = (MM, [torch.ones(1, 3), ones], {})                       # a 1 x 2 output: not the gradient
+    upd = lambda: (torch.ops.aten.add.Tensor, [torch.zeros(2, 2), torch.zeros(2, 2)], {})  # noqa: E731
+    bound = [g0, other, g1, upd(), upd()]
+    produces = [(((2, 2), "a#0.grad"), ((1, 2), "x")), (((2, 2), "a#0.grad"),), (((2, 2), "b#0.grad"),), (), ()]
+    reads = [{}, {}, {}, {1: "a#0.grad"}, {1: "b#0.grad"}]
+    out = [r() for r in opseq.chain_calls(bound, fixed=[set()] * 3 + [{0}] * 2, reads=reads, produces=produces)]
+    assert out[3].tolist() == [[3.0, 3.0], [3.0, 3.0]]     # layer a's gradient (the first mm's 3s)
+    assert out[4].tolist() == [[6.0, 6.0], [6.0, 6.0]]     # layer b's (the second's 6s)
+    keyless = [r() for r in opseq.chain_calls(bound, fixed=[set()] * 3 + [{0}] * 2)]
+    assert keyless[3].tolist() == keyless[4].tolist() == [[6.0, 6.0], [6.0, 6.0]]   # by layout: the latest
