@@ -431,7 +431,8 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
 
 
 #: Sittings of the figures that drift with the host's state (co-run, ``cycle``, ``resume``),
-#: spread over a calibration: one before its throughput curves, one after them, one at the end.
+#: spread over a calibration: one before its throughput curves, one after them, one before its
+#: two-process steps (the co-run one there is the last of its three).
 CALIBRATION_SITTINGS = CORUN_SITTINGS
 
 

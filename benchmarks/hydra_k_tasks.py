@@ -1,0 +1,73 @@
+"""Per-task times of the real Hydra runtime for several K, in alternating runs, with placements.
+
+Runs ``daydream.workloads.hydra`` (the validation's sizes, idle CPUs polling, the validation's
+malloc settings) for each K of ``--models`` in turn, ``--reps`` times, probing the core-to-core
+round trip before and after each run, and prints per run the model-parallel and shard-parallel
+makespan per model and each rank's median forward / backward / step time (model-parallel).
+A device's K shards in turn cost what ``hydra``'s ``cycle`` factor says only if these medians
+grow with K (session 42: they did not, at 80-100 ns or at 330 ns apart).
+
+Usage::
+
+    python benchmarks/hydra_k_tasks.py --models 1,4 --reps 6
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["main", "task_medians"]
+
+SIZES = ("--shard0-layers", "4", "--pin-cores", "--hidden", "512", "--batch-size", "64", "--threads", "1",
+         "--dataset-batches", "64")
+
+
+def task_medians(log_dir, schedule: str = "model-parallel") -> dict:
+    """``{rank: {"f"|"b"|"s": median ms}}`` of the measured rounds' tasks in ``log_dir``."""
+    out = {}
+    for path in sorted(Path(log_dir).glob("hydra-rank*.json")):
+        log = json.loads(path.read_text())
+        by = collections.defaultdict(list)
+        for row in (dict(zip(log["columns"], x)) for x in log["rows"]):
+            if row["round"] >= 0 and row["schedule"] == schedule and row["what"] in ("forward", "backward", "step"):
+                by[row["what"][0]].append((row["end_ns"] - row["start_ns"]) / 1e6)
+        out[int(path.stem.removeprefix("hydra-rank"))] = {k: statistics.median(v) for k, v in sorted(by.items())}
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="1,2,4", help="numbers of models, comma-separated")
+    p.add_argument("--reps", type=int, default=3, help="times each K runs, in turn")
+    p.add_argument("--rounds", type=int, default=4, help="measured rounds per run and schedule")
+    args = p.parse_args(argv)
+    from daydream.corelink import try_probe
+    from daydream.cpuidle import polling_idle
+    from daydream.validate import run_env
+
+    for rep in range(args.reps):
+        for k in (int(x) for x in args.models.split(",")):
+            with tempfile.TemporaryDirectory() as tmp, polling_idle():
+                before = try_probe()
+                proc = subprocess.run([sys.executable, "-m", "daydream.workloads.hydra", "--models", str(k),
+                                       "--devices", "2", "--rounds", str(args.rounds), "--warmup", "1", *SIZES,
+                                       "--task-log", tmp], capture_output=True, text=True, env=run_env())
+                after = try_probe()
+                if proc.returncode:
+                    raise SystemExit(f"hydra_k_tasks: K={k} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+                res = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
+                med = task_medians(tmp)
+            cores = "/".join(f"{c:.0f}" for c in (*before, *after)) or "-"
+            tasks = "  ".join(f"rank {r}: " + " ".join(f"{w}{v:.2f}" for w, v in m.items()) for r, m in med.items())
+            print(f"rep {rep + 1} K={k} cores {cores} ns  per model: model-parallel {res['model-parallel_ms'] / k:.2f} "
+                  f"shard-parallel {res['shard-parallel_ms'] / k:.2f} ms  {tasks}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
