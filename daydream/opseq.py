@@ -68,7 +68,8 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     arguments ``keys`` names are one tensor per name on each side
     (:func:`shared_args`), as a layer's weight is for its forward and backward
     ops; chained, an argument keyed as a gradient reads the output that a
-    backward op named by ``grads`` produced (:func:`chain_calls`).  ``variant_repeats``: the variant's side runs its whole sequence that
+    backward op named by ``grads`` produced (:func:`chain_calls`).
+    ``variant_repeats``: the variant's side runs its whole sequence that
     many times back to back on the same operands, and each occurrence counts
     its mean over them: micro-batches pass over the same weights one after
     another, and the later passes find them where the earlier left them (a
