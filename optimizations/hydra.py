@@ -40,11 +40,14 @@ by the profile's cost of taking a message in on a busy core (``p2p_land``,
 for it.  A shard that starts after its device sat idle takes
 the profile's calibrated factor for work resumed after that gap
 (``resume``, :mod:`optimizations._resume`).  Each device runs its K models'
-steps in turn, so every shard task takes the profile's factor for the
-parameters and optimizer state of K copies of its device's shard against
-one copy's, which the trace's ops stand for (``cycle``,
-:meth:`daydream.device.DeviceProfile.cycle_factor`,
-:mod:`daydream.calibrate_cycle`).
+steps in turn; on one device, whose steps follow each other, every shard
+task takes the profile's factor for the parameters and optimizer state of
+K copies of its shard against one copy's, which the trace's ops stand for
+(``cycle``, :meth:`daydream.device.DeviceProfile.cycle_factor`,
+:mod:`daydream.calibrate_cycle`).  Over several devices it does not
+(``cycle=auto``): there each step follows a wait for another device, and the
+real runtime's steps took as long with 2 or 4 models in turn as with one
+(session 42, :meth:`Hydra._cycle_factors`); ``cycle=true`` applies it.
 
 * ``model-parallel``: the models one after another (each device runs its
   shards in model order).
@@ -373,6 +376,10 @@ def _utilisation(res, devices: int) -> float:
     return float(busy.mean() / span) if span else 0.0
 
 
+#: ``cycle``'s default: the cycle factor on one device only (:meth:`Hydra._cycle_factors`).
+CYCLE_AUTO = "auto"
+
+
 class Hydra(Optimization):
     name = "hydra"
     summary = "K models split into shards over D devices: shard-parallel (Hydra) vs. one model at a time"
@@ -385,9 +392,11 @@ class Hydra(Optimization):
               Param("corun", "trace", "CPU: devices that are one host's cores run their shards at the co-run rate "
                     "of the trace's ops while another is busy (trace: measured beside a twin; profile: the device "
                     "profile's; off)", str, SOURCES),
-              Param("cycle", True, "CPU: a device runs its K models' steps in turn, so each step finds the caches "
-                    "as K copies of the device's shard (parameters and optimizer state) leave them, not one's as "
-                    "in the trace (the profile's cycle figures; false: leave it out)", bool))
+              Param("cycle", CYCLE_AUTO, "CPU: a device runs its K models' steps in turn, so each step finds the "
+                    "caches as K copies of the device's shard (parameters and optimizer state) leave them, not "
+                    "one's as in the trace (true: the profile's cycle figures; false: leave it out; auto: on one "
+                    "device, whose steps follow each other, not where devices wait on each other)", str,
+                    (CYCLE_AUTO, "true", "false")))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -441,6 +450,10 @@ class Hydra(Optimization):
                      + " / ".join(f"x{f:.2f}" for f in cycle) + " (the profile's cycle figures, for the "
                      f"parameters and optimizer state of {K} copies of the device's shard against one; "
                      "`cycle=false` leaves it out)")
+        elif K > 1 and D > 1 and self.cycle == CYCLE_AUTO and ctx.device.cycle:
+            ctx.note(f"hydra: the profile's cycle factor is left out over {D} devices (`cycle=auto`: each step "
+                     "follows a wait for another device, and measured steps took as long with several models "
+                     "taking turns as with one; `cycle=true` applies it)")
         if rate < 1.0:
             ctx.note(f"hydra: a device's shard runs at {rate:.2f}x its speed alone while another device is busy "
                      f"(corun={self.corun}; `corun=off` leaves it out)")
@@ -462,8 +475,17 @@ class Hydra(Optimization):
         stepped alone (one model over the devices), as the real runs show (session 40: a
         device's shard ran as fast with one model as the single-process trace, and +6 % with
         two taking turns, where the profile read x1.06 for two copies of a 4 MiB shard
-        against one, and x1.00 for the whole model's 8.4 MB against twice that)."""
-        if not self.cycle:
+        against one, and x1.00 for the whole model's 8.4 MB against twice that).
+
+        ``cycle=auto`` (the default) applies it on one device only.  Over two devices every
+        step of a device follows a wait for the other, and the real runtime's steps took as
+        long with 2 or 4 models taking turns as with one (``benchmarks/hydra_k_tasks.py``,
+        session 42: per model 7.15-7.34 ms for K = 4 against 6.98-7.59 for K = 1 with the
+        cores 80-100 ns apart, 7.83 against 8.44 at 330 ns; each rank's forward, backward
+        and step medians alike), where the profile's probe (one core, steps back to back)
+        read x1.10-1.19; one process running 2 or 4 whole models in turn took x1.09 / x1.07
+        a model (the probe's effect, which ``cycle`` models)."""
+        if self.cycle == "false" or (self.cycle == CYCLE_AUTO and self.devices > 1):
             return (1.0,) * len(shard_param_bytes)
         factors = tuple(cycle_ratio(ctx, self.models, b) for b in shard_param_bytes)
         ctx.metrics.update({f"shard{d}_cycle_factor": f for d, f in enumerate(factors)})

@@ -420,3 +420,21 @@ def test_validation_rows_are_means_over_rounds_bracketed_by_traces_with_the_firs
     assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_ms == 4 * 11
     assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_rounds_ms == (36, 44, 52)
     assert by[("mlp x2 on 2 procs", "model-parallel")].baseline_ms == 11
+
+
+def test_by_default_the_cycle_factor_applies_on_one_device_only(own_trace):
+    """``cycle=auto``: one device runs its K models' steps back to back and takes the factor;
+    over two devices each step follows a wait for the other, and the real runtime's steps took
+    as long with K models as with one (session 42), so the shards keep their time, and say so."""
+    import dataclasses
+
+    trace = own_trace("mlp")
+    dev = dataclasses.replace(flat_profile(allreduce=(1e9, 10_000.0)), cycle=((1e5, 1.0), (1e9, 1.5)))
+    one, _ = predict(trace, ["hydra:models=4,devices=1,corun=off"], device=dev)
+    two, _ = predict(trace, ["hydra:models=4,devices=2,corun=off"], device=dev)
+    forced, _ = predict(trace, ["hydra:models=4,devices=2,corun=off,cycle=true"], device=dev)
+    assert one.metrics["shard0_cycle_factor"] > 1.0
+    assert "shard0_cycle_factor" not in two.metrics and any("cycle=auto" in n for n in two.notes)
+    assert forced.metrics["shard0_cycle_factor"] > 1.0 and forced.predicted_ms > two.predicted_ms
+    with pytest.raises(OptionError, match="cycle must be one of"):
+        predict(trace, ["hydra:models=4,devices=2,cycle=maybe"], device=dev)
