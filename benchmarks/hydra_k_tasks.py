@@ -16,28 +16,28 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hydra_timeline import load  # noqa: E402
 
 __all__ = ["main", "task_medians"]
 
-SIZES = ("--shard0-layers", "4", "--pin-cores", "--hidden", "512", "--batch-size", "64", "--threads", "1",
-         "--dataset-batches", "64")
-
 
 def task_medians(log_dir, schedule: str = "model-parallel") -> dict:
-    """``{rank: {"f"|"b"|"s": median ms}}`` of the measured rounds' tasks in ``log_dir``."""
+    """``{rank: {"f"|"b"|"s": median ms}}`` of the measured rounds' tasks in ``log_dir``
+    (:func:`hydra_timeline.load`)."""
     out = {}
-    for path in sorted(Path(log_dir).glob("hydra-rank*.json")):
-        log = json.loads(path.read_text())
+    for rank, rows in load(log_dir).items():
         by = collections.defaultdict(list)
-        for row in (dict(zip(log["columns"], x)) for x in log["rows"]):
-            if row["round"] >= 0 and row["schedule"] == schedule and row["what"] in ("forward", "backward", "step"):
+        for row in rows:
+            if row["schedule"] == schedule and row["what"] in ("forward", "backward", "step"):
                 by[row["what"][0]].append((row["end_ns"] - row["start_ns"]) / 1e6)
-        out[int(path.stem.removeprefix("hydra-rank"))] = {k: statistics.median(v) for k, v in sorted(by.items())}
+        out[rank] = {k: statistics.median(v) for k, v in sorted(by.items())}
     return out
 
 
@@ -50,13 +50,15 @@ def main(argv=None) -> None:
     from daydream.corelink import try_probe
     from daydream.cpuidle import polling_idle
     from daydream.validate import run_env
+    from daydream.validation.hydra import SIZES
 
     for rep in range(args.reps):
         for k in (int(x) for x in args.models.split(",")):
             with tempfile.TemporaryDirectory() as tmp, polling_idle():
                 before = try_probe()
                 proc = subprocess.run([sys.executable, "-m", "daydream.workloads.hydra", "--models", str(k),
-                                       "--devices", "2", "--rounds", str(args.rounds), "--warmup", "1", *SIZES,
+                                       "--devices", "2", "--shard0-layers", "4", "--rounds", str(args.rounds),
+                                       "--warmup", "1", "--pin-cores", *SIZES,
                                        "--task-log", tmp], capture_output=True, text=True, env=run_env())
                 after = try_probe()
                 if proc.returncode:
