@@ -16,7 +16,8 @@ import time
 
 from .calibrate_corun import CORUN_SITTINGS, PROCESS_SPREAD_PAIRS, corun_factor, corun_sitting, process_spread
 from .calibrate_cycle import CYCLE_ROUNDS, RESUME_TRIES, cycle_curve, cycle_times, resume_curve, resume_times
-from .calibrate_procs import GLOO_SIZES, gloo_fit, gloo_p2p, gloo_wake_ns, p2p_handshake_ns
+from .calibrate_procs import (GLOO_SIZES, P2P_HANDOVER_STEPS, gloo_fit, gloo_p2p, gloo_wake_ns, handover_latency_ns,
+                              handover_sitting, p2p_handshake_ns)
 from .device import BMM_COPIES, Curve, DeviceProfile, measured_on
 from .errors import DaydreamError
 
@@ -430,21 +431,25 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
                                core_to_core_ns=before + after)
 
 
-#: Sittings of the figures that drift with the host's state (co-run, ``cycle``, ``resume``),
-#: spread over a calibration: one before its throughput curves, one after them, one before its
-#: two-process steps (the co-run one there is the last of its three).
+#: Sittings of the figures that drift with the host's state (co-run, ``cycle``, ``resume``,
+#: ``p2p_handover``), spread over a calibration: one before its throughput curves, one after
+#: them, one before its two-process steps (the co-run one there is the last of its three).
 CALIBRATION_SITTINGS = CORUN_SITTINGS
+#: Steps of the pipeline hand-over exchange in a ``--quick`` calibration's one sitting.
+QUICK_HANDOVER_STEPS = 20
 
 
 class _Sittings:
     """The sittings of the drifting figures (:data:`CALIBRATION_SITTINGS`), so that a spell of the
     host falls on one at most: the co-run measurement's (``corun``: where two processes are
-    measured), and the raw times of ``cycle`` and ``resume`` (``cold``: on a CPU), which
-    :meth:`cycle` and :meth:`resume` pool."""
+    measured), the raw times of ``cycle`` and ``resume`` (``cold``: on a CPU), which
+    :meth:`cycle` and :meth:`resume` pool, and the pipeline hand-overs (``handover``: where a CPU's
+    point-to-point sends are measured), which :meth:`handover_ns` pools."""
 
-    def __init__(self, torch, say, corun: bool, cold: bool, quick: bool):
+    def __init__(self, torch, say, corun: bool, cold: bool, quick: bool, handover: bool = False):
         self.torch, self.say, self.corun, self.cold, self.quick = torch, say, corun, cold, quick
-        self.taken, self.cycles, self.resumes = [], [], []
+        self.handover = handover
+        self.taken, self.cycles, self.resumes, self.handovers = [], [], [], []
 
     def label(self) -> str:
         return f" (sitting {len(self.taken) + 1} of {CALIBRATION_SITTINGS})" if self.corun else ""
@@ -458,6 +463,9 @@ class _Sittings:
             self.resumes.append(resume_times(self.torch, 8 if self.quick else -(-RESUME_TRIES // n)))
             self.say("training steps of several model copies in turn" + at)
             self.cycles.append(cycle_times(self.torch, 3 if self.quick else -(-CYCLE_ROUNDS // n)))
+            if self.handover:
+                self.say("pipeline hand-overs (gloo, 2 processes)" + at)
+                self.handovers += handover_sitting(QUICK_HANDOVER_STEPS if self.quick else -(-P2P_HANDOVER_STEPS // n))
         if self.corun and not last and len(self.taken) < CORUN_SITTINGS - 1:
             self.say("compute beside a second busy process" + self.label())
             self.taken.append(corun_sitting(self.torch))
@@ -467,6 +475,10 @@ class _Sittings:
 
     def resume(self) -> tuple:
         return resume_curve(*self.resumes)
+
+    def handover_ns(self, bandwidth: float) -> dict:
+        """``p2p_handover`` of the pooled hand-overs (empty where none were measured)."""
+        return {"gloo": handover_latency_ns(self.handovers, bandwidth)} if self.handover else {}
 
 
 def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
@@ -483,7 +495,8 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     min_time_s = 0.01 if quick else 0.1
     say = progress or (lambda msg: None)
     matmul, conv, bmm, gconv, ew = {}, {}, {}, {}, {}
-    sittings = _Sittings(torch, say, collectives and dev.type == "cpu" and not quick, dev.type == "cpu", quick)
+    cpu = dev.type == "cpu"
+    sittings = _Sittings(torch, say, collectives and cpu and not quick, cpu, quick, handover=collectives and cpu)
     sittings.take()
     for dt in _DTYPES:
         tdt = getattr(torch, dt)
@@ -508,7 +521,7 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     say("activation checkpointing call overhead")
     ckpt, ckpt_op = _checkpoint_ns(torch, dev)
     say("DistributedDataParallel's own overhead (1-rank gloo group)")
-    ddp_call, ddp_tensor = ddp_ns(torch, dev) if dev.type == "cpu" else ((0, 0), (0, 0))
+    ddp_call, ddp_tensor = ddp_ns(torch, dev) if cpu else ((0, 0), (0, 0))
     compiled = compiled_tensor = (0, 0)
     if not quick:
         say("torch.compile call overhead (compiles two tiny models, ~20 s)")
@@ -518,17 +531,18 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     coll, p2p, corun, spread, wake = {}, {}, 1.0, (), {}
     if collectives:
         say("compute beside a second busy process" + sittings.label())
-        corun = corun_factor(torch, sittings.taken) if dev.type == "cpu" else 1.0
-        if dev.type == "cpu":
+        corun = corun_factor(torch, sittings.taken) if cpu else 1.0
+        if cpu:
             say(f"speed of processes started together ({PROCESS_SPREAD_PAIRS} pairs)")
             spread = process_spread(warn=lambda m: say(f"warning: {m}"))
         say("all-reduce (gloo, 2 processes)")
         coll["gloo"] = gloo_fit(sizes["allreduce"])
-        if dev.type == "cpu":
+        if cpu:
             say("all-reduce after compute (gloo, 2 processes)")
             wake["gloo"] = gloo_wake_ns()
         say("point-to-point send (gloo, 2 processes)")
         p2p = {k: {"gloo": v} for k, v in gloo_fit(sizes["allreduce"], "p2p").items()}
+        p2p["p2p_handover"] = sittings.handover_ns(p2p["p2p"]["gloo"][0])
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
     else:

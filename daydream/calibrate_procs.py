@@ -16,7 +16,8 @@ import statistics
 import time
 
 __all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "free_port", "first_result", "GLOO_SIZES",
-           "MIN_SLOPE_NS_PER_BYTE", "UNRESOLVED_BYTES_PER_S"]
+           "MIN_SLOPE_NS_PER_BYTE", "UNRESOLVED_BYTES_PER_S", "handover_sitting", "handover_times_ns",
+           "handover_latency_ns"]
 
 #: Message sizes (bytes) of the all-reduce and point-to-point measurements.
 GLOO_SIZES = [2 ** 10, 2 ** 16, 2 ** 20, 2 ** 23]
@@ -104,7 +105,7 @@ def _gloo_worker(rank, port, sizes, kind, q):
         out = (out, _p2p_one_way_ns(torch, dist, rank, torch.zeros(min(sizes) // 4), preposted=True)[0],
                _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)),
                _p2p_hold_pts(torch, dist, rank, held), _p2p_late_hold_pts(torch, dist, rank, held),
-               _p2p_land_pts(torch, dist, rank), _p2p_handover_ns(torch, dist, rank))
+               _p2p_land_pts(torch, dist, rank))
     if rank == 0:
         q.put(out)
     dist.destroy_process_group()
@@ -264,19 +265,45 @@ def _p2p_post_ns(torch, dist, rank, t) -> tuple:
     return 0.0, 0.0
 
 
-#: The GPipe-like exchange of :func:`_p2p_handover_ns`: micro-batches a step, measured steps (after
-#: 2 more), each stage's compute (matmuls) per forward and per backward (s), bytes a hand-over.
-#: The hand-overs' mean is heavy-tailed (a few stalls of milliseconds): 30 steps read 131-540 us
-#: in ten 2-process groups within 22 s, and 178-1083 us ten times in a row in one group (session
-#: 40), so the exchange runs 240 steps (about 4 s).
+#: The GPipe-like exchange of :func:`_p2p_handover_times`: micro-batches a step, measured steps (after
+#: 2 more) in all, each stage's compute (matmuls) per forward and per backward (s), bytes a hand-over.
+#: The hand-overs' mean is heavy-tailed (10-17 % of them stall for about 2.3 ms, the rest take
+#: 6-20 us): 30 steps read 131-540 us in ten 2-process groups within 22 s, and 178-1083 us ten
+#: times in a row in one group (session 40); 240 steps in one group read 455-956 us in five
+#: calibrations within two hours (session 42), so a calibration pools the hand-overs of
+#: exchanges spread over it (:func:`handover_sitting`, :func:`handover_latency_ns`).
 P2P_HANDOVER_MB, P2P_HANDOVER_STEPS, P2P_HANDOVER_FWD_S, P2P_HANDOVER_BWD_S = 4, 240, 0.001, 0.002
 P2P_HANDOVER_BYTES = 2 ** 16
 
 
-def _p2p_handover_ns(torch, dist, rank) -> float:
-    """Rank 0: the mean hand-over of a pipeline's sends, in ns; rank 1: 0.
+def _handover_worker(rank, port, steps, q):
+    torch, dist = _pinned_gloo_rank(rank, port)
+    times = _p2p_handover_times(torch, dist, rank, steps)
+    if rank == 0:
+        q.put(times)
+    dist.destroy_process_group()
 
-    The two ranks run :data:`P2P_HANDOVER_STEPS` steps of a 2-stage GPipe
+
+def handover_sitting(steps: int = P2P_HANDOVER_STEPS) -> list:
+    """The hand-overs (ns) of ``steps`` steps of the GPipe-like exchange of
+    :func:`_p2p_handover_times` between two fresh pinned gloo processes."""
+    return first_result(_handover_worker, 2, (steps,))
+
+
+def handover_latency_ns(times, bandwidth: float) -> float:
+    """The ``p2p_handover`` figure: the mean of the pooled hand-overs ``times`` (ns), less the
+    time of their :data:`P2P_HANDOVER_BYTES` at ``bandwidth`` (bytes/s); 0 where none counted.
+
+    >>> handover_latency_ns([30_000, 2_330_000, 10_000, 20_000], 2 ** 16 / 10e-6)   # 10 us of bytes
+    587500.0
+    """
+    return max(statistics.fmean(times) - P2P_HANDOVER_BYTES / bandwidth * 1e9, 0.0) if times else 0.0
+
+
+def _p2p_handover_times(torch, dist, rank, steps: int = P2P_HANDOVER_STEPS) -> list:
+    """Rank 0: the hand-overs of a pipeline's sends, in ns; rank 1: ``[]``.
+
+    The two ranks run ``steps`` steps of a 2-stage GPipe
     schedule with matmuls for compute, as torch's pipelining runtime runs
     it: rank 0 computes each micro-batch's forward and posts its activation,
     then waits for each gradient and computes that backward; rank 1 waits
@@ -309,7 +336,7 @@ def _p2p_handover_ns(torch, dist, rank) -> float:
         work.wait()
         log.append((1, tag, t0, time.perf_counter_ns()))
 
-    for step in range(P2P_HANDOVER_STEPS + 2):
+    for step in range(steps + 2):
         dist.barrier()
         if step == 2:
             log.clear()
@@ -331,37 +358,36 @@ def _p2p_handover_ns(torch, dist, rank) -> float:
                 sends.append(send(m, bwd[m]))
         for work in sends:
             work.wait()
-    return _handover_mean(torch, dist, rank, log)
+    return _handover_times(torch, dist, rank, log)
 
 
-def _handover_mean(torch, dist, rank, log) -> float:
-    """Rank 0: :func:`handover_mean_ns` of both ranks' ``log`` rows (rank 1's sent over); rank 1: 0."""
+def _handover_times(torch, dist, rank, log) -> list:
+    """Rank 0: :func:`handover_times_ns` of both ranks' ``log`` rows (rank 1's sent over); rank 1: ``[]``."""
     mine = torch.tensor(log, dtype=torch.int64).reshape(-1, 4)
     if rank == 1:
         dist.send(torch.tensor([mine.shape[0]]), 0)
         dist.send(mine, 0)
-        return 0.0
+        return []
     n = torch.zeros(1, dtype=torch.int64)
     dist.recv(n, 1)
     theirs = torch.zeros((int(n), 4), dtype=torch.int64)
     dist.recv(theirs, 1)
-    return handover_mean_ns([tuple(r) for r in mine.tolist()], [tuple(r) for r in theirs.tolist()])
+    return handover_times_ns([tuple(r) for r in mine.tolist()], [tuple(r) for r in theirs.tolist()])
 
 
-def handover_mean_ns(rows0, rows1) -> float:
-    """Mean over the receives that began waiting before their send's post returned, of the time
-    from that return to the end of the wait, in ns; rows ``(is a wait, tag, start ns, end ns)``
-    of ranks 0 and 1, a send and its receive sharing a tag (0 where no receive waited so).
+def handover_times_ns(rows0, rows1) -> list:
+    """Per receive that began waiting before its send's post returned, the time from that return
+    to the end of the wait, in ns; rows ``(is a wait, tag, start ns, end ns)`` of ranks 0 and 1,
+    a send and its receive sharing a tag.
 
-    >>> handover_mean_ns([(0, 7, 100, 150), (1, 8, 100, 900)], [(1, 7, 120, 400), (0, 8, 300, 700)])
-    225.0
-    >>> handover_mean_ns([(0, 7, 100, 150)], [(1, 7, 200, 400)])     # the receiver came late
-    0.0
+    >>> handover_times_ns([(0, 7, 100, 150), (1, 8, 100, 900)], [(1, 7, 120, 400), (0, 8, 300, 700)])
+    [200, 250]
+    >>> handover_times_ns([(0, 7, 100, 150)], [(1, 7, 200, 400)])     # the receiver came late
+    []
     """
     posted = {(r, tag): end for r, rows in enumerate((rows0, rows1)) for kind, tag, _, end in rows if not kind}
-    took = [end - posted[(1 - r, tag)] for r, rows in enumerate((rows0, rows1)) for kind, tag, start, end in rows
+    return [end - posted[(1 - r, tag)] for r, rows in enumerate((rows0, rows1)) for kind, tag, start, end in rows
             if kind and (1 - r, tag) in posted and start <= posted[(1 - r, tag)]]
-    return statistics.fmean(took) if took else 0.0
 
 
 #: A late receive: posted this long after its send, so that the send waits for it.
@@ -661,12 +687,14 @@ def p2p_handshake_ns(one_way_ns: float, send_post_ns: float, recv_post_ns: float
 
 
 def gloo_p2p(sizes=None) -> dict:
-    """The point-to-point figures of a CPU profile (``gloo_fit(sizes, "p2p")``) measured alone (idle
-    CPUs polling), to complete an older profile."""
+    """The point-to-point figures of a CPU profile (``gloo_fit(sizes, "p2p")``, and ``p2p_handover``
+    from one :func:`handover_sitting`) measured alone (idle CPUs polling), to complete an older
+    profile."""
     from .cpuidle import polling_idle
 
     with polling_idle():
-        return gloo_fit(sizes or GLOO_SIZES, "p2p")
+        got = gloo_fit(sizes or GLOO_SIZES, "p2p")
+        return {**got, "p2p_handover": handover_latency_ns(handover_sitting(), got["p2p"][0])}
 
 
 def gloo_fit(sizes, kind: str = "allreduce"):
@@ -684,14 +712,12 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     name to figure: ``{"p2p": (bytes/s, latency ns), "p2p_post": (send ns, receive ns),
     "p2p_handshake": ns, "p2p_sends": (median send ns, stalled share), "p2p_preposted": ns (a send of the
     smallest size to a receive posted before the barrier that starts it: :func:`_p2p_one_way_ns`),
-    "p2p_handover": ns (the latency of a GPipe-like exchange's hand-overs: :func:`_p2p_handover_ns`,
-    less its bytes' time at the fitted bandwidth),
     "p2p_collision": ((gap ns,
     extra ns), ...), "p2p_hold": ((gap ns, extra ns), ...), "p2p_late_hold": ((busy ns, share), ...),
     "p2p_land": ((bytes, extra ns), ...)}``."""
     pts = first_result(_gloo_worker, 2, (sizes, kind))
     if kind == "p2p":
-        pts, preposted, collision, hold, late, land, handover = pts
+        pts, preposted, collision, hold, late, land = pts
         small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]
         post = tuple(statistics.median(p[k] for p in small) for k in (2, 3))
         handshake = statistics.median(p2p_handshake_ns(p[1], p[2], p[3], p[4]) for p in small)
@@ -699,8 +725,7 @@ def gloo_fit(sizes, kind: str = "allreduce"):
         fit = _fit_relative([p[:2] for p in pts])
         return {"p2p": fit, "p2p_post": post, "p2p_handshake": handshake,
                 "p2p_sends": sends, "p2p_preposted": preposted,
-                "p2p_collision": collision, "p2p_hold": hold, "p2p_late_hold": late, "p2p_land": land,
-                "p2p_handover": max(handover - P2P_HANDOVER_BYTES / fit[0] * 1e9, 0.0)}
+                "p2p_collision": collision, "p2p_hold": hold, "p2p_late_hold": late, "p2p_land": land}
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)

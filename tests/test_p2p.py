@@ -89,14 +89,18 @@ def test_profile_keeps_the_pipeline_hand_over_and_refuses_a_negative_one(tmp_pat
         load_profile(path)
 
 
-def test_handover_mean_counts_receivers_already_waiting_from_the_post_s_return():
-    from daydream.calibrate_procs import handover_mean_ns
+def test_handovers_count_receivers_already_waiting_from_the_post_s_return():
+    from daydream.calibrate_procs import P2P_HANDOVER_BYTES, handover_latency_ns, handover_times_ns
 
     sends0 = [(0, 1, 0, 100), (0, 2, 500, 600)]                  # rank 0 posts tags 1 and 2
     waits1 = [(1, 1, 50, 400), (1, 2, 700, 800)]                 # waiting before 1's post ended; late for 2
     waits0, sends1 = [(1, 3, 1000, 2500)], [(0, 3, 1100, 1500)]  # rank 0 waits for tag 3 from rank 1
-    assert handover_mean_ns(sends0 + waits0, waits1 + sends1) == (300 + 1000) / 2
-    assert handover_mean_ns(sends0, [(1, 2, 700, 800)]) == 0.0     # no receiver waited ahead
+    assert sorted(handover_times_ns(sends0 + waits0, waits1 + sends1)) == [300, 1000]
+    assert handover_times_ns(sends0, [(1, 2, 700, 800)]) == []     # no receiver waited ahead
+    # the figure: the pooled mean less the bytes' time (here 100 ns), never below 0
+    assert handover_latency_ns([300, 1000], P2P_HANDOVER_BYTES / 100e-9) == 550.0
+    assert handover_latency_ns([50], P2P_HANDOVER_BYTES / 100e-9) == 0.0
+    assert handover_latency_ns([], 1e9) == 0.0
 
 
 def test_calibrate_says_what_share_of_sends_stalled():

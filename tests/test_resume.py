@@ -74,16 +74,24 @@ def test_calibration_pools_the_cold_state_figures_over_sittings_spread_over_its_
         return {g: [100.0 * (1 + (g >= 4.0)) * (2.0 if len(resume_calls) == 2 and g else 1.0)] * tries
                 for g in (0.0, *RESUME_GAPS_MS)}
 
+    handover_calls = []
+
+    def handover_sitting(steps):     # the spell's sitting catches three stalls of its six hand-overs
+        handover_calls.append(steps)
+        return [2000.0] * 3 + [20.0] * 3 if len(handover_calls) == 2 else [20.0] * 6
+
     monkeypatch.setattr(cal, "cycle_times", cycle_times)
     monkeypatch.setattr(cal, "resume_times", resume_times)
+    monkeypatch.setattr(cal, "handover_sitting", handover_sitting)
     said = []
-    sittings = cal._Sittings(None, said.append, corun=False, cold=True, quick=False)
+    sittings = cal._Sittings(None, said.append, corun=False, cold=True, quick=False, handover=True)
     sittings.take()
     sittings.take()
     sittings.take(last=True)
     sittings.take(last=True)         # no more than the calibration's sittings
-    assert cycle_calls == [9, 9, 9] and resume_calls == [14, 14, 14]
+    assert cycle_calls == [9, 9, 9] and resume_calls == [14, 14, 14] and handover_calls == [80, 80, 80]
     assert [f for _, f in sittings.cycle()] == [1.0, 1.1, 1.1, 1.1]
     assert [f for _, f in sittings.resume()] == [1.0, 1.0, 1.0, 2.0, 2.0]
+    assert sittings.handover_ns(float("inf")) == {"gloo": (3 * 2000.0 + 15 * 20.0) / 18}
     assert said[:2] == ["work resumed after an idle gap (sitting 1 of 3)",
                         "training steps of several model copies in turn (sitting 1 of 3)"]
