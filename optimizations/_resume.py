@@ -20,10 +20,12 @@ import numpy as np
 __all__ = ["add_resume_costs"]
 
 
-def add_resume_costs(g, lanes, res, device) -> tuple:
+def add_resume_costs(g, lanes, res, device, period_ns: int | None = None) -> tuple:
     """Lengthen each task on ``lanes`` that ``res`` (a simulation of ``g``) starts after its lane
     sat idle, by ``device.resume_factor(gap)`` of its duration, in place.  A lane's first task
-    has no gap.  Returns ``(tasks lengthened, ns added)``.
+    has no gap, unless ``g`` is one step of a loop that repeats every ``period_ns``: then its gap
+    runs from the lane's last task of the step before (``period_ns`` earlier) to its start.
+    Returns ``(tasks lengthened, ns added)``.
 
     Examples
     --------
@@ -42,17 +44,32 @@ def add_resume_costs(g, lanes, res, device) -> tuple:
     (1, 500)
     >>> int(g.tasks["dur_ns"][t2])
     1500
+
+    The step repeated every 5000 ns: lane ``a``, done at 4000, sits idle 1000 ns before its first
+    task, and ``b``, done at 3000, 2000 ns before its one:
+
+    >>> g.tasks["dur_ns"][t2] = 1000
+    >>> dev = DeviceProfile("x", "cpu", {}, {}, 0, resume=((1000, 1.2), (2000, 1.5)))
+    >>> add_resume_costs(g, [a, b], simulate(g), dev, period_ns=5000)
+    (3, 2200)
+    >>> [int(g.tasks["dur_ns"][t]) for t in (t0, t1, t2)]
+    [1200, 4500, 1500]
     """
     if not device.resume:
         return 0, 0
     n, added = 0, 0
     for ln in lanes:
         seq = np.asarray(g.lane_tasks[ln], np.int64)
-        if len(seq) < 2:
+        if len(seq) < (1 if period_ns else 2):
             continue
         order = seq[np.argsort(res.start_ns[seq], kind="stable")]
         gaps = res.start_ns[order[1:]] - res.end_ns[order[:-1]]
-        for t, gap in zip(order[1:].tolist(), gaps.tolist()):
+        if period_ns:
+            wrap = max(int(res.start_ns[order[0]]) + period_ns - int(res.end_ns[order].max()), 0)
+            gaps = np.concatenate([[wrap], gaps])
+        else:
+            order = order[1:]
+        for t, gap in zip(order.tolist(), gaps.tolist()):
             extra = int(round(g.tasks["dur_ns"][t] * (device.resume_factor(gap) - 1.0)))
             if extra > 0:
                 g.tasks["dur_ns"][t] += extra

@@ -28,6 +28,16 @@ def test_hydra_chain_the_backward_after_the_wait_takes_the_factor_exact():
     assert add_resume_costs(g, device_lanes(g), res, flat_profile()) == (0, 0)     # no figures: nothing
 
 
+def test_hydra_step_repeated_device_1_s_first_forward_follows_its_idle_time_since_the_step_before():
+    # the chain above, one step every 69 ns: device 1 ends its step with O1 at 48 and starts the
+    # next with F1 at 69 + 11, 32 ns idle (12 -> 18); device 0 runs O0 up to the step's end
+    g = schedule_graph(COSTS, 1, lambda _b: 1, Schedule.MODEL_PARALLEL)
+    dev = dataclasses.replace(flat_profile(), resume=((32.0, 1.5),))
+    res = simulate(g)
+    assert add_resume_costs(g, device_lanes(g), res, dev, period_ns=res.makespan_ns) == (2, 16)
+    assert simulate(g).makespan_ns == 69 + 6 + 10
+
+
 def test_profile_keeps_resume_points_and_refuses_bad_ones(tmp_path):
     path = save_profile(dataclasses.replace(flat_profile(), resume=((1e6, 1.05), (4e6, 1.2))), str(tmp_path / "p.json"))
     assert load_profile(path).resume_factor(2.5e6) == pytest.approx(1.125)
