@@ -1,7 +1,8 @@
 """How the point-to-point calibration drifts against real pipeline runs, round by round.
 
 Each round calibrates the point-to-point figures (``daydream.calibrate_procs.gloo_fit``, the
-part of ``daydream calibrate`` that times gloo sends between two pinned processes), then runs
+part of ``daydream calibrate`` that times gloo sends between two pinned processes, and one
+sitting of the pipeline hand-over exchange, ``handover_sitting``: ``p2p_handover``), then runs
 the validation's 2-process GPipe job (``daydream.validation.pipeline.measure_pipeline``), then
 predicts that job from one 1-process trace of the MLP with the round's figures in the profile
 twice: hand-overs at the fitted latency (``p2p``, which carries the barrier-started sends that
@@ -9,8 +10,9 @@ stalled for their rank's socket thread; what the pipeline model uses) and at the
 (the latency set to ``p2p_preposted``; tried in session 36, the 2-process rows then read
 10-21 % low).  Idle CPUs poll, as ``daydream validate`` runs.
 
-Prints one line per round: fitted latency, stalled share, clean send, send/receive post,
-measured ms, and the two predictions with their errors; then the spread of each column.
+Prints one line per round: fitted latency, stalled share, clean send, send/receive post, the
+round's hand-over figure, measured ms, and the two predictions with their errors; then the
+spread of each column.  (A calibration pools three such sittings spread over its run.)
 
 Usage::
 
@@ -49,7 +51,7 @@ def main(argv=None) -> None:
     p.add_argument("--trace", help="1-process trace of the MLP at the validation's sizes")
     args = p.parse_args(argv)
 
-    from daydream.calibrate_procs import GLOO_SIZES, gloo_fit
+    from daydream.calibrate_procs import GLOO_SIZES, gloo_fit, handover_latency_ns, handover_sitting
     from daydream.cpuidle import polling_idle
     from daydream.device import load_profile
     from daydream.validate import ensure_profile, trace_workload
@@ -60,9 +62,11 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp, polling_idle():
         tmp = Path(tmp)
         trace = args.trace or str(trace_workload("mlp", tmp / "mlp.json.gz", MODEL_ARGS, iterations=10))
-        print("round  fitted us  stalled  clean us  post us    measured ms  fitted-latency ms  clean-send ms")
+        print("round  fitted us  stalled  clean us  post us  hand-over us    measured ms  fitted-latency ms  "
+              "clean-send ms")
         for k in range(args.rounds):
             fit = gloo_fit(GLOO_SIZES, "p2p")
+            fit["p2p_handover"] = handover_latency_ns(handover_sitting(), fit["p2p"][0])
             measured = measure_pipeline("gpipe", steps=20)
             prof = dataclasses.replace(base, **{name: {"gloo": v} for name, v in fit.items()})
             fitted = _predict(trace, prof, tmp)
@@ -71,7 +75,8 @@ def main(argv=None) -> None:
             rows.append((fit["p2p"][1] / 1e3, fit["p2p_sends"][1], fit["p2p_preposted"] / 1e3, measured, fitted,
                          clean))
             post = "/".join(f"{x / 1e3:.0f}" for x in fit["p2p_post"])
-            print(f"{k:5d}  {rows[-1][0]:9.0f}  {rows[-1][1]:7.2f}  {rows[-1][2]:8.0f}  {post:>7s}    "
+            print(f"{k:5d}  {rows[-1][0]:9.0f}  {rows[-1][1]:7.2f}  {rows[-1][2]:8.0f}  {post:>7s}  "
+                  f"{fit['p2p_handover'] / 1e3:12.0f}    "
                   f"{measured:11.2f}  {fitted:8.2f} ({(fitted - measured) / measured * 100:+5.1f}%)  "
                   f"{clean:7.2f} ({(clean - measured) / measured * 100:+5.1f}%)", flush=True)
     cols = list(zip(*rows))
