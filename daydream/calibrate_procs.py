@@ -15,6 +15,8 @@ import socket
 import statistics
 import time
 
+from .errors import DaydreamError
+
 __all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "free_port", "first_result", "GLOO_SIZES",
            "MIN_SLOPE_NS_PER_BYTE", "UNRESOLVED_BYTES_PER_S", "handover_sitting", "handover_times_ns",
            "handover_latency_ns"]
@@ -37,7 +39,15 @@ def free_port() -> int:
 
 def first_result(target, ranks: int, args=(), timeout_s: float = 120.0):
     """Spawn ``ranks`` processes ``target(rank, port, *args, q)`` (a free ``port`` for their
-    rendezvous) and return the first object one of them puts on ``q``; all are joined."""
+    rendezvous) and return the first object one of them puts on ``q``; all are joined.
+
+    Raises
+    ------
+    DaydreamError
+        If every process exits without a result, or none comes within ``timeout_s``.
+    """
+    import queue
+
     import torch.multiprocessing as mp
 
     port = free_port()
@@ -46,11 +56,29 @@ def first_result(target, ranks: int, args=(), timeout_s: float = 120.0):
     procs = [ctx.Process(target=target, args=(r, port, *args, q)) for r in range(ranks)]
     for p in procs:
         p.start()
+    deadline = time.monotonic() + timeout_s
     try:
-        return q.get(timeout=timeout_s)
+        while True:
+            exited = not any(p.is_alive() for p in procs)     # read before the queue: a result put
+            try:                                              # before exiting is there by then
+                return q.get(timeout=0.5)
+            except queue.Empty:
+                if exited:
+                    codes = ", ".join(str(p.exitcode) for p in procs)
+                    raise DaydreamError(f"{_name(target)}: its {ranks} process(es) exited without a result "
+                                        f"(exit codes {codes}; their errors are above)") from None
+                if time.monotonic() > deadline:
+                    raise DaydreamError(f"{_name(target)}: no result from its {ranks} process(es) within "
+                                        f"{timeout_s:.0f} s") from None
     finally:
         for p in procs:
             p.join(timeout=60)
+            if p.is_alive():
+                p.terminate()
+
+
+def _name(target) -> str:
+    return f"calibration worker {getattr(target, '__name__', target)!s}"
 
 #: Point-to-point calibration: transfers timed per size, and the sender's busy time before each
 #: (the receiver is already waiting, as a pipeline stage waiting for its input is).  Some sends

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import threading
+import time
 
 import pytest
 
@@ -290,6 +291,15 @@ def test_cached_profile_without_the_pipeline_hand_over_gets_it_measured(tmp_path
     said = []
     assert validate.ensure_profile(progress=said.append) == cached
     assert load_profile(cached).p2p_handover == {"gloo": 200_000.0} and "point-to-point" in said[0]
+
+
+def test_worker_processes_that_exit_without_a_result_are_an_error_not_a_hang():
+    from daydream.calibrate_procs import first_result
+
+    t0 = time.monotonic()
+    with pytest.raises(DaydreamError, match=r"_exit: its 2 process\(es\) exited without a result \(exit codes 1, 1;"):
+        first_result(os._exit, 2)          # os._exit(rank, port, q): a TypeError before any result
+    assert time.monotonic() - t0 < 60      # the result's timeout is 120 s
 
 
 def test_gloo_p2p_measures_two_processes(tmp_path):
