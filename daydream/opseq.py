@@ -145,7 +145,7 @@ def _side_calls(pairs, chained: bool) -> list:
     return [(b[0], b[1], a, v) for b, a, v in zip(built, ours, theirs)]
 
 
-#: The key suffix of a parameter's gradient (``optimizations._layers.GRAD_KEY``).
+#: The key suffix of a parameter's gradient (:func:`optimizations._layers.optimizer_keys` names them).
 GRAD_SUFFIX = ".grad"
 
 

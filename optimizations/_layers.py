@@ -31,7 +31,7 @@ from .base import NotApplicable
 
 __all__ = ["meta", "gpu_ranks", "ALLREDUCE_RE", "allreduce_tasks", "require_allreduce", "FAMILIES", "Instance", "op_figures",
            "layer_instances", "world_size", "work_mask", "add_edges_checked", "lane_position", "signatures_of",
-           "rerun_ratios", "parameter_keys", "optimizer_keys", "STATE_KEY", "GRAD_KEY", "iteration_sequence", "work_slice", "spread_to_slices"]
+           "rerun_ratios", "parameter_keys", "optimizer_keys", "STATE_SUFFIX", "iteration_sequence", "work_slice", "spread_to_slices"]
 
 #: Layer families: regexes matched against layer names (op names of both the
 #: forward op and its autograd node, e.g. ``aten::relu_`` / ``ReluBackward1``)
@@ -369,14 +369,14 @@ def iteration_sequence(ctx, tasks, shared: bool = False) -> list:
     step = [k for k, t in enumerate(kept) if T["phase"][t] == Phase.OPTIMIZER]
     for k, key in zip(step, optimizer_keys([sig_of[kept[k]] for k in step], shapes)):
         keys[k] = keys[k] or key
-    grads = [tuple((tuple(p), f"{lay}#{i}{GRAD_KEY}") for i, p in enumerate(shapes.get(lay) or []) if p) or None
+    grads = [tuple((tuple(p), f"{lay}#{i}{GRAD_SUFFIX}") for i, p in enumerate(shapes.get(lay) or []) if p) or None
              if T["phase"][t] == Phase.BACKWARD else None for t, lay in zip(kept, layer)]
     return [(sig_of[t], key, grad) for t, key, grad in zip(kept, keys, grads)]
 
 
-#: Key suffixes of a parameter's optimizer state and gradient (:func:`optimizer_keys`; a re-run
-#: chains the gradient's readers to its producer by that name: :func:`daydream.opseq.chain_calls`).
-STATE_KEY, GRAD_KEY = ".state", GRAD_SUFFIX
+#: Key suffix of a parameter's optimizer state (:func:`optimizer_keys`; its gradient's is
+#: :data:`daydream.opseq.GRAD_SUFFIX`, by which a re-run chains the gradient's readers to its producer).
+STATE_SUFFIX = ".state"
 
 
 def optimizer_keys(signatures, param_shapes: dict) -> list:
@@ -428,8 +428,8 @@ def optimizer_keys(signatures, param_shapes: dict) -> list:
         for n, j in enumerate(ops):
             last = n + 1 == len(ops) or owner[n + 1] != owner[n]
             alone = last and (n == 0 or owner[n - 1] != owner[n])
-            other = owner[n] + (GRAD_KEY if alone or not last else STATE_KEY)
-            keys[j] = tuple((owner[n] if last else owner[n] + STATE_KEY) if k == 0
+            other = owner[n] + (GRAD_SUFFIX if alone or not last else STATE_SUFFIX)
+            keys[j] = tuple((owner[n] if last else owner[n] + STATE_SUFFIX) if k == 0
                             else (other if isinstance(d, list) and tuple(d) == shape else None)
                             for k, d in enumerate(dims_of[j]))
     return keys
