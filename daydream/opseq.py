@@ -167,7 +167,10 @@ def chain_calls(bound, fixed=(), reads=(), produces=()) -> list:
     shared by name) becomes the latest output before it with that shape,
     strides and dtype, however far back (a backward op reads activations its
     forward wrote), among the :data:`CHAIN_WINDOW` latest of that layout and
-    each output once per call, read afresh each pass.  The trace does not
+    each output once per call, read afresh each pass (views of one tensor
+    are one output: the latest of them counts; the transformer's
+    ``gelu_backward`` read its gradient and its saved input both from the
+    ``mm`` before it, through a ``reshape`` and a ``view``, until session 44).  The trace does not
     say which tensor an op read, so this is a guess; an op the guess breaks
     keeps its own operands.
 
@@ -214,7 +217,7 @@ def chain_calls(bound, fixed=(), reads=(), produces=()) -> list:
         outs = [(None, out)] if _is_tensor(out) else [(o, t) for o, t in enumerate(many) if _is_tensor(t)]
         for o, t in outs:
             kept = by_layout.setdefault(_layout(t), [])
-            kept[:] = kept[-(CHAIN_WINDOW - 1):] + [(j, o, t)]
+            kept[:] = [e for e in kept if _storage(e[2]) != _storage(t)][-(CHAIN_WINDOW - 1):] + [(j, o, t)]
             for shape, key in (produces[j] if j < len(produces) else ()) or ():
                 if tuple(t.shape) == tuple(shape):
                     by_key[key] = (j, o, t)
@@ -234,6 +237,14 @@ def _is_tensor(x) -> bool:
 
 def _layout(t) -> tuple:
     return tuple(t.shape), t.stride(), t.dtype
+
+
+def _storage(t) -> int:
+    """What ``t``'s data is: two views of one tensor are one output to read."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return id(t)
 
 
 def _links(pos, fixed, by_layout) -> list:

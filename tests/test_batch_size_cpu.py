@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -229,3 +230,26 @@ def test_sequence_reruns_by_time_weigh_each_occurrence_by_its_time(monkeypatch):
     assert opseq.sequence_ratios(["mm"] * 3, variant, rounds=3) == {"mm": 0.5}
     got = opseq.sequence_ratios(["mm"] * 3, variant, rounds=3, by_time=True)
     assert got == {"mm": pytest.approx(400 / 300)}
+
+
+def test_the_rerun_sequence_has_each_call_once_and_no_wrapper(tmp_path, profile):
+    """Every CPU op of an iteration asked for: an op split into slices by its nested calls is one
+    call (``aten::mm`` around ``resolve_conj``), and ``aten::linear`` is left out for the
+    ``addmm`` it wraps, which the re-run of a ``linear`` would run a second time."""
+    from daydream.analysis import trace_and_graph
+    from daydream.model import EventKind
+    from daydream.optimizations.base import WhatIfContext
+    from optimizations._layers import op_calls
+
+    tr, g = trace_and_graph(_tiny_trace(tmp_path))
+    ctx = WhatIfContext(graph=g, trace=tr, device=profile)
+    T = g.tasks
+    ops = np.flatnonzero(T["kind"] == EventKind.CPU_OP)
+    names = [json.loads(s)[0] for s in iteration_sequence(ctx, ops)]
+    assert names.count("aten::addmm") == 2 and names.count("aten::mm") == 3       # 2 forward, 3 backward
+    assert "aten::linear" not in names
+    first = ops[T["iteration"][ops] == T["iteration"][ops][T["iteration"][ops] >= 0].min()]
+    first = first[np.argsort(T["traced_start_ns"][first], kind="stable")]
+    calls = op_calls(ctx, first)
+    events = [int(T["event"][t]) for t in calls]
+    assert len(events) == len(set(events)) < len(first)        # once each, fewer than the slices

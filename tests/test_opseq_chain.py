@@ -88,3 +88,17 @@ def test_an_update_reads_its_parameters_gradient_by_name_not_the_latest_of_its_l
     assert out[4].tolist() == [[6.0, 6.0], [6.0, 6.0]]     # layer b's (the second's 6s)
     keyless = [r() for r in opseq.chain_calls(bound, fixed=[set()] * 3 + [{0}] * 2)]
     assert keyless[3].tolist() == keyless[4].tolist() == [[6.0, 6.0], [6.0, 6.0]]   # by layout: the latest
+
+
+def test_two_views_of_one_output_are_one_output():
+    """A ``view`` of the ``mm``'s output has its layout and its data: an add reading two arguments
+    of that layout reads the view and, for the other, the older output (5s), not the mm's again."""
+    full = lambda v: torch.full((2, 2), v)  # noqa: E731
+    bound = [(torch.ops.aten.add.Tensor, [full(2.0), full(3.0)], {}),
+             (MM, [torch.ones(2, 2), torch.ones(2, 2)], {}),
+             (torch.ops.aten.view.default, [torch.zeros(2, 2), [2, 2]], {}),
+             (torch.ops.aten.add.Tensor, [torch.zeros(2, 2), torch.zeros(2, 2)], {})]
+    runs = opseq.chain_calls(bound, fixed=[set(), {0, 1}, set(), set()])
+    out = [r() for r in runs]
+    assert out[2].tolist() == [[2.0, 2.0], [2.0, 2.0]]            # the view reads the mm's 2s
+    assert out[3].tolist() == [[7.0, 7.0], [7.0, 7.0]]            # 2s (the view) + 5s, not 2s + 2s
