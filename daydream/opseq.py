@@ -64,7 +64,7 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     :data:`SEQUENCE_MAX_BYTES` (then time each op alone).
 
     An element of ``sequence`` may be a ``(signature, keys, grads)`` triple
-    (:func:`optimizations._layers.iteration_sequence` with ``shared``): the
+    (:func:`optimizations._sequence.iteration_sequence` with ``shared``): the
     arguments ``keys`` names are one tensor per name on each side
     (:func:`shared_args`), as a layer's weight is for its forward and backward
     ops; chained, an argument keyed as a gradient reads the output that a
@@ -145,7 +145,7 @@ def _side_calls(pairs, chained: bool) -> list:
     return [(b[0], b[1], a, v) for b, a, v in zip(built, ours, theirs)]
 
 
-#: The key suffix of a parameter's gradient (:func:`optimizations._layers.optimizer_keys` names them).
+#: The key suffix of a parameter's gradient (:func:`optimizations._sequence.optimizer_keys` names them).
 GRAD_SUFFIX = ".grad"
 
 

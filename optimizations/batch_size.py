@@ -68,7 +68,8 @@ from daydream.model import EventKind, Phase
 
 from daydream.opbench import batch_time_ratios, scaled_signature
 
-from ._layers import iteration_sequence, meta, op_figures, rerun_ratios, spread_to_slices, work_mask
+from ._layers import meta, op_figures, rerun_ratios, spread_to_slices, work_mask
+from ._sequence import iteration_sequence
 from .base import NotApplicable, Optimization, OptionError, Param
 from daydream.primitives import set_duration
 

@@ -51,7 +51,7 @@ follows where the host puts the two vCPUs (the transformer's
 own, x0.70 and x1.27 chained, minutes apart).  The optimizer's in-place ops
 then update each parameter's state and last the parameter itself, which two
 threads have read, reading its gradient as a backward op of its layer wrote
-it (:func:`optimizations._layers.optimizer_keys`; the MLP's update ``add_``
+it (:func:`optimizations._sequence.optimizer_keys`; the MLP's update ``add_``
 re-ran x1.04 where it had read x0.69, real x2.81 with the cores 330 ns
 apart), and each signature's ratio weighs its occurrences by their time:
 with the cores 330 ns apart the first update of each weight took x5 at 2
@@ -78,7 +78,8 @@ from daydream.model import EventKind
 from daydream.opbench import thread_time_ratios
 from daydream.published import published
 
-from ._layers import iteration_sequence, op_figures, rerun_ratios, work_mask
+from ._layers import op_figures, rerun_ratios, work_mask
+from ._sequence import iteration_sequence
 from .base import NotApplicable, Optimization, OptionError, Param
 
 __all__ = ["Device", "OPTIMIZATION", "target_profile", "kernel_dtype", "Boundness", "placements_note"]

@@ -93,7 +93,8 @@ from daydream.sim import simulate
 from daydream.opbench import fused_time_ratios
 
 from ._common import cycle_ratio
-from ._layers import iteration_sequence, rerun_ratios, spread_to_slices
+from ._layers import rerun_ratios, spread_to_slices
+from ._sequence import iteration_sequence
 from .base import NotApplicable, Optimization, OptionError, Param
 
 __all__ = ["HFTA", "OPTIMIZATION", "TaskClass", "classify", "fused_durations", "MAX_MODELS", "MOVED_PER_INPUT_BYTE"]

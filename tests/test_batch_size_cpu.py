@@ -12,7 +12,7 @@ from daydream.collect import trace
 from daydream.opbench import batch_time_ratios, scaled_signature
 from daydream.whatif import predict
 from optimizations.batch_size import batch_values, rerun_tasks
-from optimizations._layers import iteration_sequence
+from optimizations._sequence import iteration_sequence
 
 
 def _mm(a, b, strides=None):
@@ -239,7 +239,7 @@ def test_the_rerun_sequence_has_each_call_once_and_no_wrapper(tmp_path, profile)
     from daydream.analysis import trace_and_graph
     from daydream.model import EventKind
     from daydream.optimizations.base import WhatIfContext
-    from optimizations._layers import op_calls
+    from optimizations._sequence import op_calls
 
     tr, g = trace_and_graph(_tiny_trace(tmp_path))
     ctx = WhatIfContext(graph=g, trace=tr, device=profile)
