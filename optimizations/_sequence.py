@@ -60,36 +60,48 @@ def op_calls(ctx, tasks, rerunnable=None) -> list:
         elif key not in seen:
             seen.add(key)
             calls.append((key, t))
-    ops = np.flatnonzero((T["event"] >= 0) & (T["kind"] == EventKind.CPU_OP))
-    own, flops = {}, {}                      # per op: its slices' time and FLOPs
-    for key, d, f in zip(zip(T["rank"][ops].tolist(), T["event"][ops].tolist()), T["dur_ns"][ops].tolist(),
-                         T["flops"][ops].tolist()):
-        own[key], flops[key] = own.get(key, 0) + d, flops.get(key, 0) + f
-
-    def span(key):
-        c = ranks[key[0]].cols
-        return int(c["start_ns"][key[1]]), int(c["start_ns"][key[1]] + c["dur_ns"][key[1]]), int(c["lane"][key[1]])
-
-    opened = sorted(((span(k), k, t) for k, t in calls if k is not None), key=lambda x: (x[0][0], -x[0][1]))
-    parent, stacks = {}, {}
-    for (start, end, lane), key, _ in opened:                 # an op before the ops nested in it
-        stack = stacks.setdefault((key[0], lane), [])
-        while stack and stack[-1][0] <= start:
-            stack.pop()
-        parent[key] = stack[-1][1] if stack else None
-        stack.append((end, key))
+    own, flops = _own_figures(T)
+    opened, parent = _nesting(ranks, [(k, t) for k, t in calls if k is not None])
     below = set()                                             # ops with FLOPs nested in them
     for key in (k for k in parent if flops.get(k)):
         while (key := parent[key]) is not None and key not in below:
             below.add(key)
     state = {}
-    for (start, end, _), key, t in opened:
+    for (start, end), key, t in opened:                       # an op before the ops nested in it
         up = state.get(parent[key])
         state[key] = ("inside" if up in ("works", "inside") else
                       "wraps" if rerunnable is not None and t not in rerunnable else
                       "works" if flops.get(key) else
                       "wraps" if key in below or 2 * own.get(key, 0) < end - start else "works")
     return [t for k, t in calls if k is None or state[k] == "works"]
+
+
+def _own_figures(T) -> tuple:
+    """Per CPU op ``(rank, event row)``: the time and the FLOPs of its slices, summed."""
+    ops = np.flatnonzero((T["event"] >= 0) & (T["kind"] == EventKind.CPU_OP))
+    own, flops = {}, {}
+    for key, d, f in zip(zip(T["rank"][ops].tolist(), T["event"][ops].tolist()), T["dur_ns"][ops].tolist(),
+                         T["flops"][ops].tolist()):
+        own[key], flops[key] = own.get(key, 0) + d, flops.get(key, 0) + f
+    return own, flops
+
+
+def _nesting(ranks, calls) -> tuple:
+    """``calls`` (``((rank, event row), task)``) as ``((start, end), key, task)`` in start order (an
+    op before the ops nested in it), and each one's innermost enclosing call (None: none)."""
+    opened, parent, stacks = [], {}, {}
+    for key, t in calls:
+        c = ranks[key[0]].cols
+        start = int(c["start_ns"][key[1]])
+        opened.append(((start, start + int(c["dur_ns"][key[1]])), key, t, int(c["lane"][key[1]])))
+    opened.sort(key=lambda x: (x[0][0], -x[0][1]))
+    for (start, end), key, _, lane in opened:
+        stack = stacks.setdefault((key[0], lane), [])
+        while stack and stack[-1][0] <= start:
+            stack.pop()
+        parent[key] = stack[-1][1] if stack else None
+        stack.append((end, key))
+    return [x[:3] for x in opened], parent
 
 
 def iteration_sequence(ctx, tasks, shared: bool = False) -> list:

@@ -248,7 +248,8 @@ def test_the_rerun_sequence_has_each_call_once_and_no_wrapper(tmp_path, profile)
     names = [json.loads(s)[0] for s in iteration_sequence(ctx, ops)]
     assert names.count("aten::addmm") == 2 and names.count("aten::mm") == 3       # 2 forward, 3 backward
     assert "aten::linear" not in names
-    first = ops[T["iteration"][ops] == T["iteration"][ops][T["iteration"][ops] >= 0].min()]
+    its = T["iteration"][ops]
+    first = ops[its == its[its >= 0].min()]
     first = first[np.argsort(T["traced_start_ns"][first], kind="stable")]
     calls = op_calls(ctx, first)
     events = [int(T["event"][t]) for t in calls]
