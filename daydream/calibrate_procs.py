@@ -97,6 +97,10 @@ P2P_STALL_FACTOR = 10
 #: Sizes up to which a send's host cost (posting it) is taken as fixed; above, the
 #: posting thread may write part of the data itself and its cost is in the transfer.
 P2P_POST_MAX_BYTES = 2 ** 18
+#: How far apart (s) the two ranks' posts are timed (:func:`_p2p_post_ns`): past the window in
+#: which posts to each other collide (``p2p_collision`` read no extra cost from 100 us apart on
+#: the Zen 1 host of session 45).
+P2P_POST_APART_S = 0.0005
 
 
 def _pinned_gloo_rank(rank: int, port: int):
@@ -270,16 +274,23 @@ def _p2p_post_ns(torch, dist, rank, t) -> tuple:
     """Rank 0: the median host time of posting a send (``isend`` until it returns) and, from
     rank 1, of posting a receive (``irecv``), in ns, over :data:`P2P_TRIES` tries after 3
     warm-up ones, each rank running torch ops (matmuls) for :data:`P2P_BUSY_S` before its post,
-    as a pipeline stage or a Hydra shard posts right after its compute.  Rank 1: ``(0, 0)``.
+    as a pipeline stage or a Hydra shard posts right after its compute.  The receive is posted
+    :data:`P2P_POST_APART_S` after the send in even tries and as long before it in odd ones:
+    posts the two ranks make to each other at one moment collide, which
+    ``p2p_collision`` measures apart (:func:`_p2p_collision_pts`).  Rank 1: ``(0, 0)``.
 
     (Until session 36 only the sender was busy, in a Python loop: 14-22 us a post, against
     34-128 us for the posts of torch's pipelining runtime and about 80 us for the Hydra
-    runtime's sends; after matmuls on both ranks 23-39 us in eleven calibrations.)"""
+    runtime's sends; after matmuls on both ranks 23-39 us in eleven calibrations.  Until session
+    45 the two posts started together: on the Zen 1 host of session 45 most such posts
+    collided, and the median read 1.0 and 4.7 ms in two calibrations; 16 KiB posts 0.5 ms
+    apart read 87-193 us, the posts of torch's pipelining runtime 100-184 us.)"""
     compute = _matmuls(torch)
     took = []
-    for _ in range(P2P_TRIES + 3):
+    for i in range(P2P_TRIES + 3):
+        later = (rank == 1) == (i % 2 == 0)
         dist.barrier()
-        compute(P2P_BUSY_S)
+        compute(P2P_BUSY_S + (P2P_POST_APART_S if later else 0.0))
         t0 = time.perf_counter_ns()
         work = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0)
         took.append(time.perf_counter_ns() - t0)

@@ -479,3 +479,39 @@ def test_profile_keeps_hold_points_and_refuses_negative_ones(tmp_path):
     open(path, "w").write(json.dumps(doc))
     with pytest.raises(DaydreamError, match="p2p_late_hold gloo: needs"):
         load_profile(path)
+
+
+def test_the_two_posts_are_timed_apart_one_way_then_the_other(monkeypatch):
+    """Posts two ranks make to each other at one moment collide (``p2p_collision``); ``p2p_post``
+    is the post alone: the receive goes in ``P2P_POST_APART_S`` after the send, then as long before."""
+    torch = pytest.importorskip("torch")
+    import daydream.calibrate_procs as cp
+
+    class Dist:
+        def barrier(self):
+            pass
+
+        def isend(self, t, peer):
+            return Work()
+
+        irecv = isend
+
+        def send(self, t, peer):
+            pass
+
+        def recv(self, t, peer):
+            t.fill_(1.0)
+
+    class Work:
+        def wait(self):
+            pass
+
+    computed = {}
+    for rank in (0, 1):
+        busy = computed[rank] = []
+        monkeypatch.setattr(cp, "_matmuls", lambda torch, busy=busy: busy.append)
+        cp._p2p_post_ns(torch, Dist(), rank, torch.zeros(4))
+    later = [r - s for s, r in zip(computed[0], computed[1])]     # receive's post after the send's (s)
+    assert len(later) == cp.P2P_TRIES + 3
+    assert later[::2] == pytest.approx([cp.P2P_POST_APART_S] * len(later[::2]))
+    assert later[1::2] == pytest.approx([-cp.P2P_POST_APART_S] * len(later[1::2]))
