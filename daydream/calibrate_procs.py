@@ -98,7 +98,7 @@ P2P_STALL_FACTOR = 10
 #: posting thread may write part of the data itself and its cost is in the transfer.
 P2P_POST_MAX_BYTES = 2 ** 18
 #: How far apart (s) the two ranks' posts are timed (:func:`_p2p_post_ns`): past the window in
-#: which posts to each other collide (``p2p_collision`` read no extra cost from 100 us apart on
+#: which posts to each other collide (``p2p_collision`` read no extra cost from 200 us apart on
 #: the Zen 1 host of session 45).
 P2P_POST_APART_S = 0.0005
 
