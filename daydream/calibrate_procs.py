@@ -17,7 +17,7 @@ import time
 
 from .errors import DaydreamError
 
-__all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "free_port", "first_result", "GLOO_SIZES",
+__all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "free_port", "first_result", "timed_post", "GLOO_SIZES",
            "MIN_SLOPE_NS_PER_BYTE", "UNRESOLVED_BYTES_PER_S", "handover_sitting", "handover_times_ns",
            "handover_latency_ns"]
 
@@ -270,6 +270,19 @@ def _p2p_one_way_ns(torch, dist, rank, t, preposted: bool = False) -> tuple:
     return 0.0, 0.0, 0.0
 
 
+def timed_post(dist, rank: int, t, compute, busy_s: float) -> int:
+    """One timed post: after a barrier and ``busy_s`` of ``compute``, rank 0 posts a send of ``t``
+    to rank 1 and rank 1 a receive of it from rank 0; the ns the post took (until it returned;
+    it is waited for after)."""
+    dist.barrier()
+    compute(busy_s)
+    t0 = time.perf_counter_ns()
+    work = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0)
+    took = time.perf_counter_ns() - t0
+    work.wait()
+    return took
+
+
 def _p2p_post_ns(torch, dist, rank, t) -> tuple:
     """Rank 0: the median host time of posting a send (``isend`` until it returns) and, from
     rank 1, of posting a receive (``irecv``), in ns, over :data:`P2P_TRIES` tries after 3
@@ -284,17 +297,13 @@ def _p2p_post_ns(torch, dist, rank, t) -> tuple:
     runtime's sends; after matmuls on both ranks 23-39 us in eleven calibrations.  Until session
     45 the two posts started together: on the Zen 1 host of session 45 most such posts
     collided, and the median read 1.0 and 4.7 ms in two calibrations; 16 KiB posts 0.5 ms
-    apart read 87-193 us, the posts of torch's pipelining runtime 100-184 us.)"""
+    apart read 87-193 us, the posts of torch's pipelining runtime 100-184 us.  Apart, one
+    calibration of that host still read 4.69 ms: its posts stall at times whether or not they
+    collide, and the median flips with the stalled share; docs/validation-log.md, "Session 45".)"""
     compute = _matmuls(torch)
-    took = []
-    for i in range(P2P_TRIES + 3):
-        later = (rank == 1) == (i % 2 == 0)
-        dist.barrier()
-        compute(P2P_BUSY_S + (P2P_POST_APART_S if later else 0.0))
-        t0 = time.perf_counter_ns()
-        work = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0)
-        took.append(time.perf_counter_ns() - t0)
-        work.wait()
+    took = [timed_post(dist, rank, t, compute,
+                       P2P_BUSY_S + (P2P_POST_APART_S if (rank == 1) == (i % 2 == 0) else 0.0))
+            for i in range(P2P_TRIES + 3)]
     mine = torch.tensor([statistics.median(took[3:])], dtype=torch.float64)
     if rank == 0:
         peer = torch.zeros_like(mine)
