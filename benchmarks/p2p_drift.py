@@ -1,8 +1,8 @@
 """How the point-to-point calibration drifts against real pipeline runs, round by round.
 
-Each round calibrates the point-to-point figures (``daydream.calibrate_procs.gloo_fit``, the
+Each round calibrates the point-to-point figures (``daydream.calibrate_procs.gloo_p2p``: the
 part of ``daydream calibrate`` that times gloo sends between two pinned processes, and one
-sitting of the pipeline hand-over exchange, ``handover_sitting``: ``p2p_handover``), then runs
+sitting of the pipeline hand-over exchange, ``handover_sitting``: ``p2p_post``, ``p2p_handover``), then runs
 the validation's 2-process GPipe job (``daydream.validation.pipeline.measure_pipeline``), then
 predicts that job from one 1-process trace of the MLP with the round's figures in the profile
 twice: hand-overs at the fitted latency (``p2p``, which carries the barrier-started sends that
@@ -51,7 +51,7 @@ def main(argv=None) -> None:
     p.add_argument("--trace", help="1-process trace of the MLP at the validation's sizes")
     args = p.parse_args(argv)
 
-    from daydream.calibrate_procs import GLOO_SIZES, gloo_fit, handover_latency_ns, handover_sitting
+    from daydream.calibrate_procs import GLOO_SIZES, gloo_p2p
     from daydream.cpuidle import polling_idle
     from daydream.device import load_profile
     from daydream.validate import ensure_profile, trace_workload
@@ -65,8 +65,7 @@ def main(argv=None) -> None:
         print("round  fitted us  stalled  clean us  post us  hand-over us    measured ms  fitted-latency ms  "
               "clean-send ms")
         for k in range(args.rounds):
-            fit = gloo_fit(GLOO_SIZES, "p2p")
-            fit["p2p_handover"] = handover_latency_ns(handover_sitting(), fit["p2p"][0])
+            fit = gloo_p2p(GLOO_SIZES)
             measured = measure_pipeline("gpipe", steps=20)
             prof = dataclasses.replace(base, **{name: {"gloo": v} for name, v in fit.items()})
             fitted = _predict(trace, prof, tmp)

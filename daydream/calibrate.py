@@ -17,7 +17,7 @@ import time
 from .calibrate_corun import CORUN_SITTINGS, PROCESS_SPREAD_PAIRS, corun_factor, corun_sitting, process_spread
 from .calibrate_cycle import CYCLE_ROUNDS, RESUME_TRIES, cycle_curve, cycle_times, resume_curve, resume_times
 from .calibrate_procs import (GLOO_SIZES, P2P_HANDOVER_STEPS, gloo_fit, gloo_p2p, gloo_wake_ns, handover_latency_ns,
-                              handover_sitting, p2p_handshake_ns)
+                              handover_sitting, p2p_handshake_ns, pipeline_post_ns)
 from .device import BMM_COPIES, Curve, DeviceProfile, measured_on
 from .errors import DaydreamError
 
@@ -444,7 +444,7 @@ class _Sittings:
     host falls on one at most: the co-run measurement's (``corun``: where two processes are
     measured), the raw times of ``cycle`` and ``resume`` (``cold``: on a CPU), which
     :meth:`cycle` and :meth:`resume` pool, and the pipeline hand-overs (``handover``: where a CPU's
-    point-to-point sends are measured), which :meth:`handover_ns` pools."""
+    point-to-point sends are measured), which :meth:`handover_ns` and :meth:`post_ns` pool."""
 
     def __init__(self, torch, say, corun: bool, cold: bool, quick: bool, handover: bool = False):
         self.torch, self.say, self.corun, self.cold, self.quick = torch, say, corun, cold, quick
@@ -465,7 +465,8 @@ class _Sittings:
             self.cycles.append(cycle_times(self.torch, 3 if self.quick else -(-CYCLE_ROUNDS // n)))
             if self.handover:
                 self.say("pipeline hand-overs (gloo, 2 processes)" + at)
-                self.handovers += handover_sitting(QUICK_HANDOVER_STEPS if self.quick else -(-P2P_HANDOVER_STEPS // n))
+                steps = QUICK_HANDOVER_STEPS if self.quick else -(-P2P_HANDOVER_STEPS // n)
+                self.handovers.append(handover_sitting(steps))
         if self.corun and not last and len(self.taken) < CORUN_SITTINGS - 1:
             self.say("compute beside a second busy process" + self.label())
             self.taken.append(corun_sitting(self.torch))
@@ -478,7 +479,14 @@ class _Sittings:
 
     def handover_ns(self, bandwidth: float) -> dict:
         """``p2p_handover`` of the pooled hand-overs (empty where none were measured)."""
-        return {"gloo": handover_latency_ns(self.handovers, bandwidth)} if self.handover else {}
+        pooled = [x for s in self.handovers for x in s.handovers_ns]
+        return {"gloo": handover_latency_ns(pooled, bandwidth)} if self.handover else {}
+
+    def post_ns(self) -> dict:
+        """``p2p_post`` of the pooled hand-over sittings' posts (:func:`pipeline_post_ns`; empty
+        where none were timed)."""
+        post = pipeline_post_ns(self.handovers)
+        return {"gloo": post} if post else {}
 
 
 def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
@@ -543,6 +551,7 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
         say("point-to-point send (gloo, 2 processes)")
         p2p = {k: {"gloo": v} for k, v in gloo_fit(sizes["allreduce"], "p2p").items()}
         p2p["p2p_handover"] = sittings.handover_ns(p2p["p2p"]["gloo"][0])
+        p2p["p2p_post"] = sittings.post_ns()
     if dev.type == "cuda":
         name = torch.cuda.get_device_name(dev)
     else:

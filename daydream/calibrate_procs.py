@@ -3,7 +3,7 @@
 gloo between two local processes, each pinned to a core of its own where
 there are two (as ``--pin-cores`` runs are): all-reduce bandwidth and
 latency; one send's transfer, the host cost of posting a send and a
-receive, a late receive's handshake, the extra cost of posts that
+receive and the hand-overs of a pipeline exchange, a late receive's handshake, the extra cost of posts that
 collide and the data's delay then, and what data landing on a busy core
 costs it.  Processes sharing a CPU host without talking (co-run, process
 spread) are measured in :mod:`daydream.calibrate_corun`.
@@ -14,12 +14,13 @@ import os
 import socket
 import statistics
 import time
+from dataclasses import dataclass
 
 from .errors import DaydreamError
 
 __all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "free_port", "first_result", "timed_post", "GLOO_SIZES",
            "MIN_SLOPE_NS_PER_BYTE", "UNRESOLVED_BYTES_PER_S", "handover_sitting", "handover_times_ns",
-           "handover_latency_ns"]
+           "handover_latency_ns", "HandoverSitting", "pipeline_post_ns"]
 
 #: Message sizes (bytes) of the all-reduce and point-to-point measurements.
 GLOO_SIZES = [2 ** 10, 2 ** 16, 2 ** 20, 2 ** 23]
@@ -287,7 +288,9 @@ def _p2p_post_ns(torch, dist, rank, t) -> tuple:
     """Rank 0: the median host time of posting a send (``isend`` until it returns) and, from
     rank 1, of posting a receive (``irecv``), in ns, over :data:`P2P_TRIES` tries after 3
     warm-up ones, each rank running torch ops (matmuls) for :data:`P2P_BUSY_S` before its post,
-    as a pipeline stage or a Hydra shard posts right after its compute.  The receive is posted
+    as a pipeline stage or a Hydra shard posts right after its compute: the posts of the late
+    receive's handshake (:func:`p2p_handshake_ns`), whose other times are barrier-started too
+    (``p2p_post`` itself is timed within a pipeline exchange: :func:`pipeline_post_ns`).  The receive is posted
     :data:`P2P_POST_APART_S` after the send in even tries and as long before it in odd ones:
     posts the two ranks make to each other at one moment collide, which
     ``p2p_collision`` measures apart (:func:`_p2p_collision_pts`).  Rank 1: ``(0, 0)``.
@@ -299,7 +302,8 @@ def _p2p_post_ns(torch, dist, rank, t) -> tuple:
     collided, and the median read 1.0 and 4.7 ms in two calibrations; 16 KiB posts 0.5 ms
     apart read 87-193 us, the posts of torch's pipelining runtime 100-184 us.  Apart, one
     calibration of that host still read 4.69 ms: its posts stall at times whether or not they
-    collide, and the median flips with the stalled share; docs/validation-log.md, "Session 45".)"""
+    collide, and the median flips with the stalled share; docs/validation-log.md, "Session 45".
+    Session 46 found spells of the host in which nearly all such posts take 2.5-5.2 ms.)"""
     compute = _matmuls(torch)
     took = [timed_post(dist, rank, t, compute,
                        P2P_BUSY_S + (P2P_POST_APART_S if (rank == 1) == (i % 2 == 0) else 0.0))
@@ -324,18 +328,51 @@ P2P_HANDOVER_MB, P2P_HANDOVER_STEPS, P2P_HANDOVER_FWD_S, P2P_HANDOVER_BWD_S = 4,
 P2P_HANDOVER_BYTES = 2 ** 16
 
 
+@dataclass(frozen=True)
+class HandoverSitting:
+    """What one sitting of the GPipe-like exchange of :func:`_p2p_handover_times` measured, in ns:
+    its hand-overs (:func:`handover_times_ns`) and the host time of each send's and each receive's
+    post (both ranks'), every one posted right after the compute before it, as torch's pipelining
+    runtime posts them."""
+
+    handovers_ns: tuple = ()
+    send_posts_ns: tuple = ()
+    recv_posts_ns: tuple = ()
+
+
 def _handover_worker(rank, port, steps, q):
     torch, dist = _pinned_gloo_rank(rank, port)
-    times = _p2p_handover_times(torch, dist, rank, steps)
+    got = _p2p_handover_times(torch, dist, rank, steps)
     if rank == 0:
-        q.put(times)
+        q.put(got)
     dist.destroy_process_group()
 
 
-def handover_sitting(steps: int = P2P_HANDOVER_STEPS) -> list:
-    """The hand-overs (ns) of ``steps`` steps of the GPipe-like exchange of
+def handover_sitting(steps: int = P2P_HANDOVER_STEPS) -> HandoverSitting:
+    """The :class:`HandoverSitting` of ``steps`` steps of the GPipe-like exchange of
     :func:`_p2p_handover_times` between two fresh pinned gloo processes."""
     return first_result(_handover_worker, 2, (steps,))
+
+
+def pipeline_post_ns(sittings) -> tuple:
+    """The ``p2p_post`` figure, ``(send ns, receive ns)``: the medians of the posts of the
+    :class:`HandoverSitting` s ``sittings`` pooled; ``()`` where none was timed.
+
+    The posts are timed within the exchange rather than one at a time after a barrier
+    (:func:`_p2p_post_ns`): on the Zen 1 host of session 46 the host had spells of some 10-20 s
+    in which nearly every barrier-started post took 2.5-5.2 ms while the exchange's posts kept
+    medians of 135-200 us (the share over 1 ms rising from 2 % to 15 %), as the posts of torch's
+    pipelining runtime did (160-206 us a 3 s stretch over 70 s); two calibrations of
+    session 45 had read 4.69-4.73 ms (docs/validation-log.md, "Session 46").
+
+    >>> pipeline_post_ns([HandoverSitting((5,), (100, 300), (50,)), HandoverSitting((), (200,), (70, 90))])
+    (200, 70)
+    >>> pipeline_post_ns([HandoverSitting()])
+    ()
+    """
+    sends = [x for s in sittings for x in s.send_posts_ns]
+    recvs = [x for s in sittings for x in s.recv_posts_ns]
+    return (statistics.median(sends), statistics.median(recvs)) if sends and recvs else ()
 
 
 def handover_latency_ns(times, bandwidth: float) -> float:
@@ -348,8 +385,8 @@ def handover_latency_ns(times, bandwidth: float) -> float:
     return max(statistics.fmean(times) - P2P_HANDOVER_BYTES / bandwidth * 1e9, 0.0) if times else 0.0
 
 
-def _p2p_handover_times(torch, dist, rank, steps: int = P2P_HANDOVER_STEPS) -> list:
-    """Rank 0: the hand-overs of a pipeline's sends, in ns; rank 1: ``[]``.
+def _p2p_handover_times(torch, dist, rank, steps: int = P2P_HANDOVER_STEPS) -> HandoverSitting | None:
+    """Rank 0: the :class:`HandoverSitting` of a pipeline's sends; rank 1: ``None``.
 
     The two ranks run ``steps`` steps of a 2-stage GPipe
     schedule with matmuls for compute, as torch's pipelining runtime runs
@@ -369,7 +406,7 @@ def _p2p_handover_times(torch, dist, rank, steps: int = P2P_HANDOVER_STEPS) -> l
     us over the calibrations of sessions 35-37 (docs/validation-log.md, "Session 37").
     """
     compute = _matmuls(torch)
-    peer, log = 1 - rank, []            # rows: (is a wait, tag, start ns, end ns)
+    peer, log = 1 - rank, []            # rows: (kind: a send's post 0, a wait 1, a receive's post 2, tag, start, end ns)
     bufs = [torch.zeros(P2P_HANDOVER_BYTES // 4) for _ in range(P2P_HANDOVER_MB)]
 
     def send(m, tag):
@@ -379,10 +416,11 @@ def _p2p_handover_times(torch, dist, rank, steps: int = P2P_HANDOVER_STEPS) -> l
         return work
 
     def recv(m, tag):
-        work = dist.irecv(bufs[m], peer, tag=tag)
         t0 = time.perf_counter_ns()
+        work = dist.irecv(bufs[m], peer, tag=tag)
+        t1 = time.perf_counter_ns()
         work.wait()
-        log.append((1, tag, t0, time.perf_counter_ns()))
+        log.extend([(2, tag, t0, t1), (1, tag, t1, time.perf_counter_ns())])
 
     for step in range(steps + 2):
         dist.barrier()
@@ -409,33 +447,36 @@ def _p2p_handover_times(torch, dist, rank, steps: int = P2P_HANDOVER_STEPS) -> l
     return _handover_times(torch, dist, rank, log)
 
 
-def _handover_times(torch, dist, rank, log) -> list:
-    """Rank 0: :func:`handover_times_ns` of both ranks' ``log`` rows (rank 1's sent over); rank 1: ``[]``."""
+def _handover_times(torch, dist, rank, log) -> HandoverSitting | None:
+    """Rank 0: the :class:`HandoverSitting` of both ranks' ``log`` rows (rank 1's sent over); rank 1: ``None``."""
     mine = torch.tensor(log, dtype=torch.int64).reshape(-1, 4)
     if rank == 1:
         dist.send(torch.tensor([mine.shape[0]]), 0)
         dist.send(mine, 0)
-        return []
+        return None
     n = torch.zeros(1, dtype=torch.int64)
     dist.recv(n, 1)
     theirs = torch.zeros((int(n), 4), dtype=torch.int64)
     dist.recv(theirs, 1)
-    return handover_times_ns([tuple(r) for r in mine.tolist()], [tuple(r) for r in theirs.tolist()])
+    rows = [[tuple(r) for r in mine.tolist()], [tuple(r) for r in theirs.tolist()]]
+    posts = [tuple(end - start for r in rows for kind, _, start, end in r if kind == k) for k in (0, 2)]
+    return HandoverSitting(tuple(handover_times_ns(*rows)), *posts)
 
 
 def handover_times_ns(rows0, rows1) -> list:
     """Per receive that began waiting before its send's post returned, the time from that return
-    to the end of the wait, in ns; rows ``(is a wait, tag, start ns, end ns)`` of ranks 0 and 1,
-    a send and its receive sharing a tag.
+    to the end of the wait, in ns; rows ``(kind, tag, start ns, end ns)`` of ranks 0 and 1
+    (kind 0: a send's post, 1: a receive's wait, 2: a receive's post, not used here), a send and
+    its receive sharing a tag.
 
     >>> handover_times_ns([(0, 7, 100, 150), (1, 8, 100, 900)], [(1, 7, 120, 400), (0, 8, 300, 700)])
     [200, 250]
     >>> handover_times_ns([(0, 7, 100, 150)], [(1, 7, 200, 400)])     # the receiver came late
     []
     """
-    posted = {(r, tag): end for r, rows in enumerate((rows0, rows1)) for kind, tag, _, end in rows if not kind}
+    posted = {(r, tag): end for r, rows in enumerate((rows0, rows1)) for kind, tag, _, end in rows if kind == 0}
     return [end - posted[(1 - r, tag)] for r, rows in enumerate((rows0, rows1)) for kind, tag, start, end in rows
-            if kind and (1 - r, tag) in posted and start <= posted[(1 - r, tag)]]
+            if kind == 1 and (1 - r, tag) in posted and start <= posted[(1 - r, tag)]]
 
 
 #: A late receive: posted this long after its send, so that the send waits for it.
@@ -735,14 +776,15 @@ def p2p_handshake_ns(one_way_ns: float, send_post_ns: float, recv_post_ns: float
 
 
 def gloo_p2p(sizes=None) -> dict:
-    """The point-to-point figures of a CPU profile (``gloo_fit(sizes, "p2p")``, and ``p2p_handover``
-    from one :func:`handover_sitting`) measured alone (idle CPUs polling), to complete an older
-    profile."""
+    """The point-to-point figures of a CPU profile (``gloo_fit(sizes, "p2p")``, and ``p2p_post`` and
+    ``p2p_handover`` from one :func:`handover_sitting`) measured alone (idle CPUs polling), to
+    complete an older profile."""
     from .cpuidle import polling_idle
 
     with polling_idle():
-        got = gloo_fit(sizes or GLOO_SIZES, "p2p")
-        return {**got, "p2p_handover": handover_latency_ns(handover_sitting(), got["p2p"][0])}
+        got, sitting = gloo_fit(sizes or GLOO_SIZES, "p2p"), handover_sitting()
+    return {**got, "p2p_post": pipeline_post_ns([sitting]),
+            "p2p_handover": handover_latency_ns(sitting.handovers_ns, got["p2p"][0])}
 
 
 def gloo_fit(sizes, kind: str = "allreduce"):
@@ -751,13 +793,13 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     its core), fitted to ``t = a + bytes/bw``:
     the ring model for 2 workers (``a = 2 latency``) for ``"allreduce"``; one send
     (``a = latency``) for ``"p2p"``, which
-    also returns the host cost of posting a send and a receive, the handshake of a late
-    receive (:func:`p2p_handshake_ns`; medians over the sizes up to :data:`P2P_POST_MAX_BYTES`),
+    also returns the handshake of a late receive (:func:`p2p_handshake_ns`, with the sitting's own
+    barrier-started posts; medians over the sizes up to :data:`P2P_POST_MAX_BYTES`),
     the extra cost of posts that collide (:func:`_p2p_collision_pts`), the data's extra delay
     then (:func:`_p2p_hold_pts`) and the share of a late receive's wait for a busy sender
     (:func:`_p2p_late_hold_pts`) and the cost of data landing on a busy receiver
     (:func:`_p2p_land_pts`), as a dict of :class:`~daydream.device.DeviceProfile` field
-    name to figure: ``{"p2p": (bytes/s, latency ns), "p2p_post": (send ns, receive ns),
+    name to figure: ``{"p2p": (bytes/s, latency ns),
     "p2p_handshake": ns, "p2p_sends": (median send ns, stalled share), "p2p_preposted": ns (a send of the
     smallest size to a receive posted before the barrier that starts it: :func:`_p2p_one_way_ns`),
     "p2p_collision": ((gap ns,
@@ -767,11 +809,10 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     if kind == "p2p":
         pts, preposted, collision, hold, late, land = pts
         small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]
-        post = tuple(statistics.median(p[k] for p in small) for k in (2, 3))
         handshake = statistics.median(p2p_handshake_ns(p[1], p[2], p[3], p[4]) for p in small)
         sends = (statistics.median(p[5] for p in small), statistics.fmean(p[6] for p in small))
         fit = _fit_relative([p[:2] for p in pts])
-        return {"p2p": fit, "p2p_post": post, "p2p_handshake": handshake,
+        return {"p2p": fit, "p2p_handshake": handshake,
                 "p2p_sends": sends, "p2p_preposted": preposted,
                 "p2p_collision": collision, "p2p_hold": hold, "p2p_late_hold": late, "p2p_land": land}
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]

@@ -104,6 +104,25 @@ def test_handovers_count_receivers_already_waiting_from_the_post_s_return():
     assert handover_latency_ns([], 1e9) == 0.0
 
 
+def test_a_pipeline_sitting_keeps_both_ranks_posts_and_the_receive_posts_are_no_waits():
+    """``p2p_post`` comes from the posts of the hand-over exchange (kind 0 a send's, 2 a
+    receive's), both ranks' pooled; a receive's post row is not a wait."""
+    torch = pytest.importorskip("torch")
+    from daydream.calibrate_procs import HandoverSitting, _handover_times, pipeline_post_ns
+
+    rows0 = [(0, 1, 0, 100), (2, 3, 900, 940), (1, 3, 940, 2500)]          # rank 0: a send, a receive
+    rows1 = [(2, 1, 20, 50), (1, 1, 50, 400), (0, 3, 1100, 1500)]          # rank 1: a receive, a send
+    theirs = [torch.tensor([len(rows1)]), torch.tensor(rows1, dtype=torch.int64)]
+
+    class Dist:
+        def recv(self, t, peer):
+            t.copy_(theirs.pop(0))
+
+    got = _handover_times(torch, Dist(), 0, rows0)
+    assert got == HandoverSitting((1000, 300), (100, 400), (40, 30))
+    assert pipeline_post_ns([got]) == (250.0, 35.0)
+
+
 def test_calibrate_says_what_share_of_sends_stalled():
     from daydream.cli_whatif import _sends_text
 

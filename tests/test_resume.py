@@ -69,6 +69,7 @@ def test_calibration_measures_factors_by_gap():
 def test_calibration_pools_the_cold_state_figures_over_sittings_spread_over_its_run(monkeypatch):
     import daydream.calibrate as cal
     from daydream.calibrate_cycle import CYCLE_COPIES, RESUME_GAPS_MS
+    from daydream.calibrate_procs import HandoverSitting
 
     # three sittings: the second falls in a spell that doubles every resumed and cycled time
     slow = iter([1.0, 2.0, 1.0])
@@ -88,7 +89,8 @@ def test_calibration_pools_the_cold_state_figures_over_sittings_spread_over_its_
 
     def handover_sitting(steps):     # the spell's sitting catches three stalls of its six hand-overs
         handover_calls.append(steps)
-        return [2000.0] * 3 + [20.0] * 3 if len(handover_calls) == 2 else [20.0] * 6
+        times = [2000.0] * 3 + [20.0] * 3 if len(handover_calls) == 2 else [20.0] * 6
+        return HandoverSitting(tuple(times), (100.0 * len(handover_calls),), (50.0,))
 
     monkeypatch.setattr(cal, "cycle_times", cycle_times)
     monkeypatch.setattr(cal, "resume_times", resume_times)
@@ -103,5 +105,6 @@ def test_calibration_pools_the_cold_state_figures_over_sittings_spread_over_its_
     assert [f for _, f in sittings.cycle()] == [1.0, 1.1, 1.1, 1.1]
     assert [f for _, f in sittings.resume()] == [1.0, 1.0, 1.0, 2.0, 2.0]
     assert sittings.handover_ns(float("inf")) == {"gloo": (3 * 2000.0 + 15 * 20.0) / 18}
+    assert sittings.post_ns() == {"gloo": (200.0, 50.0)}       # the medians of the pooled posts
     assert said[:2] == ["work resumed after an idle gap (sitting 1 of 3)",
                         "training steps of several model copies in turn (sitting 1 of 3)"]
