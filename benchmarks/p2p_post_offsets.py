@@ -4,8 +4,10 @@ Two pinned processes (as ``daydream calibrate`` runs them), each running matmuls
 ``P2P_BUSY_S`` before its post; rank 1 posts its receive ``offset`` ms after rank 0 posts its
 send (negative: before).  Prints per offset the median and mean time of ``isend`` and of ``irecv``
 until they return.  At offset 0 the posts collide: on the Zen 1 host of session 45 the means read
-264-1092 us against 93-193 us with the posts 0.5 ms apart, which is why ``p2p_post`` is timed
-apart (``daydream.calibrate_procs._p2p_post_ns``; apart, one calibration there still read 4.69 ms).
+264-1092 us against 93-193 us with the posts 0.5 ms apart (``daydream.calibrate_procs._p2p_post_ns``
+times them apart for the handshake; in spells of that host nearly all of these barrier-started
+posts took 2.5-5.2 ms, so ``p2p_post`` itself has been timed within a pipeline exchange since
+session 46: ``pipeline_post_ns``).
 
 Usage::
 
