@@ -195,7 +195,7 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     from pathlib import Path
 
     from .calibrate import calibrate
-    from .cpuidle import PM_QOS_PATH, polling_idle
+    from .cpuidle import no_polling_note, polling_idle
     from .device import save_profile
     from .optimizations import OptionError
     from .validate import CASES, RUNNERS, THREADS, write_results
@@ -213,8 +213,7 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     progress = lambda m: click.echo(m, err=True)  # noqa: E731
     with polling_idle() as held:
         if not held:
-            progress(f"note: could not hold {PM_QOS_PATH} at 0 (needs root on Linux): idle CPUs halt, and "
-                     "multi-process runs wake late on a virtual machine")
+            progress(no_polling_note())
         if fresh_name:
             progress(f"calibrating this machine at {THREADS} thread(s) for this run (about 30 s) ...")
             prof = calibrate("cpu", threads=THREADS, progress=lambda m: progress(f"calibrating: {m}"))
