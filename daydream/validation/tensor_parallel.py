@@ -9,6 +9,12 @@ get a core each on a 2-core machine; both are measured the same way (mean of
 the ProfilerStep iterations after the first, rank 0), in ``repeat`` rounds of
 a baseline run and then a split run; the row is the mean over the rounds.
 torch's TP API overhead, part of the prediction, is re-measured at the start.
+The ranks' co-run rate is the trace's own ops re-run beside a twin when
+predicting (``corun=trace``, as the pipeline, Tessel and Hydra rows; since
+session 46): the profile's matmul probe (``corun=profile``, the what-if's
+default) is a snapshot of the calibration, which read 0.46 and 0.50 in two
+runs whose real TP rounds were not slowed (predictions +65 and +80 %;
+docs/validation-log.md, sessions 38 and 46).
 """
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
     split run measured in the same round (:func:`daydream.validate.rounds_row`)."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
-    spec = f"tensor-parallel:degree={DEGREE},backend=gloo,heads={HEADS}"
+    spec = f"tensor-parallel:degree={DEGREE},backend=gloo,heads={HEADS},corun=trace"
     _fresh_api_overhead()
     configs = [(WORKLOAD, tdir / "tp.base.json.gz", ARGS, 1), (WORKLOAD, tdir / f"tp.t{DEGREE}.json.gz", ARGS, DEGREE)]
     progress(f"tensor-parallel: tracing the unsplit transformer (1 process) and the split one "
