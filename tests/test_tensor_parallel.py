@@ -304,3 +304,20 @@ def test_pair_split_by_hand_matches_the_whole_pair():
         assert torch.allclose(x.grad, y.grad)
     finally:
         dist.destroy_process_group()
+
+
+def test_the_validation_row_takes_the_co_run_rate_of_the_trace_s_own_ops(tmp_path, monkeypatch):
+    """The TP row predicts at ``corun=trace`` (measured when predicting), not the profile's co-run
+    snapshot, which read 0.46 and 0.50 in calibrations whose real rounds were not slowed."""
+    import types
+
+    import daydream.validation.tensor_parallel as vtp
+
+    specs = []
+    monkeypatch.setattr(vtp, "_fresh_api_overhead", lambda: None)
+    monkeypatch.setattr(vtp, "paired_rounds", lambda repeat, configs, iterations: [])
+    row = types.SimpleNamespace(predicted_ms=1.0, measured_ms=1.0, error_pct=0.0)
+    monkeypatch.setattr(vtp, "rounds_row", lambda label, opt, rounds, spec, profile: (specs.append(spec) or (row, None)))
+    monkeypatch.setattr(vtp, "rounds_label", lambda repeat, configs: "x1")
+    vtp.validate_rows(tmp_path, "profile.json", progress=lambda m: None)
+    assert len(specs) == 1 and "corun=trace" in specs[0].split(",")
