@@ -24,7 +24,7 @@ from .errors import DaydreamError
 from .heapmode import STEADY_MALLOC
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ class ValidationRow:
     #: order taken (:mod:`daydream.corelink`); empty where not probed
     core_to_core_ns: tuple = ()
     #: the prediction from each round's baseline that ``predicted_ms`` summarises (its mean, or
-    #: for pipeline and tessel its median); empty where not recorded
+    #: for pipeline, tessel and hydra its median); empty where not recorded
     predicted_rounds_ms: tuple = ()
 
     @property
@@ -454,6 +454,26 @@ def bracket_predictions(rounds, spec: str, profile_path, done: dict | None = Non
         out.append((statistics.fmean(r.baseline_ms for r in reps), statistics.fmean(r.predicted_ms for r in reps),
                     reps[0]))
     return out
+
+
+def median_row(workload: str, label: str | None, rounds, spec: str, measured_ms, profile_path,
+               done: dict | None = None) -> ValidationRow:
+    """The row of ``spec``: medians of its per-round predictions (each the mean over the round's
+    baseline traces in ``rounds``, :func:`bracket_predictions`, with the predictions ``done``
+    already) and of the measured rounds ``measured_ms``, each side's rounds listed in the row;
+    ``label`` ``None``: the what-if as its report describes it.
+
+    Medians, not means: on this project's Zen 1 VM a 2-process run's time moves by up to 40 %
+    from one run to the next (Hydra shard-parallel with 2 models: rounds of 26.9 / 28.5 / 37.8
+    ms in session 46's run b; in three runs of ``benchmarks/hydra_timeline.py`` in a row both
+    processes' backward passes took 20-25 % longer in two than in the first, their forward
+    passes the same), and a mean carries one such round into the row.
+    """
+    got = bracket_predictions(rounds, spec, profile_path, done)
+    return ValidationRow(workload, got[0][2].optimizations[0] if label is None else label,
+                         statistics.median(b for b, _, _ in got), statistics.median(p for _, p, _ in got),
+                         statistics.median(measured_ms), measured_rounds_ms=tuple(measured_ms),
+                         predicted_rounds_ms=tuple(p for _, p, _ in got))
 
 
 def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_path=None, progress=print,

@@ -378,9 +378,10 @@ def test_real_run_logs_every_task_and_arrival(tmp_path):
                 assert all(arrived[r["model"]] <= r["start_ns"] for r in tasks if r["what"] == task)
 
 
-def test_validation_rows_are_means_over_rounds_bracketed_by_traces_with_the_first_split(tmp_path, monkeypatch):
+def test_validation_rows_are_medians_over_rounds_bracketed_by_traces_with_the_first_split(tmp_path, monkeypatch):
     """Traces before, between and after the rounds; a round's prediction is the mean of the
-    predictions from the traces around it; a row the mean over the rounds."""
+    predictions from the traces around it; a row the median over the rounds (a slow round
+    does not move it)."""
     from types import SimpleNamespace
 
     import daydream.validate as validate
@@ -392,7 +393,8 @@ def test_validation_rows_are_means_over_rounds_bracketed_by_traces_with_the_firs
     def run_real(k, shard0):
         real_calls.append((k, shard0))
         r = len(real_calls)                                   # 1, 2, ... : one per (round, K)
-        return {"model-parallel": 10.0 * k + r, "shard-parallel": 6.0 * k + r}
+        slow = 50.0 if r >= 5 else 0.0                        # the last round's runs are slow
+        return {"model-parallel": 10.0 * k + r + slow, "shard-parallel": 6.0 * k + r + slow}
 
     def predict(path, spec, profile_path):
         specs.append(spec[0])
@@ -400,7 +402,7 @@ def test_validation_rows_are_means_over_rounds_bracketed_by_traces_with_the_firs
         if "models=1," in spec[0]:                            # the split: 3 layers, then 6
             return SimpleNamespace(metrics={"shard0_layers": 3 + r, "shard1_layers": 6 - r}), None
         k = int(spec[0].split("models=")[1].split(",")[0])
-        base = 8.0 + 2 * r
+        base = 8.0 + 2 * r + (20.0 if r == 3 else 0.0)       # the last trace too
         return SimpleNamespace(optimizations=[spec[0]], baseline_ms=base, predicted_ms=base * k), None
 
     monkeypatch.setattr(vh, "run_real", run_real)
@@ -413,12 +415,12 @@ def test_validation_rows_are_means_over_rounds_bracketed_by_traces_with_the_firs
     # each trace predicted once per spec, though the middle ones serve two rounds
     assert len([sp for sp in specs if "models=2," in sp and "model-parallel" in sp]) == 4
     by = {(r.workload, r.optimization.split("schedule=")[1].split(",")[0]): r for r in rows}
-    # K = 2 ran in calls 1, 3, 5 and K = 4 in calls 2, 4, 6; traces 8, 10, 12, 14: rounds 9, 11, 13
+    # K = 2 ran in calls 1, 3, 5 and K = 4 in calls 2, 4, 6; traces 8, 10, 12, 34: rounds 9, 11, 23
     assert by[("mlp x2 on 2 procs", "model-parallel")].measured_ms == 20 + 3
-    assert by[("mlp x2 on 2 procs", "model-parallel")].measured_rounds_ms == (21, 23, 25)
+    assert by[("mlp x2 on 2 procs", "model-parallel")].measured_rounds_ms == (21, 23, 75)
     assert by[("mlp x4 on 2 procs", "shard-parallel")].measured_ms == 24 + 4
     assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_ms == 4 * 11
-    assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_rounds_ms == (36, 44, 52)
+    assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_rounds_ms == (36, 44, 92)
     assert by[("mlp x2 on 2 procs", "model-parallel")].baseline_ms == 11
 
 

@@ -133,8 +133,6 @@ def test_bracket_predictions_take_the_predictions_made_already(monkeypatch):
 def test_a_pipeline_row_is_the_median_of_each_round_s_bracketed_prediction(monkeypatch):
     """Each round predicts from the traces before and after it (their mean; a shared trace
     predicted once); the row holds the medians of both sides and every round."""
-    from daydream.validation import pipeline
-
     got = {"t0": (20.0, 24.0), "t1": (22.0, 28.0), "t2": (18.0, 26.0), "t3": (20.0, 36.0)}  # baseline, predicted
     asked = []
 
@@ -145,7 +143,7 @@ def test_a_pipeline_row_is_the_median_of_each_round_s_bracketed_prediction(monke
 
     monkeypatch.setattr(validate, "predict", predict)
     rounds = validate.bracketed(["t0", "t1", "t2", "t3"])
-    row = pipeline.median_row("label", rounds, "pipeline:stages=2", [25.0, 28.0, 27.0], "p.json")
+    row = validate.median_row("mlp", "label", rounds, "pipeline:stages=2", [25.0, 28.0, 27.0], "p.json")
     assert sorted(asked) == ["t0", "t1", "t2", "t3"]
     assert row.predicted_rounds_ms == (26.0, 27.0, 31.0) and row.measured_rounds_ms == (25.0, 28.0, 27.0)
     assert (row.optimization, row.baseline_ms, row.predicted_ms, row.measured_ms) == ("label", 20.0, 27.0, 27.0)

@@ -9,10 +9,11 @@ makespan of one training step of all K models, one model at a time
 rounds).  Baseline traces and real runs alternate, ``repeat`` rounds, all
 with the split chosen from the first trace, each round's runs between a
 trace before and one after them (:func:`daydream.validate.bracketed`); a row
-is the mean over the rounds of the prediction from each round's two traces
-(their mean, with that split, ``layers=``) and of the real makespan
-measured in that round, as the other validations' rows
-(:func:`daydream.validate.rounds_row`).  Each trace is predicted right after it
+holds the medians over the rounds of the prediction from each round's two
+traces (their mean, with that split, ``layers=``) and of the real makespan
+measured in that round, as the pipeline rows (:func:`daydream.validate.median_row`;
+until session 47 the means: one slow real round in three cost shard-parallel
+K = 2 its row in two runs of session 46).  Each trace is predicted right after it
 is taken, the co-run rate of the two processes measured then
 (:func:`daydream.validate.predict_now`; until session 38, once after the last
 run).  (Until session 37 each round traced
@@ -26,7 +27,6 @@ Run with ``daydream validate --workload "" --opt hydra -o DIR --no-public``.
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -34,8 +34,7 @@ from pathlib import Path
 
 from ..corelink import probed
 from ..errors import DaydreamError
-from ..validate import (WORKLOAD_ARGS, ValidationRow, bracket_predictions, bracketed, predict_now, run_env,
-                        trace_workload)
+from ..validate import WORKLOAD_ARGS, bracketed, median_row, predict_now, run_env, trace_workload
 from ..whatif import predict
 
 __all__ = ["MODELS", "DEVICES", "SCHEDULES", "validate_rows", "run_real"]
@@ -68,7 +67,7 @@ def run_real(models: int, shard0_layers: int, rounds: int = 6) -> dict:
 def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
                   iterations: int = ITERATIONS) -> list:
     """Trace one MLP and run each K for real, ``repeat`` rounds, each round's runs between a
-    baseline trace before and one after them; two rows per K, each the means over the rounds
+    baseline trace before and one after them; two rows per K, each the medians over the rounds
     of the prediction from that round's two traces (their mean) and of the real makespan (the
     split chosen from the first trace throughout)."""
     tdir = Path(out_dir) / "traces"
@@ -102,11 +101,8 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
     rows = []
     for k in MODELS:
         for s in SCHEDULES:
-            reps = bracket_predictions(bracketed(bases), _specs(split)[(k, s)], profile_path, done)
-            row = ValidationRow(f"mlp x{k} on {DEVICES} procs", reps[0][2].optimizations[0],
-                                statistics.fmean(b for b, _, _ in reps), statistics.fmean(p for _, p, _ in reps),
-                                statistics.fmean(measured[k][s]), measured_rounds_ms=tuple(measured[k][s]),
-                                predicted_rounds_ms=tuple(p for _, p, _ in reps))
+            row = median_row(f"mlp x{k} on {DEVICES} procs", None, bracketed(bases), _specs(split)[(k, s)],
+                             measured[k][s], profile_path, done)
             rows.append(row)
             progress(f"hydra: models={k} {s}: predicted {row.predicted_ms:.2f} ms, measured "
                      f"{row.measured_ms:.2f} ms, error {row.error_pct:.1f}% (rounds: measured "

@@ -32,10 +32,10 @@ from pathlib import Path
 
 from ..corelink import probed
 from ..errors import DaydreamError
-from ..validate import THREADS, ValidationRow, bracket_predictions, bracketed, predict_now, run_env
+from ..validate import THREADS, bracketed, median_row, predict_now, run_env
 
 __all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us",
-           "alternate", "median_row"]
+           "alternate"]
 
 #: Model sizes shared by the 1-process trace and the 2-process run (``mlp`` flags).
 MODEL_ARGS = ("--hidden", "1024", "--batch-size", "64", "--layers", "4", "--in-features", "512")
@@ -144,17 +144,6 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
     return sorted(traces)[(len(traces) - 1) // 2][1], bracketed(paths), got
 
 
-def median_row(label: str, rounds, spec: str, measured_ms, profile_path, done: dict | None = None) -> ValidationRow:
-    """The row of ``spec``: medians of its per-round predictions (each the mean over the
-    round's baseline traces in ``rounds``, :func:`daydream.validate.bracket_predictions`, with
-    the predictions ``done`` already) and of the measured rounds ``measured_ms`` (each side's
-    rounds listed in the row)."""
-    got = bracket_predictions(rounds, spec, profile_path, done)
-    return ValidationRow("mlp", label, statistics.median(b for b, _, _ in got),
-                         statistics.median(p for _, p, _ in got), statistics.median(measured_ms),
-                         measured_rounds_ms=tuple(measured_ms), predicted_rounds_ms=tuple(p for _, p, _ in got))
-
-
 def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS) -> list:
     """Rows for GPipe and 1F1B on 2 stages, and 1 stage x M micro-batches on one process
     (the micro-batch cost model without cross-process effects; see the module docstring)."""
@@ -172,7 +161,7 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
                                on_trace=lambda p: done.update({p: predict_now(p, specs.values(), profile_path)}))
     rows = []
     for s, spec in specs.items():
-        row = median_row(spec, rounds, spec, got[s], profile_path, done)
+        row = median_row("mlp", spec, rounds, spec, got[s], profile_path, done)
         progress(f"pipeline: {s}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
                  f"error {row.error_pct:.1f}%")
         rows.append(row)

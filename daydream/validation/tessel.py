@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..validate import predict_now
+from ..validate import median_row, predict_now
 from ..whatif import predict
-from .pipeline import (MICROBATCHES, MODEL_ARGS, PARTITION, STEPS, action_overhead_us, alternate, measure_pipeline,
-                       median_row)
+from .pipeline import MICROBATCHES, MODEL_ARGS, PARTITION, STEPS, action_overhead_us, alternate, measure_pipeline
 
 __all__ = ["validate_rows", "PLACEMENTS"]
 
@@ -64,7 +63,7 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
         ran = out_dir / f"tessel-{tag}.csv"
         again = out_dir / f"tessel-{tag}.check.csv"
         best, _ = predict(base, [f"{spec},csv={again}"], profile_path=profile_path)
-        row = median_row(f"{spec},schedule_csv={ran.name}", rounds, executed[tag], got[tag], profile_path, done)
+        row = median_row("mlp", f"{spec},schedule_csv={ran.name}", rounds, executed[tag], got[tag], profile_path, done)
         if again.read_text() != ran.read_text():
             progress(f"tessel: {tag}: searched on the median baseline, another schedule would win "
                      f"({best.predicted_ms:.2f} ms there; the one that ran: {row.predicted_ms:.2f} ms, the median "
