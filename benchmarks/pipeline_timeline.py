@@ -75,7 +75,7 @@ def _install() -> None:
             return out
 
         setattr(stage_mod._PipelineStageBase, name, chunk)
-    atexit.register(lambda: _LOG and Path(os.environ[_DIR_ENV], f"rank{_RANK[0]}.json").write_text(json.dumps(_LOG)))
+    atexit.register(lambda: _LOG and Path(os.environ[_DIR_ENV], f"rank{_RANK[0] or 0}.json").write_text(json.dumps(_LOG)))
 
 
 if os.environ.get(_DIR_ENV):      # the spawned ranks re-import this file as their main module
@@ -105,7 +105,7 @@ def report(logs: dict, step: int, warmup: int) -> None:
         chunks = {k: v for k, v in kinds.items() if k[0] in "FB" and k[1:].isdigit()}
         print(f"rank {r}: median us per action over {len(s[warmup:])} steps: "
               + ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in sorted(chunks.items())))
-    for src, dst in ((0, 1), (1, 0)):
+    for src, dst in ((0, 1), (1, 0)) if len(steps) > 1 else ():
         got = {True: [], False: []}     # by whether the peer was already waiting when the send was posted
         for a_step, b_step in zip(steps[src][warmup:], steps[dst][warmup:]):
             sends = [b for what, _, b in a_step if what.startswith("post:") and "send" in what]
@@ -142,7 +142,7 @@ def main(argv=None) -> None:
 
         pipeline.main(workload)
         logs = {int(f.stem.removeprefix("rank")): json.loads(f.read_text()) for f in Path(tmp).glob("rank*.json")}
-    if len(logs) < 2:
+    if not logs:
         raise SystemExit("pipeline_timeline: the ranks wrote no logs")
     report(logs, args.step, warmup)
 
