@@ -151,7 +151,9 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                    "iterations in turns; multi-process variants (and device's 2 threads) run after the "
                    "baseline instead, in twice as many rounds; a row is the mean over "
                    "its rounds (hfta, device and tensor-parallel too).  Of the other parallelism runners, "
-                   "pipeline and tessel take the medians of each side's rounds, hydra the means.")
+                   "pipeline, tessel and hydra take the medians of each side's rounds.  Their 2-process runs "
+                   "move by up to 40 % from one run to the next on a shared VM: docs/parallel.md's figures "
+                   "use 5 rounds.")
 @click.option("--public/--no-public", default=True, help="Also the public ResNet-50 DataLoader pair.")
 @click.option("--shared", type=click.Path(), default=None, help="Folder of the public traces.")
 @click.option("--profile", "profile_path", type=click.Path(), help="Device profile (default: calibrated now, see "

@@ -1,0 +1,64 @@
+"""What a validation run would have read with fewer rounds: its rows from each side's first k rounds.
+
+``daydream validate --repeat N`` writes each row's rounds (``measured_rounds_ms``,
+``predicted_rounds_ms``) to its ``results.csv``.  For each ``k`` asked for, this recomputes
+every row from the first ``k`` of ``N`` rounds of both sides, as the row itself is made: the
+median for the pipeline, Tessel and Hydra rows (:func:`daydream.validate.median_row`), the mean
+for the others; rows with ``2 N`` rounds (tensor-parallel, device) take their first ``2 k``.
+It prints, per ``k``, the median and worst error, how many rows lie within 10 %, and every
+row's signed error.  The first ``k`` rounds are the run the same command with ``--repeat k``
+would have made (the calibration and the runtime-overhead probe aside), in the same minutes.
+
+Usage::
+
+    python benchmarks/rounds_subsample.py benchmarks/results/validate_parallel_2026-12-02e.csv --rounds 3 5
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+
+__all__ = ["main", "rows_at"]
+
+#: Rows that are the median of their rounds (the others: the mean).
+MEDIAN_ROWS = ("pipeline:", "tessel:", "hydra:")
+
+
+def _rounds(text: str) -> list:
+    return [float(x) for x in text.split()]
+
+
+def rows_at(path, k: int, repeat: int) -> list:
+    """Signed errors (%) of the rows of the results at ``path`` from their first ``k`` of
+    ``repeat`` rounds."""
+    with open(path) as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    out = []
+    for r in rows:
+        measured, predicted = _rounds(r["measured_rounds_ms"]), _rounds(r["predicted_rounds_ms"])
+        if not measured or len(predicted) != len(measured):
+            raise SystemExit(f"{path}: row {r['optimization']!r} lacks its rounds")
+        n = k * len(measured) // repeat
+        how = statistics.median if r["optimization"].startswith(MEDIAN_ROWS) else statistics.fmean
+        out.append(100.0 * (how(predicted[:n]) / how(measured[:n]) - 1.0))
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("results", nargs="+", help="results.csv of `daydream validate`")
+    p.add_argument("--rounds", type=int, nargs="+", default=[3, 5], help="first k rounds to keep")
+    p.add_argument("--repeat", type=int, default=5, help="the runs' --repeat")
+    args = p.parse_args(argv)
+    for path in args.results:
+        for k in args.rounds:
+            errs = rows_at(path, k, args.repeat)
+            worst = [abs(e) for e in errs]
+            print(f"{path}: first {k} of {args.repeat} rounds: median {statistics.median(worst):.1f} %, worst "
+                  f"{max(worst):.1f} %, {sum(e <= 10 for e in worst)} of {len(errs)} within 10 %; "
+                  + " ".join(f"{e:+.1f}" for e in errs))
+
+
+if __name__ == "__main__":
+    main()
