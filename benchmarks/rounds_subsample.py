@@ -54,9 +54,9 @@ def main(argv=None) -> None:
     for path in args.results:
         for k in args.rounds:
             errs = rows_at(path, k, args.repeat)
-            worst = [abs(e) for e in errs]
-            print(f"{path}: first {k} of {args.repeat} rounds: median {statistics.median(worst):.1f} %, worst "
-                  f"{max(worst):.1f} %, {sum(e <= 10 for e in worst)} of {len(errs)} within 10 %; "
+            sizes = [abs(e) for e in errs]
+            print(f"{path}: first {k} of {args.repeat} rounds: median {statistics.median(sizes):.1f} %, worst "
+                  f"{max(sizes):.1f} %, {sum(e <= 10 for e in sizes)} of {len(errs)} within 10 %; "
                   + " ".join(f"{e:+.1f}" for e in errs))
 
 
