@@ -391,3 +391,44 @@ def test_paired_rounds_without_turns_trace_the_configs_one_after_the_other(monke
                      ("b.r1.json.gz", 9), ("a.r1.json.gz", 9), ("done", ["a.r1.json.gz", "b.r1.json.gz"])]
     assert [[r[0].name for r in rnd] for rnd in rounds] == [["a.r0.json.gz", "b.r0.json.gz"],
                                                              ["a.r1.json.gz", "b.r1.json.gz"]]
+
+
+def test_settling_adds_pipeline_rounds_while_a_run_spreads_and_stops_at_the_limit(monkeypatch, tmp_path):
+    """Past ``repeat``, another round while a run's measured rounds lie over 15 % apart; never
+    past ``most``; each added round bracketed by traces as the others."""
+    import daydream.analysis as analysis
+    from daydream.rounds import settling
+    from daydream.validation import pipeline
+
+    paths = []
+    monkeypatch.setattr(validate, "trace_workload", lambda name, path, args, iterations: paths.append(path) or path)
+    monkeypatch.setattr(analysis, "replay", lambda p: (SimpleNamespace(measured_ms=1.0),))
+    spread = iter([80.0, 95.0, 81.0, 115.0, 79.0, 80.0, 82.0, 81.0, 80.0])
+    with settling(9):
+        _, rounds, got = pipeline.alternate(5, tmp_path, {"v": lambda: next(spread)}, progress=lambda m: None)
+    # quartiles 80-95 (19 %) after 5 rounds, 80-91.5 (14 %) after 6: settled
+    assert got["v"] == [80.0, 95.0, 81.0, 115.0, 79.0, 80.0]
+    assert len(rounds) == 6 and len(paths) == 7
+    wild = iter([10.0, 20.0, 30.0, 40.0] * 5)
+    with settling(6):
+        _, _, got = pipeline.alternate(2, tmp_path, {"v": lambda: next(wild)}, progress=lambda m: None)
+    assert got["v"] == [10.0, 20.0, 30.0, 40.0, 10.0, 20.0]           # never settles: stops at 6
+    _, _, got = pipeline.alternate(2, tmp_path, {"v": lambda: next(wild)}, progress=lambda m: None)
+    assert len(got["v"]) == 2                                          # outside settling: as asked
+
+
+def test_settling_adds_paired_rounds_by_the_measured_configs_in_units_of_their_round(monkeypatch, tmp_path):
+    """Sequential rounds come SEQUENTIAL_ROUNDS to a round asked for, and so does the limit;
+    every config's measured times count, the baseline's too."""
+    from daydream.rounds import settling
+
+    calls = []
+    times = iter([10.0, 50.0, 10.0, 50.0, 10.0, 30.0, 10.0, 30.0] + [10.0, 31.0] * 4)
+    _record_runs(monkeypatch, calls, times)
+    monkeypatch.setattr(validate, "SEQUENTIAL_ROUNDS", 2)
+    with settling(4):
+        rounds = validate.paired_rounds(2, [("mlp", tmp_path / "a.json.gz", (), 1),
+                                            ("mlp", tmp_path / "b.json.gz", (), 2)])
+    # 4 asked for (2 x 2); the variant's quartiles 30-50 (67 %), still 31-36 (16 %) at the limit of 8
+    assert [rnd[1][1].measured_ms for rnd in rounds] == [50.0, 50.0, 30.0, 30.0, 31.0, 31.0, 31.0, 31.0]
+    assert len({Path(p).name for rnd in rounds for p, _, _ in rnd}) == 16          # every round's own files
