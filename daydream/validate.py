@@ -20,9 +20,9 @@ from pathlib import Path
 
 from .analysis import op_times_ms, replay
 from .corelink import CoreLinkLog, probed, span_text
-from .rounds import another_round
 from .errors import DaydreamError
 from .heapmode import STEADY_MALLOC
+from .rounds import another_round
 from .whatif import predict
 
 __all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
