@@ -23,6 +23,9 @@ __all__ = ["main", "rows_at"]
 
 #: Rows that are the median of their rounds (the others: the mean).
 MEDIAN_ROWS = ("pipeline:", "tessel:", "hydra:")
+#: Rows whose runs go one after the other, ``SEQUENTIAL`` rounds to a round asked for
+#: (``daydream.validate.SEQUENTIAL_ROUNDS``).
+SEQUENTIAL_ROWS, SEQUENTIAL = ("tensor-parallel:", "device:"), 2
 
 
 def _rounds(text: str) -> list:
@@ -30,8 +33,9 @@ def _rounds(text: str) -> list:
 
 
 def rows_at(path, k: int, repeat: int) -> list:
-    """Signed errors (%) of the rows of the results at ``path`` from their first ``k`` of
-    ``repeat`` rounds."""
+    """Signed errors (%) of the rows of the results at ``path`` from their first ``k`` rounds
+    (a row may have more than ``repeat``: run 2026-12-02h added rounds while a row's measured
+    rounds spread, a trial of session 48 since reverted)."""
     with open(path) as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     out = []
@@ -39,7 +43,7 @@ def rows_at(path, k: int, repeat: int) -> list:
         measured, predicted = _rounds(r["measured_rounds_ms"]), _rounds(r["predicted_rounds_ms"])
         if not measured or len(predicted) != len(measured):
             raise SystemExit(f"{path}: row {r['optimization']!r} lacks its rounds")
-        n = k * len(measured) // repeat
+        n = k * (SEQUENTIAL if r["optimization"].startswith(SEQUENTIAL_ROWS) else 1)
         how = statistics.median if r["optimization"].startswith(MEDIAN_ROWS) else statistics.fmean
         out.append(100.0 * (how(predicted[:n]) / how(measured[:n]) - 1.0))
     return out

@@ -154,11 +154,6 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                    "pipeline, tessel and hydra take the medians of each side's rounds.  Their 2-process runs "
                    "move by up to 40 % from one run to the next on a shared VM: docs/parallel.md's figures "
                    "use 5 rounds.")
-@click.option("--max-repeat", type=click.IntRange(min=1), default=None, metavar="M",
-              help="Up to M rounds per case (default: --repeat): past --repeat, a case takes another round "
-                   "while the measured rounds of any of its runs lie more than 15 % apart (their interquartile "
-                   "range; daydream.rounds), as they do in a shared machine's slow spells.  The rule "
-                   "looks at measurements only.  docs/parallel.md's figures use --repeat 5 --max-repeat 9.")
 @click.option("--public/--no-public", default=True, help="Also the public ResNet-50 DataLoader pair.")
 @click.option("--shared", type=click.Path(), default=None, help="Folder of the public traces.")
 @click.option("--profile", "profile_path", type=click.Path(), help="Device profile (default: calibrated now, see "
@@ -170,7 +165,7 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                    "`daydream calibrate`.")
 @click.option("--force", is_flag=True, help="Overwrite an existing OUTPUT/results.csv, plots and profile.")
 @handle_errors
-def validate(workloads, opts, out_dir, iterations, repeat, max_repeat, public, shared, profile_path, fresh, force):
+def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profile_path, fresh, force):
     """Predict each optimization, apply it for real, measure, and compare.
 
     Writes OUTPUT/results.csv (workload, optimization, predicted_ms,
@@ -205,11 +200,8 @@ def validate(workloads, opts, out_dir, iterations, repeat, max_repeat, public, s
     from .cpuidle import no_polling_note, polling_idle
     from .device import save_profile
     from .optimizations import OptionError
-    from .rounds import settling
     from .validate import CASES, RUNNERS, THREADS, write_results
 
-    if max_repeat is not None and max_repeat < repeat:
-        raise click.BadParameter(f"{max_repeat} is below --repeat {repeat}", param_hint="--max-repeat")
     wanted = [o for o in opts.split(",") if o]
     bad = [o for o in wanted if o not in CASES and o not in RUNNERS]
     if bad:
@@ -221,7 +213,7 @@ def validate(workloads, opts, out_dir, iterations, repeat, max_repeat, public, s
         if name:
             check_writable(out / name, force)
     progress = lambda m: click.echo(m, err=True)  # noqa: E731
-    with polling_idle() as held, settling(max_repeat or repeat):
+    with polling_idle() as held:
         if not held:
             progress(no_polling_note())
         if fresh_name:

@@ -22,7 +22,6 @@ from .analysis import op_times_ms, replay
 from .corelink import CoreLinkLog, probed, span_text
 from .errors import DaydreamError
 from .heapmode import STEADY_MALLOC
-from .rounds import another_round
 from .whatif import predict
 
 __all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
@@ -343,16 +342,12 @@ def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True,
     comparable.  Traced one after the other, every second round goes in reverse order, so
     that a drift of the machine's speed over the rounds weighs on each config alike.
     ``after_round(runs)``, where given, is called with each round's list as soon as it is done.
-    Inside :func:`daydream.rounds.settling`, rounds go on while a config's measured times
-    disagree (:func:`daydream.rounds.another_round`).
     """
     rounds = []
     together = _in_turns(configs, turns)
-    scale = 1 if together else SEQUENTIAL_ROUNDS
-    n_rounds = max(repeat, 1) * scale
-    k = 0
-    while another_round(k, n_rounds, ([r[i][1].measured_ms for r in rounds] for i in range(len(configs))), scale):
-        cfgs = [(n, _round_path(p, k, max(n_rounds, k + 1)), a, np_) for n, p, a, np_ in configs]
+    n_rounds = max(repeat, 1) * (1 if together else SEQUENTIAL_ROUNDS)
+    for k in range(n_rounds):
+        cfgs = [(n, _round_path(p, k, n_rounds), a, np_) for n, p, a, np_ in configs]
         if together:
             paths = trace_in_turns(cfgs, iterations)
         else:
@@ -362,7 +357,6 @@ def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True,
         rounds.append([(p, *replay(p)) for p in paths])
         if after_round is not None:
             after_round(rounds[-1])
-        k += 1
     return rounds
 
 

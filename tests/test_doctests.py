@@ -15,7 +15,7 @@ MODULES = ["daydream", "daydream.model", "daydream.errors", "daydream.primitives
            "daydream.loader.fast", "daydream.fileio", "daydream.collect.runner", "daydream.collect.heap",
            "daydream.collect.shapes", "daydream.loader.iterations", "daydream.calibrate", "daydream.calibrate_procs",
            "daydream.overhead", "daydream.calibrate_corun", "daydream.optimizations._optstep", "daydream.corelink",
-           "daydream.validate", "daydream.rounds"]
+           "daydream.validate"]
 # hfta, hydra, pipeline, tessel and _schedules run their examples in their own test files
 
 

@@ -440,36 +440,3 @@ def test_by_default_the_cycle_factor_applies_on_one_device_only(own_trace):
     assert forced.metrics["shard0_cycle_factor"] > 1.0 and forced.predicted_ms > two.predicted_ms
     with pytest.raises(OptionError, match="cycle must be one of"):
         predict(trace, ["hydra:models=4,devices=2,cycle=maybe"], device=dev)
-
-
-def test_validation_adds_rounds_while_a_real_makespan_spreads(tmp_path, monkeypatch):
-    """Inside ``settling``, rounds go on past ``repeat`` while any of the four runs' rounds
-    spread over 15 %, each added round between traces as the others."""
-    from types import SimpleNamespace
-
-    import daydream.validate as validate
-    import daydream.validation.hydra as vh
-    from daydream.rounds import settling
-
-    traced, real_calls = [], []
-    monkeypatch.setattr(vh, "trace_workload", lambda w, p, args, iterations: traced.append(p) or p)
-    shard = iter([10.0, 14.0, 10.0, 10.0, 10.0, 10.0])      # K = 2's shard-parallel, round by round
-
-    def run_real(k, shard0):
-        real_calls.append(k)
-        return {"model-parallel": 20.0, "shard-parallel": next(shard) if k == 2 else 30.0}
-
-    def predict(path, spec, profile_path):
-        if "models=1," in spec[0]:
-            return SimpleNamespace(metrics={"shard0_layers": 3, "shard1_layers": 6}), None
-        return SimpleNamespace(optimizations=[spec[0]], baseline_ms=8.0, predicted_ms=16.0), None
-
-    monkeypatch.setattr(vh, "run_real", run_real)
-    monkeypatch.setattr(vh, "predict", predict)
-    monkeypatch.setattr(validate, "predict", predict)
-    with settling(6):
-        rows = vh.validate_rows(tmp_path, "prof.json", progress=lambda m: None, repeat=2)
-    # quartiles 11-13 (18 %) after 2 rounds, 10-12 (20 %) after 3, 10-11 (10 %) after 4: settled
-    assert real_calls == [k for _ in range(4) for k in vh.MODELS]
-    assert len(traced) == 5
-    assert rows[1].measured_rounds_ms == (10.0, 14.0, 10.0, 10.0)

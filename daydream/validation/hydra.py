@@ -34,7 +34,6 @@ from pathlib import Path
 
 from ..corelink import probed
 from ..errors import DaydreamError
-from ..rounds import another_round, round_label
 from ..validate import WORKLOAD_ARGS, bracketed, median_row, predict_now, run_env, trace_workload
 from ..whatif import predict
 
@@ -88,17 +87,14 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
         done[bases[-1]] = predict_now(bases[-1], _specs(split).values(), profile_path)
 
     try:
-        r = 0
-        while another_round(r, repeat, series := [v for m in measured.values() for v in m.values()]):
-            label = round_label(r, repeat, series)
-            trace(r, f"run {label}")
+        for r in range(repeat):
+            trace(r, f"run {r + 1}/{repeat}")
             for k in MODELS:
-                progress(f"hydra: run {label}: {k} models x {DEVICES} shards for real "
+                progress(f"hydra: run {r + 1}/{repeat}: {k} models x {DEVICES} shards for real "
                          f"(first shard: {split[0]} layers)")
                 for s, v in run_real(k, split[0]).items():
                     measured[k][s].append(v)
-            r += 1
-        trace(r, "after the last run")
+        trace(repeat, "after the last run")
     except DaydreamError as exc:
         progress(f"hydra: skipped ({exc})")
         return []

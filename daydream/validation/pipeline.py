@@ -119,11 +119,8 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
     far more often than a 14-step 2-process run).  (Until session 37 each
     round traced once, before its runs.)  ``on_trace(path)``, if given, is called right
     after each baseline trace (to predict from it then: :func:`daydream.validate.predict_now`).
-    Inside :func:`daydream.rounds.settling`, rounds go on past ``repeat`` while a run's
-    measurements disagree (:func:`daydream.rounds.another_round`).
     """
     from ..analysis import replay
-    from ..rounds import another_round, round_label
     from ..validate import trace_workload
 
     n = max(repeat, 1)
@@ -135,17 +132,14 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
         if on_trace is not None:
             on_trace(Path(path))
 
-    k = 0
-    while another_round(k, n, got.values()):
-        label = round_label(k, n, got.values())
-        progress(f"{tag}: round {label}: tracing the 1-process baseline (mlp)")
+    for k in range(n):
+        progress(f"{tag}: round {k + 1}/{n}: tracing the 1-process baseline (mlp)")
         trace(k)
         for name, fn in runs.items():
-            progress(f"{tag}: round {label}: running {name}")
+            progress(f"{tag}: round {k + 1}/{n}: running {name}")
             got[name].append(fn())
-        k += 1
     progress(f"{tag}: tracing the 1-process baseline (mlp) after the last round")
-    trace(k)
+    trace(n)
     paths = [p for _, p in traces]
     return sorted(traces)[(len(traces) - 1) // 2][1], bracketed(paths), got
 
