@@ -32,10 +32,10 @@ def _rounds(text: str) -> list:
     return [float(x) for x in text.split()]
 
 
-def rows_at(path, k: int, repeat: int) -> list:
+def rows_at(path, k: int) -> list:
     """Signed errors (%) of the rows of the results at ``path`` from their first ``k`` rounds
-    (a row may have more than ``repeat``: run 2026-12-02h added rounds while a row's measured
-    rounds spread, a trial of session 48 since reverted)."""
+    (a row may have more than the run's ``--repeat``: run 2026-12-02h added rounds while a
+    row's measured rounds spread, a trial of session 48 since reverted)."""
     with open(path) as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     out = []
@@ -57,7 +57,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     for path in args.results:
         for k in args.rounds:
-            errs = rows_at(path, k, args.repeat)
+            errs = rows_at(path, k)
             sizes = [abs(e) for e in errs]
             print(f"{path}: first {k} of {args.repeat} rounds: median {statistics.median(sizes):.1f} %, worst "
                   f"{max(sizes):.1f} %, {sum(e <= 10 for e in sizes)} of {len(errs)} within 10 %; "
