@@ -19,13 +19,14 @@ import argparse
 import csv
 import statistics
 
+from daydream.validate import SEQUENTIAL_ROUNDS
+
 __all__ = ["main", "rows_at"]
 
 #: Rows that are the median of their rounds (the others: the mean).
 MEDIAN_ROWS = ("pipeline:", "tessel:", "hydra:")
-#: Rows whose runs go one after the other, ``SEQUENTIAL`` rounds to a round asked for
-#: (``daydream.validate.SEQUENTIAL_ROUNDS``).
-SEQUENTIAL_ROWS, SEQUENTIAL = ("tensor-parallel:", "device:"), 2
+#: Rows whose runs go one after the other, ``SEQUENTIAL_ROUNDS`` rounds to a round asked for.
+SEQUENTIAL_ROWS = ("tensor-parallel:", "device:")
 
 
 def _rounds(text: str) -> list:
@@ -43,7 +44,7 @@ def rows_at(path, k: int) -> list:
         measured, predicted = _rounds(r["measured_rounds_ms"]), _rounds(r["predicted_rounds_ms"])
         if not measured or len(predicted) != len(measured):
             raise SystemExit(f"{path}: row {r['optimization']!r} lacks its rounds")
-        n = k * (SEQUENTIAL if r["optimization"].startswith(SEQUENTIAL_ROWS) else 1)
+        n = k * (SEQUENTIAL_ROUNDS if r["optimization"].startswith(SEQUENTIAL_ROWS) else 1)
         how = statistics.median if r["optimization"].startswith(MEDIAN_ROWS) else statistics.fmean
         out.append(100.0 * (how(predicted[:n]) / how(measured[:n]) - 1.0))
     return out
@@ -53,13 +54,12 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="+", help="results.csv of `daydream validate`")
     p.add_argument("--rounds", type=int, nargs="+", default=[3, 5], help="first k rounds to keep")
-    p.add_argument("--repeat", type=int, default=5, help="the runs' --repeat")
     args = p.parse_args(argv)
     for path in args.results:
         for k in args.rounds:
             errs = rows_at(path, k)
             sizes = [abs(e) for e in errs]
-            print(f"{path}: first {k} of {args.repeat} rounds: median {statistics.median(sizes):.1f} %, worst "
+            print(f"{path}: first {k} rounds: median {statistics.median(sizes):.1f} %, worst "
                   f"{max(sizes):.1f} %, {sum(e <= 10 for e in sizes)} of {len(errs)} within 10 %; "
                   + " ".join(f"{e:+.1f}" for e in errs))
 
