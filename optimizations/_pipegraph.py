@@ -39,10 +39,14 @@ Micro-batch cost: the graph is first scaled to batch ``B/M`` with the
 batch, compute ops along the device's throughput curve, or on a CPU trace
 with shapes re-run with ``repeats=M``: the M micro-batches pass over a
 stage's weights one after another, later ones finding them in cache), then
-attributed.
+attributed.  On a CPU trace the tracer's own cost per recorded op
+(``recording_us``, :func:`daydream.overhead.recording_us_per_op`) can be taken
+out of each pass: the trace paid it once an iteration, M micro-batches would
+repeat it M times, and the run predicted is not traced.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,7 +65,8 @@ from .base import NotApplicable
 
 __all__ = ["UnitCosts", "StageCosts", "unit_costs", "attribute", "partition", "parse_partition",
            "stage_costs", "build_graph", "waited_send", "PipeGraph", "simulate_pipeline",
-           "accumulate_ns", "scale_grads_ns", "ACCUMULATE_BYTES_PER_BYTE"]
+           "accumulate_ns", "scale_grads_ns", "ACCUMULATE_BYTES_PER_BYTE", "recorded_ops",
+           "non_negative", "recording_ns"]
 
 
 @dataclass(frozen=True)
@@ -160,11 +165,33 @@ def _units(g, order, modules) -> tuple:
     return fwd_layers
 
 
-def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: str = "trace") -> UnitCosts:
+def recorded_ops(g: DependencyGraph) -> dict:
+    """Mean recorded CPU ops per iteration by ``(phase, layer id)`` on the work lanes of rank
+    ``min(g.ranks)``, over the iterations after the first where there are several (as
+    :func:`attribute` counts them); an op cut into slices by its nested calls counts once.
+    Empty where the rank's work runs on GPU streams."""
+    lanes = _work_lanes(g, min(g.ranks)) if len(g.ranks) else []
+    if not lanes or g.lanes[lanes[0]].kind != LaneKind.CPU_THREAD:
+        return {}
+    T = g.tasks
+    m = np.isin(T["lane"], lanes) & (T["kind"] == EventKind.CPU_OP) & (T["event"] >= 0) & (T["iteration"] >= 0)
+    its = np.unique(T["iteration"][m])
+    m &= T["iteration"] >= (its[1] if len(its) > 1 else 0)
+    ops = np.unique(np.stack([T["phase"][m], T["layer"][m], T["iteration"][m], T["event"][m]]).astype(np.int64), axis=1)
+    keys, counts = np.unique(ops[:2], axis=1, return_counts=True)
+    n = max(len(np.unique(ops[2])), 1)
+    return {(int(ph), int(ly)): c / n for ph, ly, c in zip(keys[0], keys[1], counts)}
+
+
+def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: str = "trace", recording_ns: float = 0.0) -> UnitCosts:
     """Per-layer per-micro-batch costs of ``ctx.graph`` (see the module docstring).
 
     With ``ranks`` > 1 processes on one CPU host, forward and backward run at
     :func:`optimizations._corun.corun_rate` from ``corun`` (noted on ``ctx``).
+    ``recording_ns``: the tracer's cost per recorded CPU op
+    (:func:`daydream.overhead.recording_us_per_op`), taken out of every micro-batch pass of a CPU
+    trace once per op it records (:func:`recorded_ops`): the trace paid it once an iteration,
+    the model would repeat it per micro-batch, and the real run is not traced.
     """
     from .base import WhatIfContext
     from .batch_size import BatchSize
@@ -183,18 +210,25 @@ def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: str = "trace") -> 
         small = full
     index = {ly: i for i, ly in enumerate(units)}
     fwd, bwd = np.zeros(len(units)), np.zeros(len(units))
+    ops = recorded_ops(g) if recording_ns > 0 else {}
+    cut = {k: n * recording_ns for k, n in ops.items()}
     cur_f, cur_b = 0, len(units) - 1
     seen = set()
     for ph, ly in order:            # which unit each (phase, layer) pair joins
         if (ph, ly) in seen:
             continue
         seen.add((ph, ly))
+        own = max(small.get((ph, ly), 0) - cut.get((ph, ly), 0.0), 0.0)
         if ph == Phase.FORWARD:
             cur_f = index.get(ly, cur_f)
-            fwd[cur_f] += small.get((ph, ly), 0)
+            fwd[cur_f] += own
         elif ph == Phase.BACKWARD:
             cur_b = index.get(ly, cur_b)
-            bwd[cur_b] += small.get((ph, ly), 0)
+            bwd[cur_b] += own
+    if cut:
+        ctx.note(f"{sum(n for (ph, _), n in ops.items() if ph in (Phase.FORWARD, Phase.BACKWARD)):.0f} "
+                 f"recorded ops a pass: the tracer's {recording_ns / 1e3:.2f} us each taken out of every micro-batch "
+                 "(recording_us)")
     opt = sum(v for (ph, _), v in full.items() if ph == Phase.OPTIMIZER)
     pre = sum(v for (ph, _), v in full.items() if ph in (Phase.DATALOADER, Phase.OTHER))
     names = tuple(g.layers[ly] for ly in units)
@@ -209,6 +243,46 @@ def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: str = "trace") -> 
                  f"alone (corun={corun}; `corun=off` leaves it out)")
     return UnitCosts(names, fwd, bwd, pbytes, obytes.astype(np.int64), float(opt), float(pre), tensors,
                      float(step_call))
+
+
+@functools.lru_cache(maxsize=None)
+def _recording_here_us() -> float:
+    from daydream.overhead import recording_us_per_op
+
+    return recording_us_per_op()
+
+
+def recording_ns(opt, g: DependencyGraph) -> float:
+    """The tracer's cost per recorded op that ``opt`` takes out of each micro-batch pass, in ns:
+    its ``recording_us`` in us, or ``auto``: measured on this machine once per process
+    (:func:`daydream.overhead.recording_us_per_op`) where ``g``'s work runs on CPU threads and
+    holds recorded ops (:func:`recorded_ops`), else 0.
+
+    >>> from types import SimpleNamespace
+    >>> recording_ns(SimpleNamespace(name="pipeline", recording_us="1.5"), DependencyGraph())
+    1500.0
+    """
+    from .base import OptionError
+
+    text = str(opt.recording_us).strip()
+    if text == "auto":
+        return _recording_here_us() * 1e3 if recorded_ops(g) else 0.0
+    try:
+        us = float(text)
+    except ValueError:
+        us = -1.0
+    if not us >= 0:
+        raise OptionError(f"{opt.name}: recording_us must be auto or a non-negative number of us, got {text!r}")
+    return us * 1e3
+
+
+def non_negative(opt, *names) -> None:
+    """:class:`~optimizations.base.OptionError` naming the first of ``opt``'s parameters ``names`` below 0."""
+    from .base import OptionError
+
+    for name in names:
+        if getattr(opt, name) < 0:
+            raise OptionError(f"{opt.name}: {name} must be non-negative, got {getattr(opt, name)}")
 
 
 def parse_partition(text: str, names: tuple, stages: int) -> list:

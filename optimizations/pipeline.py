@@ -78,7 +78,8 @@ from daydream.model import EventKind, Phase
 from . import _schedules as sch
 from ._common import optimizer_state_factor
 from ._corun import SOURCES
-from ._pipegraph import build_graph, parse_partition, partition, simulate_pipeline, stage_costs, unit_costs
+from ._pipegraph import (build_graph, non_negative, recording_ns, parse_partition, partition, simulate_pipeline, stage_costs,
+                         unit_costs)
 from .base import Optimization, OptionError, Param
 
 __all__ = ["Pipeline", "OPTIMIZATION", "bubble_fraction", "ITERATIONS", "ITERATIONS_2BW"]
@@ -122,6 +123,8 @@ class Pipeline(Optimization):
                     "own ops re-run beside a twin (trace), of the device profile (profile), or alone (off)", str,
                     SOURCES),
               Param("action_overhead_us", 0.0, "pipeline runtime's own cost per F/B action, us (0: not modelled)"),
+              Param("recording_us", "auto", "CPU trace: the tracer's cost per recorded op, us, taken out of every "
+                    "micro-batch pass, since the run predicted is not traced (auto: measured here; 0: kept)", str),
               Param("scale_grads", True, "each stage divides its gradients by M after its last backward, as torch's "
                     "pipelining schedules do by default (scale_grads=True): one pass over them", bool))
     assumptions = __doc__
@@ -144,7 +147,8 @@ class Pipeline(Optimization):
         self._check()
         acts = self.actions()          # refuses impossible schedules before any costing
         n_stages = self.stages * (self.virtual if self.schedule == "interleaved" else 1)
-        units = unit_costs(ctx, self.microbatches, self.stages, self.corun)
+        non_negative(self, "action_overhead_us")
+        units = unit_costs(ctx, self.microbatches, self.stages, self.corun, recording_ns(self, ctx.graph))
         if n_stages > len(units.names):
             raise sch.ScheduleError(f"pipeline: {n_stages} stages but the model has only {len(units.names)} layers")
         if self.partition == "auto":
@@ -152,8 +156,6 @@ class Pipeline(Optimization):
             bounds = partition(units.fwd_ns + units.bwd_ns, comm, n_stages)
         else:
             bounds = parse_partition(self.partition, units.names, n_stages)
-        if self.action_overhead_us < 0:
-            raise OptionError(f"{self.name}: action_overhead_us must be non-negative")
         sc = stage_costs(units, bounds, ctx.device, self.action_overhead_us * 1e3,
                          scale_grads=self.scale_grads and self.microbatches > 1)
         flush = sch.SCHEDULES[self.schedule]

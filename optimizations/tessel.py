@@ -43,7 +43,8 @@ import time
 
 from . import _schedules as sch
 from ._corun import SOURCES
-from ._pipegraph import build_graph, parse_partition, partition, simulate_pipeline, stage_costs, unit_costs
+from ._pipegraph import (build_graph, non_negative, recording_ns, parse_partition, partition, simulate_pipeline, stage_costs,
+                         unit_costs)
 from .base import Optimization, OptionError, Param
 from .pipeline import ITERATIONS, bubble_fraction
 
@@ -173,6 +174,8 @@ class Tessel(Optimization):
               Param("partition", "auto", "auto, layers per stage (5:6) or first layer of each later stage", str),
               Param("action_overhead_us", 0.0, "pipeline runtime's own cost per action (F, B, and each send or "
                     "receive), us (0: not modelled)"),
+              Param("recording_us", "auto", "CPU trace: the tracer's cost per recorded op, us, taken out of every "
+                    "micro-batch pass, since the run predicted is not traced (auto: measured here; 0: kept)", str),
               Param("corun", "trace", "CPU: ranks on one host's cores compute at the co-run rate of the trace's "
                     "own ops re-run beside a twin (trace), of the device profile (profile), or alone (off)", str,
                     SOURCES),
@@ -192,15 +195,14 @@ class Tessel(Optimization):
             raise OptionError("tessel: stages and microbatches must be at least 1")
         place = parse_placement(self.placement, self.stages)
         n = len(place)
-        units = unit_costs(ctx, self.microbatches, max(place) + 1, self.corun)
+        non_negative(self, "action_overhead_us")
+        units = unit_costs(ctx, self.microbatches, max(place) + 1, self.corun, recording_ns(self, ctx.graph))
         if n > len(units.names):
             raise sch.ScheduleError(f"tessel: {n} stages but the model has only {len(units.names)} layers")
         if self.partition == "auto":
             bounds = partition(units.fwd_ns + units.bwd_ns, [ctx.device.p2p_handover_ns(b) for b in units.out_bytes], n)
         else:
             bounds = parse_partition(self.partition, units.names, n)
-        if self.action_overhead_us < 0:
-            raise OptionError(f"{self.name}: action_overhead_us must be non-negative")
         sc = stage_costs(units, bounds, ctx.device, self.action_overhead_us * 1e3, comm_actions=True,
                          scale_grads=self.scale_grads and self.microbatches > 1)
         max_lag = self.max_lag or 2 * n

@@ -366,11 +366,17 @@ def test_bad_schedule_name_refused():
 
 
 def test_real_trace_predicts_and_reports_memory(profile):
+    from daydream.analysis import trace_and_graph
+    from daydream.optimizations._pipegraph import recorded_ops
     from daydream.whatif import predict
 
     trace = REPO / "traces" / "mlp.trace.json.gz"
-    one, _ = predict(trace, ["pipeline:stages=1,microbatches=1,schedule=gpipe"], device=profile)
+    one, _ = predict(trace, ["pipeline:stages=1,microbatches=1,schedule=gpipe,recording_us=0"], device=profile)
     assert one.predicted_ms == pytest.approx(one.baseline_ms, abs=1e-5)   # stage times round to whole ns
+    # the tracer's 2 us per recorded forward and backward op taken out of the one pass
+    fb = sum(n for (ph, _), n in recorded_ops(trace_and_graph(trace)[1]).items() if ph in (Phase.FORWARD, Phase.BACKWARD))
+    untraced, _ = predict(trace, ["pipeline:stages=1,microbatches=1,schedule=gpipe,recording_us=2"], device=profile)
+    assert fb > 100 and untraced.predicted_ms == pytest.approx(one.baseline_ms - fb * 2e-3, abs=1e-4)
     rep, res = predict(trace, ["pipeline:stages=2,microbatches=4,schedule=gpipe"], device=profile)
     m = rep.metrics
     assert 0 < m["bubble_fraction"] < 1
@@ -409,6 +415,51 @@ def test_runtime_cost_per_action_is_added_to_every_action():
     assert pred == (2 + 1) * (120 + 2000) + 15
     with pytest.raises(OptionError, match="action_overhead_us must be non-negative"):
         whatif("pipeline:action_overhead_us=-1", layered_graph())
+
+
+def recorded(g):
+    """``g`` with every CPU op a recorded op of its own (as a trace's tasks are)."""
+    g.tasks["event"] = np.arange(g.n_tasks)
+    return g
+
+
+def test_the_tracer_s_cost_per_recorded_op_comes_out_of_every_micro_batch_pass():
+    # as test_two_stages_exact_prediction_and_metrics, each layer's F and B one recorded op of 5 ns less
+    ctx, pred = whatif("pipeline:stages=2,microbatches=2,schedule=1f1b,recording_us=0.005",
+                       recorded(layered_graph(opt=30)))
+    assert pred == (2 + 1) * (120 - 4 * 5) + 15
+    assert (ctx.metrics["stage0_forward_ms"], ctx.metrics["stage1_backward_ms"]) == (30e-6, 70e-6)
+    assert any("recorded ops a pass" in n for n in ctx.notes)
+    # without event rows (inserted tasks) nothing was recorded, so nothing comes out
+    _, kept = whatif("pipeline:stages=2,microbatches=2,schedule=1f1b,recording_us=0.005", layered_graph(opt=30))
+    assert kept == (2 + 1) * 120 + 15
+    # 0 keeps it; auto (the default) measures it here only where the graph holds recorded ops
+    _, zero = whatif("pipeline:stages=2,microbatches=2,schedule=1f1b,recording_us=0", recorded(layered_graph(opt=30)))
+    _, auto = whatif("pipeline:stages=2,microbatches=2,schedule=1f1b", layered_graph(opt=30))
+    assert zero == auto == kept
+    for bad in ("-1", "fast"):
+        with pytest.raises(OptionError, match="recording_us must be auto or a non-negative number of us"):
+            whatif(f"pipeline:recording_us={bad}", layered_graph())
+
+
+def test_recorded_ops_count_an_op_cut_into_slices_once_per_iteration():
+    from daydream.optimizations._pipegraph import recorded_ops
+
+    g = recorded(layered_graph(n_layers=2, iterations=3))
+    T = g.tasks
+    fwd = np.flatnonzero(T["phase"] == Phase.FORWARD)
+    T["event"][fwd[1::2]] = T["event"][fwd[0::2]]     # each iteration's two forward tasks: one op in two slices
+    T["layer"][fwd[1::2]] = T["layer"][fwd[0::2]]
+    ops = recorded_ops(g)
+    net0, net1 = (g.layers.intern(n) for n in ("net.0", "net.1"))
+    assert ops == {(int(Phase.FORWARD), net0): 1.0, (int(Phase.BACKWARD), net0): 1.0,
+                   (int(Phase.BACKWARD), net1): 1.0}
+
+
+def test_the_tracer_s_cost_per_op_measured_here_is_positive_and_small():
+    from daydream.overhead import recording_us_per_op
+
+    assert 0.0 < recording_us_per_op(rounds=5, ops=500) < 100.0
 
 
 @pytest.mark.parametrize("name", ["_schedules", "_pipegraph", "_common", "tessel"])

@@ -35,7 +35,7 @@ from ..errors import DaydreamError
 from ..validate import THREADS, bracketed, median_row, predict_now, run_env
 
 __all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us",
-           "alternate"]
+           "alternate", "recording_us"]
 
 #: Model sizes shared by the 1-process trace and the 2-process run (``mlp`` flags).
 MODEL_ARGS = ("--hidden", "1024", "--batch-size", "64", "--layers", "4", "--in-features", "512")
@@ -103,6 +103,20 @@ def action_overhead_us(repeat: int = 1, progress=print) -> float:
     return us
 
 
+@functools.lru_cache(maxsize=None)
+def recording_us(progress=print) -> float:
+    """The tracer's cost per recorded CPU op on this machine, in us
+    (:func:`daydream.overhead.recording_us_per_op`), measured once per process: the pipeline and
+    Tessel rows take it out of every micro-batch pass (``recording_us=``), since their real runs
+    are not traced."""
+    from ..overhead import recording_us_per_op
+
+    us = recording_us_per_op()
+    progress(f"pipeline: the tracer's cost per recorded op {us:.2f} us (tiny ops with and without a profiler "
+             "session, paired)")
+    return us
+
+
 def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "pipeline", iterations: int = STEPS,
               on_trace=None):
     """Baseline traces and measurements of each run, taken in turns; each round's runs bracketed.
@@ -149,12 +163,13 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
     (the micro-batch cost model without cross-process effects; see the module docstring)."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
-    overhead = action_overhead_us(repeat, progress)
+    overhead, rec = action_overhead_us(repeat, progress), recording_us(progress)
     runs = {s: (lambda s=s: measure_pipeline(s, steps=iterations)) for s in SCHEDULES}
     runs["1-stage"] = lambda: measure_pipeline("gpipe", ("--nproc", "1"), steps=iterations)
     specs = {s: (f"pipeline:stages=2,microbatches={MICROBATCHES},schedule={s},partition={PARTITION},"
-                 f"action_overhead_us={overhead:.0f}" if s != "1-stage" else
-                 f"pipeline:stages=1,microbatches={MICROBATCHES},schedule=gpipe,action_overhead_us={overhead:.0f}")
+                 f"action_overhead_us={overhead:.0f},recording_us={rec:.2f}" if s != "1-stage" else
+                 f"pipeline:stages=1,microbatches={MICROBATCHES},schedule=gpipe,action_overhead_us={overhead:.0f},"
+                 f"recording_us={rec:.2f}")
              for s in runs}
     done = {}
     _, rounds, got = alternate(repeat, tdir, runs, progress, iterations=iterations,

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from ..validate import median_row, predict_now
 from ..whatif import predict
-from .pipeline import MICROBATCHES, MODEL_ARGS, PARTITION, STEPS, action_overhead_us, alternate, measure_pipeline
+from .pipeline import (MICROBATCHES, MODEL_ARGS, PARTITION, STEPS, action_overhead_us, alternate, measure_pipeline,
+                       recording_us)
 
 __all__ = ["validate_rows", "PLACEMENTS"]
 
@@ -39,13 +40,14 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
     out_dir = Path(out_dir)
     tdir = out_dir / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
-    overhead = action_overhead_us(repeat, progress)
+    overhead, rec = action_overhead_us(repeat, progress), recording_us(progress)
     progress("tessel: tracing a 1-process baseline (mlp) to search schedules on")
     first = trace_workload("mlp", tdir / "mlp.tessel-search.json.gz", MODEL_ARGS, iterations=iterations)
     specs = {}
     for tag, extra in PLACEMENTS:
         csv = out_dir / f"tessel-{tag}.csv"
-        specs[tag] = f"tessel:stages=2,microbatches={MICROBATCHES},{extra},action_overhead_us={overhead:.0f}"
+        specs[tag] = (f"tessel:stages=2,microbatches={MICROBATCHES},{extra},action_overhead_us={overhead:.0f},"
+                      f"recording_us={rec:.2f}")
         rep, _ = predict(first, [f"{specs[tag]},csv={csv}"], profile_path=profile_path)
         ref = rep.metrics.get("1f1b_ms")
         ref = f"1F1B on the same stages {ref:.2f} ms" if ref else "no 1F1B for this placement"
