@@ -7,10 +7,12 @@ prints when the trace is written.
 """
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import dataclass
 
-__all__ = ["TracingOverhead", "tracing_overhead", "describe", "UNTRACED_LEFT_OUT", "recording_us_per_op"]
+__all__ = ["TracingOverhead", "tracing_overhead", "describe", "UNTRACED_LEFT_OUT", "recording_us_per_op",
+           "recording_us_here"]
 
 #: untraced warm-up iterations left out of the tracing-overhead reference (allocator and
 #: caches warming up: the first steps of a run are its slowest)
@@ -124,3 +126,9 @@ def recording_us_per_op(rounds: int = 15, ops: int = 2000) -> float:
     finally:
         torch.set_num_threads(threads)
     return max(statistics.median(diffs), 0.0) / 1e3
+
+
+@functools.lru_cache(maxsize=None)
+def recording_us_here() -> float:
+    """:func:`recording_us_per_op` measured once per process (what ``recording_us=auto`` takes)."""
+    return recording_us_per_op()

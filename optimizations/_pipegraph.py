@@ -46,7 +46,6 @@ repeat it M times, and the run predicted is not traced.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -177,7 +176,8 @@ def recorded_ops(g: DependencyGraph) -> dict:
     m = np.isin(T["lane"], lanes) & (T["kind"] == EventKind.CPU_OP) & (T["event"] >= 0) & (T["iteration"] >= 0)
     its = np.unique(T["iteration"][m])
     m &= T["iteration"] >= (its[1] if len(its) > 1 else 0)
-    ops = np.unique(np.stack([T["phase"][m], T["layer"][m], T["iteration"][m], T["event"][m]]).astype(np.int64), axis=1)
+    cols = np.stack([T[c][m].astype(np.int64) for c in ("phase", "layer", "iteration", "event")])
+    ops = np.unique(cols, axis=1)
     keys, counts = np.unique(ops[:2], axis=1, return_counts=True)
     n = max(len(np.unique(ops[2])), 1)
     return {(int(ph), int(ly)): c / n for ph, ly, c in zip(keys[0], keys[1], counts)}
@@ -245,28 +245,23 @@ def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: str = "trace", rec
                      float(step_call))
 
 
-@functools.lru_cache(maxsize=None)
-def _recording_here_us() -> float:
-    from daydream.overhead import recording_us_per_op
-
-    return recording_us_per_op()
-
-
 def recording_ns(opt, g: DependencyGraph) -> float:
     """The tracer's cost per recorded op that ``opt`` takes out of each micro-batch pass, in ns:
     its ``recording_us`` in us, or ``auto``: measured on this machine once per process
-    (:func:`daydream.overhead.recording_us_per_op`) where ``g``'s work runs on CPU threads and
+    (:func:`daydream.overhead.recording_us_here`) where ``g``'s work runs on CPU threads and
     holds recorded ops (:func:`recorded_ops`), else 0.
 
     >>> from types import SimpleNamespace
     >>> recording_ns(SimpleNamespace(name="pipeline", recording_us="1.5"), DependencyGraph())
     1500.0
     """
+    from daydream.overhead import recording_us_here
+
     from .base import OptionError
 
     text = str(opt.recording_us).strip()
     if text == "auto":
-        return _recording_here_us() * 1e3 if recorded_ops(g) else 0.0
+        return recording_us_here() * 1e3 if recorded_ops(g) else 0.0
     try:
         us = float(text)
     except ValueError:

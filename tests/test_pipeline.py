@@ -374,7 +374,8 @@ def test_real_trace_predicts_and_reports_memory(profile):
     one, _ = predict(trace, ["pipeline:stages=1,microbatches=1,schedule=gpipe,recording_us=0"], device=profile)
     assert one.predicted_ms == pytest.approx(one.baseline_ms, abs=1e-5)   # stage times round to whole ns
     # the tracer's 2 us per recorded forward and backward op taken out of the one pass
-    fb = sum(n for (ph, _), n in recorded_ops(trace_and_graph(trace)[1]).items() if ph in (Phase.FORWARD, Phase.BACKWARD))
+    ops = recorded_ops(trace_and_graph(trace)[1])
+    fb = sum(n for (ph, _), n in ops.items() if ph in (Phase.FORWARD, Phase.BACKWARD))
     untraced, _ = predict(trace, ["pipeline:stages=1,microbatches=1,schedule=gpipe,recording_us=2"], device=profile)
     assert fb > 100 and untraced.predicted_ms == pytest.approx(one.baseline_ms - fb * 2e-3, abs=1e-4)
     rep, res = predict(trace, ["pipeline:stages=2,microbatches=4,schedule=gpipe"], device=profile)

@@ -106,12 +106,12 @@ def action_overhead_us(repeat: int = 1, progress=print) -> float:
 @functools.lru_cache(maxsize=None)
 def recording_us(progress=print) -> float:
     """The tracer's cost per recorded CPU op on this machine, in us
-    (:func:`daydream.overhead.recording_us_per_op`), measured once per process: the pipeline and
-    Tessel rows take it out of every micro-batch pass (``recording_us=``), since their real runs
-    are not traced."""
-    from ..overhead import recording_us_per_op
+    (:func:`daydream.overhead.recording_us_here`, measured once per process), said once: the
+    pipeline and Tessel rows take it out of every micro-batch pass (``recording_us=``), since their
+    real runs are not traced."""
+    from ..overhead import recording_us_here
 
-    us = recording_us_per_op()
+    us = recording_us_here()
     progress(f"pipeline: the tracer's cost per recorded op {us:.2f} us (tiny ops with and without a profiler "
              "session, paired)")
     return us
