@@ -31,6 +31,7 @@ from .activities import ActivityPlan, plan_activities
 from ..errors import one_line
 from .errors import CollectionError
 from .heap import HeapReserve
+from .settle import SETTLE_TIMEOUT_S, settle_threads
 from .hooks import LayerMarkers, enter_range, exit_range
 from .normalize import normalize_marker_events
 from .shapes import ShapeCopy, ShapeSource, copy_shapes
@@ -352,7 +353,7 @@ class Tracer:
         if prof is None:
             return
         self.markers.enabled = False
-        prof.stop_trace()
+        self._stop_session(prof)
         fd, path = tempfile.mkstemp(prefix="daydream-shapes-", suffix=".json")
         os.close(fd)
         try:
@@ -362,6 +363,14 @@ class Tracer:
             _quietly(os.unlink, path)
             self._notes.append(f"op shapes recorded in every iteration: the shape iteration could not be kept "
                                f"({one_line(exc)})")
+
+    def _stop_session(self, prof) -> None:
+        """Stop a Kineto session once other threads have closed their ranges (:mod:`.settle`)."""
+        note = (f"other threads still ran {SETTLE_TIMEOUT_S * 1e3:.0f} ms after a profiler session's "
+                "last iteration; the session stopped regardless")
+        if not settle_threads() and note not in self._notes:
+            self._notes.append(note)
+        prof.stop_trace()
 
     def _prepare(self) -> None:
         """Set up Kineto (and the heap reserve) one iteration before recording."""
@@ -405,7 +414,7 @@ class Tracer:
                     except Exception as exc:  # noqa: BLE001
                         self._notes.append(f"daydream.cupti failed to stop: {exc}")
                         self._collector = None
-                self._prof.stop_trace()
+                self._stop_session(self._prof)
                 if self._recorded and self._write_allowed:
                     path = self._write()
         except Exception as exc:  # noqa: BLE001 - a full disk, a profiler failure: say so, go on
