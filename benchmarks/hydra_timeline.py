@@ -10,6 +10,8 @@ and prints, per schedule and process:
   is the real co-run rate that ``hydra``'s ``corun`` stands for;
 * shard-parallel: how long after the sending task ended the scheduler learnt of each arrival
   (the median and the largest), and whether the receiving process was busy meanwhile;
+* per schedule, hand-overs to an idle receiver: the sending task's end to the receiving task's
+  start (what ``hydra``'s transfer time stands for, less the send's post);
 * the last shard-parallel round's tasks as ``(model, F/B/S, start ms, end ms)`` from its start.
 
 Usage (the validation's sizes)::
@@ -76,6 +78,28 @@ def report(logs: dict) -> None:
             print(f"rank {rank} {sched}: span {_median(spans)} ms, busy {_median(list(by_round.values()))} ms; "
                   + "; ".join(kinds))
     _arrivals(logs)
+    _handovers(logs)
+
+
+def _handovers(logs: dict) -> None:
+    """Per schedule, hand-overs to an idle receiver: from the end of the task that sent the data
+    (its post included) to the start of the task that needed it, where the receiver's task
+    before it had ended by then (2 devices)."""
+    if sorted(logs) != [0, 1]:
+        return
+    for sched in ("model-parallel", "shard-parallel"):
+        gaps = {"forward": [], "backward": []}
+        rows = {r: [x for x in logs[r] if x["schedule"] == sched and x["what"] in _TASKS] for r in (0, 1)}
+        for kind, src, dst in (("forward", 0, 1), ("backward", 1, 0)):
+            sent = {(x["round"], x["model"]): x for x in rows[src] if x["what"] == kind}
+            for x in (x for x in rows[dst] if x["what"] == kind):
+                s = sent.get((x["round"], x["model"]))
+                before = [y["end_ns"] for y in rows[dst] if y["round"] == x["round"] and y["end_ns"] <= x["start_ns"]]
+                if s is not None and max(before, default=0) <= s["end_ns"]:
+                    gaps[kind].append(x["start_ns"] - s["end_ns"])
+        print(f"{sched} hand-overs to an idle receiver, sender's task end to receiver's task start: "
+              + "; ".join(f"{kind} {statistics.median(g) / 1e3:.0f} us ({len(g)})" if g else f"{kind} - (0)"
+                          for kind, g in gaps.items()))
 
 
 def _arrivals(logs: dict) -> None:

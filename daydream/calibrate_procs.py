@@ -135,7 +135,9 @@ def _gloo_worker(rank, port, sizes, kind, q):
                         median, stalled))
     if kind == "p2p":
         held = torch.zeros(P2P_HOLD_ELEMENTS)
-        out = (out, _p2p_one_way_ns(torch, dist, rank, torch.zeros(min(sizes) // 4), preposted=True)[0],
+        small = torch.zeros(min(sizes) // 4)
+        out = (out, _p2p_one_way_ns(torch, dist, rank, small, preposted=True)[0],
+               _p2p_one_way_ns(torch, dist, rank, small, preposted=True, notified=True)[0],
                _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)),
                _p2p_hold_pts(torch, dist, rank, held), _p2p_late_hold_pts(torch, dist, rank, held),
                _p2p_land_pts(torch, dist, rank))
@@ -234,7 +236,7 @@ def _spin(seconds: float, work=None) -> None:
             work()
 
 
-def _p2p_one_way_ns(torch, dist, rank, t, preposted: bool = False) -> tuple:
+def _p2p_one_way_ns(torch, dist, rank, t, preposted: bool = False, notified: bool = False) -> tuple:
     """Rank 0: ``(trimmed mean, median, stalled share)`` of :data:`P2P_TRIES` sends of ``t``
     after 3 warm-up ones, each from its start on rank 0 to the receive's end on rank 1 (both
     stamp the same monotonic clock; rank 1 sends its stamps over at the end): the mean of the
@@ -245,17 +247,27 @@ def _p2p_one_way_ns(torch, dist, rank, t, preposted: bool = False) -> tuple:
     before it, as a runtime that posts a step's receives up front has them (the Hydra runtime).
     Those do not wait for their rank's socket thread until the scheduler's tick, as 20-40 % of
     the others did here (``python benchmarks/p2p_start.py``: posted-barrier mean 30-44 us, 0-0.5 %
-    over 0.5 ms; barrier 545-985 us, 20-39 %)."""
+    over 0.5 ms; barrier 545-985 us, 20-39 %).
+
+    With ``notified`` (and ``preposted``) rank 1 learns of the arrival as the Hydra runtime's
+    shard-parallel scheduler does: a waiter thread blocks on the receive and wakes the scheduler,
+    waiting on a condition variable, when it returns
+    (:class:`daydream.workloads.hydra.Arrivals`)."""
+    from .workloads.hydra import Arrivals
+
     stamps = torch.zeros(P2P_TRIES + 3, dtype=torch.int64)
     for i in range(len(stamps)):
         posted = dist.irecv(t, 0) if preposted and rank == 1 else None
+        arrivals = Arrivals([posted]) if notified and posted is not None else None
         dist.barrier()
         if rank == 0:
             _spin(P2P_BUSY_S)
             stamps[i] = time.perf_counter_ns()
             dist.send(t, 1)
             continue
-        if posted is not None:
+        if arrivals is not None:
+            arrivals.first_ready([0], lambda _: posted)
+        elif posted is not None:
             posted.wait()
         else:
             dist.recv(t, 0)
@@ -802,18 +814,19 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     name to figure: ``{"p2p": (bytes/s, latency ns),
     "p2p_handshake": ns, "p2p_sends": (median send ns, stalled share), "p2p_preposted": ns (a send of the
     smallest size to a receive posted before the barrier that starts it: :func:`_p2p_one_way_ns`),
+    "p2p_notified": ns (the same, its arrival learnt through a waiter thread),
     "p2p_collision": ((gap ns,
     extra ns), ...), "p2p_hold": ((gap ns, extra ns), ...), "p2p_late_hold": ((busy ns, share), ...),
     "p2p_land": ((bytes, extra ns), ...)}``."""
     pts = first_result(_gloo_worker, 2, (sizes, kind))
     if kind == "p2p":
-        pts, preposted, collision, hold, late, land = pts
+        pts, preposted, notified, collision, hold, late, land = pts
         small = [p for p in pts if p[0] <= P2P_POST_MAX_BYTES] or pts[:1]
         handshake = statistics.median(p2p_handshake_ns(p[1], p[2], p[3], p[4]) for p in small)
         sends = (statistics.median(p[5] for p in small), statistics.fmean(p[6] for p in small))
         fit = _fit_relative([p[:2] for p in pts])
         return {"p2p": fit, "p2p_handshake": handshake,
-                "p2p_sends": sends, "p2p_preposted": preposted,
+                "p2p_sends": sends, "p2p_preposted": preposted, "p2p_notified": notified,
                 "p2p_collision": collision, "p2p_hold": hold, "p2p_late_hold": late, "p2p_land": land}
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)

@@ -123,6 +123,11 @@ class DeviceProfile:
         Per backend: the one-way time of a small send whose receive was posted before the
         synchronisation that starts it (a runtime that posts a step's receives up front), which
         does not wait so (:meth:`p2p_preposted_ns`); where absent, the ``p2p`` latency.
+    p2p_notified : dict of str to ns
+        Per backend: the ``p2p_preposted`` send when the receiver learns of its arrival through a
+        waiter thread that wakes a scheduler waiting on a condition variable (the Hydra runtime's
+        shard-parallel scheduler, which must not block on one receive); what that adds is
+        :meth:`p2p_notify_ns`.
     p2p_handover : dict of str to ns
         Per backend: the latency of a pipeline's hand-overs (:meth:`p2p_handover_ns`): the mean
         time from a send's post to the end of its receiver's wait in a GPipe-like exchange
@@ -173,6 +178,7 @@ class DeviceProfile:
     p2p_handshake: dict = field(default_factory=dict)
     p2p_sends: dict = field(default_factory=dict)
     p2p_preposted: dict = field(default_factory=dict)
+    p2p_notified: dict = field(default_factory=dict)
     p2p_handover: dict = field(default_factory=dict)
     collective_wake: dict = field(default_factory=dict)
     p2p_collision: dict = field(default_factory=dict)
@@ -344,6 +350,20 @@ class DeviceProfile:
         """
         return self._p2p_latency_from(self.p2p_preposted, nbytes, backend, min)
 
+    def p2p_notify_ns(self, backend: str | None = None) -> float:
+        """What a waiter thread adds to a hand-over whose receiver learns of the arrival through
+        it (``p2p_notified`` less ``p2p_preposted``; 0 where either is missing): the receive's
+        end wakes the waiter, which needs the interpreter's lock to wake the scheduler, whose
+        process's threads share a core.
+
+        >>> prof = DeviceProfile("x", "cpu", {}, {}, 0, p2p_preposted={"gloo": 40e3}, p2p_notified={"gloo": 150e3})
+        >>> prof.p2p_notify_ns(), DeviceProfile("x", "cpu", {}, {}, 0).p2p_notify_ns()
+        (110000.0, 0.0)
+        """
+        if not (self.p2p_notified and self.p2p_preposted):
+            return 0.0
+        return max(0.0, _for_backend(self.p2p_notified, backend) - _for_backend(self.p2p_preposted, backend))
+
     def p2p_handover_ns(self, nbytes: float, backend: str | None = None) -> float:
         """One hand-over between pipeline stages: :meth:`p2p_ns` with the latency the calibrated
         ``p2p_handover`` (the mean of a GPipe-like exchange's hand-overs, stalls included) where
@@ -507,6 +527,7 @@ class DeviceProfile:
                    p2p_post={k: tuple(v) for k, v in d.get("p2p_post", {}).items()},
                    p2p_handshake={k: float(v) for k, v in d.get("p2p_handshake", {}).items()},
                    p2p_preposted={k: float(v) for k, v in d.get("p2p_preposted", {}).items()},
+                   p2p_notified={k: float(v) for k, v in d.get("p2p_notified", {}).items()},
                    p2p_handover={k: float(v) for k, v in d.get("p2p_handover", {}).items()},
                    collective_wake={k: float(v) for k, v in d.get("collective_wake", {}).items()},
                    p2p_sends={k: tuple(float(x) for x in v) for k, v in d.get("p2p_sends", {}).items()},
@@ -634,7 +655,7 @@ def _profile_problem(prof: DeviceProfile) -> str | None:
     for name, v in prof.p2p_post.items():
         if len(v) != 2 or not all(_positive(x) or x == 0 for x in v):
             return f"p2p_post {name}: needs (send ns >= 0, receive ns >= 0)"
-    for kind in ("p2p_handshake", "p2p_preposted", "p2p_handover", "collective_wake"):
+    for kind in ("p2p_handshake", "p2p_preposted", "p2p_notified", "p2p_handover", "collective_wake"):
         for name, v in getattr(prof, kind).items():
             if not (_positive(v) or v == 0):
                 return f"{kind} {name}: needs ns >= 0"

@@ -107,6 +107,7 @@ def ensure_profile(profile_path=None, progress=print) -> str:
     if prof is not None and prof.kind == "cpu" and prof.collective and not (prof.p2p and prof.p2p_post
                                                                              and prof.p2p_handshake
                                                                              and prof.p2p_preposted
+                                                                             and prof.p2p_notified
                                                                              and prof.p2p_handover
                                                                              and prof.p2p_collision
                                                                              and prof.p2p_hold

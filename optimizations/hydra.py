@@ -32,7 +32,14 @@ higher than the calibrated time of such a send, ``p2p_preposted``, since the
 fitted one carries sends stalled by a receive posted late; without
 point-to-point figures, one step of the all-reduce model); the sending
 device first spends the profile's host cost of posting a send
-(``p2p_post``), which the transfer time includes.
+(``p2p_post``), which the transfer time includes.  Under ``shard-parallel``
+each transfer also takes the profile's ``p2p_notify_ns``
+(:meth:`daydream.device.DeviceProfile.p2p_notify_ns`): a scheduler that must
+not block on one receive learns of arrivals through waiter threads, which
+wake it (the real runtime's hand-overs to an idle device took 216-235 us
+from the sender's task end against 61-101 us model-parallel, whose
+scheduler waits on the receive itself; calibration read +95 to +137 us for
+a waiter: session 51).
 Receives are posted before a step starts (as the real runtime does); one
 whose data lands while its device runs another shard lengthens that shard
 by the profile's cost of taking a message in on a busy core (``p2p_land``,
@@ -421,10 +428,13 @@ class Hydra(Optimization):
         if D > 1 and not (dev.p2p or dev.collective):
             raise NotApplicable(f"hydra: device profile {dev.name!r} has no transfer figures; run daydream calibrate")
         transfer_ns, (send_post_ns, _) = dev.p2p_preposted_ns, dev.p2p_post_ns()
+        notify_ns = dev.p2p_notify_ns() if D > 1 else 0.0
         rate = corun_rate(ctx, 1.0, self.corun) if D > 1 else 1.0
         graphs, results, resumed, landed = {}, {}, {}, {}
         for sched in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL):
-            graphs[sched] = g = schedule_graph(costs, K, transfer_ns, sched, send_post_ns)
+            handover_ns = transfer_ns if sched == Schedule.MODEL_PARALLEL or not notify_ns else \
+                (lambda nbytes: transfer_ns(nbytes) + notify_ns)
+            graphs[sched] = g = schedule_graph(costs, K, handover_ns, sched, send_post_ns)
             work = g.tasks["dur_ns"].copy()
             results[sched] = res = corun_stretch(g, device_lanes(g), rate)
             resumed[sched] = landed[sched] = (0, 0)
@@ -460,6 +470,9 @@ class Hydra(Optimization):
         if rate < 1.0:
             ctx.note(f"hydra: a device's shard runs at {rate:.2f}x its speed alone while another device is busy "
                      f"(corun={self.corun}; `corun=off` leaves it out)")
+        if notify_ns and self.schedule == Schedule.SHARD_PARALLEL:
+            ctx.note(f"hydra: shard-parallel learns of each arrival through a waiter thread: +{notify_ns / 1e3:.0f} us "
+                     "a transfer (the profile's p2p_notified)")
         clean_ns, fitted_ns = dev.p2p_preposted_ns(1.0), dev.p2p_ns(1.0)   # a 1-byte send: the latency
         if D > 1 and clean_ns < fitted_ns:
             ctx.note(f"hydra: receives are posted ahead: a hand-over's latency is the profile's send to such a "

@@ -190,6 +190,25 @@ def test_transfers_to_receives_posted_ahead_cost_the_calibrated_preposted_send(o
     assert not any("posted ahead" in n for n in fitted.notes)
 
 
+def test_shard_parallel_hand_overs_add_the_waiter_threads_notice(own_trace):
+    """The shard-parallel runtime learns of arrivals through waiter threads: each of its
+    transfers takes the profile's ``p2p_notified`` less ``p2p_preposted`` more.  One model over
+    two devices: both transfers are on the critical path, so shard-parallel's makespan grows by
+    exactly 2 x 110 us and model-parallel's, whose scheduler waits on the receive, not at all."""
+    import dataclasses
+
+    base = dataclasses.replace(flat_profile(), p2p={"gloo": (1e9, 300_000.0)}, p2p_preposted={"gloo": 40_000.0})
+    waiter = dataclasses.replace(base, p2p_notified={"gloo": 150_000.0})
+    spec = "hydra:models=1,devices=2,corun=off"
+    (plain, _), (notified, _) = (predict(own_trace("mlp"), [spec + ",schedule=shard-parallel"], device=d)
+                                 for d in (base, waiter))
+    for sched, grew in (("model_parallel", 0.0), ("shard_parallel", 2 * 0.110)):
+        key = f"{sched}_makespan_ms"
+        assert notified.metrics[key] - plain.metrics[key] == pytest.approx(grew, abs=1e-6)
+    assert any("waiter thread: +110 us" in n for n in notified.notes)
+    assert not any("waiter thread" in n for n in plain.notes)
+
+
 def test_models_taking_turns_stretch_every_shard_by_the_cycle_factor(own_trace):
     """The traced MLP's parameters and momentum against K = 4 copies': the profile's cycle
     figures give x1.2 at 4x the state (interpolated in log bytes), so every shard's forward,

@@ -283,13 +283,33 @@ def test_cached_profile_without_the_preposted_send_gets_it_measured(tmp_path, mo
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     _fake_ddp_figures(monkeypatch)
     monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: {**figures, "p2p_preposted": 30_000.0,
-                                                             "p2p_handover": 200_000.0})
+                                                             "p2p_notified": 150_000.0, "p2p_handover": 200_000.0})
     older = dataclasses.replace(flat_profile(), **{k: {"gloo": v} for k, v in figures.items()})
     cached = save_profile(older, default_profile_path("cpu", validate.THREADS))
     said = []
     assert validate.ensure_profile(progress=said.append) == cached
     assert load_profile(cached).p2p_preposted == {"gloo": 30_000.0} and "point-to-point" in said[0]
     assert load_profile(cached).p2p_handover == {"gloo": 200_000.0}
+
+
+def test_cached_profile_without_the_notified_send_gets_it_measured(tmp_path, monkeypatch):
+    """A profile calibrated before ``p2p_notified`` existed is measured again by ``validate``,
+    so that ``hydra``'s shard-parallel schedule gets the waiter thread's cost."""
+    import daydream.calibrate as cal
+    from daydream import validate
+    from daydream.device import default_profile_path
+
+    figures = {"p2p": (3e9, 50_000.0), "p2p_post": (40_000.0, 30_000.0), "p2p_handshake": 9_000.0,
+               "p2p_preposted": 30_000.0, "p2p_handover": 200_000.0, "p2p_collision": ((0.0, 2e6), (1e5, 0.0)),
+               "p2p_hold": ((0.0, 1e6), (8e5, 0.0)), "p2p_late_hold": ((1e6, 0.1),), "p2p_land": ((16384.0, 1e5),)}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    _fake_ddp_figures(monkeypatch)
+    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: {**figures, "p2p_notified": 150_000.0})
+    older = dataclasses.replace(flat_profile(), **{k: {"gloo": v} for k, v in figures.items()})
+    cached = save_profile(older, default_profile_path("cpu", validate.THREADS))
+    said = []
+    assert validate.ensure_profile(progress=said.append) == cached
+    assert load_profile(cached).p2p_notify_ns() == 120_000.0 and "point-to-point" in said[0]
 
 
 def test_cached_profile_without_the_pipeline_hand_over_gets_it_measured(tmp_path, monkeypatch):
@@ -304,7 +324,8 @@ def test_cached_profile_without_the_pipeline_hand_over_gets_it_measured(tmp_path
                "p2p_hold": ((0.0, 1e6), (8e5, 0.0)), "p2p_late_hold": ((1e6, 0.1),), "p2p_land": ((16384.0, 1e5),)}
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     _fake_ddp_figures(monkeypatch)
-    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: {**figures, "p2p_handover": 200_000.0})
+    monkeypatch.setattr(cal, "gloo_p2p", lambda sizes=None: {**figures, "p2p_notified": 150_000.0,
+                                                             "p2p_handover": 200_000.0})
     older = dataclasses.replace(flat_profile(), **{k: {"gloo": v} for k, v in figures.items()})
     cached = save_profile(older, default_profile_path("cpu", validate.THREADS))
     said = []
@@ -349,7 +370,7 @@ def test_gloo_p2p_measures_two_processes(tmp_path):
 
 
 def test_hydra_runtime_runs_the_first_task_whose_input_has_arrived():
-    from daydream.workloads.hydra import _Arrivals
+    from daydream.workloads.hydra import Arrivals
 
     class Recv:                                   # a receive that arrives when told to
         def __init__(self):
@@ -359,7 +380,7 @@ def test_hydra_runtime_runs_the_first_task_whose_input_has_arrived():
             self.event.wait()
 
     a, b = Recv(), Recv()
-    arrivals = _Arrivals([a, b])
+    arrivals = Arrivals([a, b])
     needs = {0: a, 1: b, 2: None}
     assert arrivals.first_ready([0, 1, 2], needs.get) == 2          # needs nothing: runs at once
     picked = []

@@ -45,7 +45,7 @@ from . import mlp
 from .common import shut_down_distributed
 from .mlp import MLP
 
-__all__ = ["SCHEDULES", "TaskLog", "units_of", "task_priority", "main"]
+__all__ = ["SCHEDULES", "TaskLog", "Arrivals", "units_of", "task_priority", "main"]
 
 SCHEDULES = ("model-parallel", "shard-parallel")
 FORWARD, BACKWARD, STEP, DONE = range(4)
@@ -172,7 +172,7 @@ class _Shard:
             on_arrival = (lambda i: self.log.add("activation" if i < n_act else "gradient",
                                                  i if i < n_act else i - n_act, *[time.perf_counter_ns()] * 2)) \
                 if self.log else None
-            arrivals = _Arrivals(self.act_req + self.grad_req, on_arrival)
+            arrivals = Arrivals(self.act_req + self.grad_req, on_arrival)
         dist.barrier()
         t0 = time.perf_counter_ns()
         state = [FORWARD] * K
@@ -203,7 +203,7 @@ class _Shard:
         return t0, time.perf_counter_ns()
 
 
-class _Arrivals:
+class Arrivals:
     """Which posted receives have arrived, for a scheduler that must not block on one.
 
     gloo's receive work reports ``is_completed()`` only once ``wait()`` has
