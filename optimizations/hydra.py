@@ -36,10 +36,9 @@ device first spends the profile's host cost of posting a send
 each transfer also takes the profile's ``p2p_notify_ns``
 (:meth:`daydream.device.DeviceProfile.p2p_notify_ns`): a scheduler that must
 not block on one receive learns of arrivals through waiter threads, which
-wake it (the real runtime's hand-overs to an idle device took 216-235 us
-from the sender's task end against 61-101 us model-parallel, whose
-scheduler waits on the receive itself; calibration read +95 to +137 us for
-a waiter: session 51).
+wake it (the real runtime's hand-overs to an idle device took 192-269 us
+from the sender's task end against 22-75 us model-parallel, whose
+scheduler waits on the receive itself: docs/parallel.md, session 51).
 Receives are posted before a step starts (as the real runtime does); one
 whose data lands while its device runs another shard lengthens that shard
 by the profile's cost of taking a message in on a busy core (``p2p_land``,
