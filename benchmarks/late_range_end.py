@@ -57,15 +57,13 @@ def _worker(rank: int, port: int, rounds: int, q) -> None:
 
 def main(argv=None) -> None:
     import multiprocessing as mp
-    import socket
+
+    from daydream.calibrate_procs import free_port
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=300, help="profiler sessions per rank")
     args = p.parse_args(argv)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
+    port, ctx = free_port(), mp.get_context("spawn")
     q = ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(r, port, args.rounds, q)) for r in (0, 1)]
     for pr in procs:
