@@ -119,7 +119,7 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                      for name, (s, r) in prof.p2p_post.items())
     links += "".join(f"; a {name} send to a receive posted ahead {ns / 1e3:.0f} us"
                      for name, ns in prof.p2p_preposted.items())
-    links += "".join(f"; learnt through a waiter thread +{prof.p2p_notify_ns(name) / 1e3:.0f} us"
+    links += "".join(f"; a {name} arrival learnt through a waiter thread +{prof.p2p_notify_ns(name) / 1e3:.0f} us"
                      for name in prof.p2p_notified)
     links += "".join(f"; a {name} pipeline hand-over {ns / 1e3:.0f} us" for name, ns in prof.p2p_handover.items())
     links += "".join(f"; a {name} all-reduce reached from compute +{ns / 1e3:.0f} us"

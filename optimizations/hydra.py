@@ -431,8 +431,8 @@ class Hydra(Optimization):
         rate = corun_rate(ctx, 1.0, self.corun) if D > 1 else 1.0
         graphs, results, resumed, landed = {}, {}, {}, {}
         for sched in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL):
-            handover_ns = transfer_ns if sched == Schedule.MODEL_PARALLEL or not notify_ns else \
-                (lambda nbytes: transfer_ns(nbytes) + notify_ns)
+            extra_ns = notify_ns if sched == Schedule.SHARD_PARALLEL else 0.0
+            handover_ns = lambda nbytes, extra_ns=extra_ns: transfer_ns(nbytes) + extra_ns  # noqa: E731
             graphs[sched] = g = schedule_graph(costs, K, handover_ns, sched, send_post_ns)
             work = g.tasks["dur_ns"].copy()
             results[sched] = res = corun_stretch(g, device_lanes(g), rate)

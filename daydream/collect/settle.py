@@ -56,8 +56,8 @@ def busy_threads(tasks_dir: str = _TASKS) -> list[int] | None:
                 stat = fh.read()
         except OSError:      # the thread exited meanwhile
             continue
-        state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]   # after "pid (comm) "
-        if state == b"R":
+        end = stat.rfind(b")")          # "pid (comm) S ...": a name may hold ")"
+        if stat[end + 2:end + 3] == b"R":
             busy.append(int(tid))
     return busy
 
