@@ -136,8 +136,7 @@ def _gloo_worker(rank, port, sizes, kind, q):
     if kind == "p2p":
         held = torch.zeros(P2P_HOLD_ELEMENTS)
         small = torch.zeros(min(sizes) // 4)
-        out = (out, _p2p_one_way_ns(torch, dist, rank, small, preposted=True)[0],
-               _p2p_one_way_ns(torch, dist, rank, small, preposted=True, notified=True)[0],
+        out = (out, *_p2p_notified_ns(torch, dist, rank, small),
                _p2p_collision_pts(torch, dist, rank, torch.zeros(P2P_COLLIDE_ELEMENTS)),
                _p2p_hold_pts(torch, dist, rank, held), _p2p_late_hold_pts(torch, dist, rank, held),
                _p2p_land_pts(torch, dist, rank))
@@ -236,27 +235,65 @@ def _spin(seconds: float, work=None) -> None:
             work()
 
 
-def _p2p_one_way_ns(torch, dist, rank, t, preposted: bool = False, notified: bool = False) -> tuple:
+def _p2p_one_way_ns(torch, dist, rank, t, preposted: bool = False) -> tuple:
     """Rank 0: ``(trimmed mean, median, stalled share)`` of :data:`P2P_TRIES` sends of ``t``
-    after 3 warm-up ones, each from its start on rank 0 to the receive's end on rank 1 (both
-    stamp the same monotonic clock; rank 1 sends its stamps over at the end): the mean of the
-    fastest 95 %, in ns, and the share of sends over :data:`P2P_STALL_FACTOR` times the median.
-    Rank 1: zeros.
+    (:func:`_p2p_tries`): the mean of the fastest 95 %, in ns, and the share of sends over
+    :data:`P2P_STALL_FACTOR` times the median. Rank 1: zeros.
 
     Each send is started by a barrier; rank 1 posts its receive after it, or with ``preposted``
     before it, as a runtime that posts a step's receives up front has them (the Hydra runtime).
     Those do not wait for their rank's socket thread until the scheduler's tick, as 20-40 % of
     the others did here (``python benchmarks/p2p_start.py``: posted-barrier mean 30-44 us, 0-0.5 %
-    over 0.5 ms; barrier 545-985 us, 20-39 %).
+    over 0.5 ms; barrier 545-985 us, 20-39 %)."""
+    one_way = _p2p_tries(torch, dist, rank, t, [(preposted, False)] * P2P_TRIES)
+    if one_way is None:
+        return 0.0, 0.0, 0.0
+    one_way.sort()
+    median = statistics.median(one_way)
+    stalled = sum(x > P2P_STALL_FACTOR * median for x in one_way) / len(one_way)
+    return statistics.fmean(one_way[:max(1, int(len(one_way) * 0.95))]), median, stalled
 
-    With ``notified`` (and ``preposted``) rank 1 learns of the arrival as the Hydra runtime's
-    shard-parallel scheduler does: a waiter thread blocks on the receive and wakes the scheduler,
-    waiting on a condition variable, when it returns
-    (:class:`daydream.workloads.hydra.Arrivals`)."""
+
+def _p2p_notified_ns(torch, dist, rank, t) -> tuple:
+    """Rank 0: ``(preposted, notified)`` ns of a send of ``t`` to a receive posted before the
+    barrier that starts it, its arrival learnt by waiting on the receive (``preposted``, a
+    trimmed mean as :func:`_p2p_one_way_ns` takes it) or as the Hydra runtime's shard-parallel
+    scheduler learns it (``notified``): a waiter thread blocks on the receive and wakes the
+    scheduler, waiting on a condition variable, when it returns
+    (:class:`daydream.workloads.hydra.Arrivals`). Rank 1: zeros.
+
+    The two kinds of try alternate, in pairs whose order alternates too, and ``notified`` is
+    ``preposted`` plus the median of the pairs' differences: the figure wanted is the gap, and
+    two separate sittings' means scattered more than it (``p2p_notified - p2p_preposted``
+    read 282, 143 and 61 us in three calibrations of the Zen 1 host of session 51)."""
+    order = [(False, True), (True, False)] * (P2P_TRIES // 2)   # each pair's tries: notified?
+    one_way = _p2p_tries(torch, dist, rank, t, [(True, n) for pair in order for n in pair])
+    if one_way is None:
+        return 0.0, 0.0
+    plain, gaps = [], []
+    for k, (first, _) in enumerate(order):
+        a, b = one_way[2 * k], one_way[2 * k + 1]
+        waited, learnt = (b, a) if first else (a, b)
+        plain.append(waited)
+        gaps.append(learnt - waited)
+    plain.sort()
+    preposted = statistics.fmean(plain[:max(1, int(len(plain) * 0.95))])
+    return preposted, preposted + statistics.median(gaps)
+
+
+def _p2p_tries(torch, dist, rank, t, modes) -> list | None:
+    """Rank 0: the one-way ns of a send of ``t`` per ``(preposted, notified)`` of ``modes``
+    (after 3 warm-up sends of the first), each from its start on rank 0 to the receive's end
+    on rank 1 (both stamp the same monotonic clock; rank 1 sends its stamps over at the end);
+    rank 1: None. Each send is started by a barrier after rank 0 has computed for
+    :data:`P2P_BUSY_S`; rank 1 posts its receive before the barrier where ``preposted`` and
+    learns of its arrival through :class:`~daydream.workloads.hydra.Arrivals` where
+    ``notified``."""
     from .workloads.hydra import Arrivals
 
-    stamps = torch.zeros(P2P_TRIES + 3, dtype=torch.int64)
-    for i in range(len(stamps)):
+    modes = [modes[0]] * 3 + list(modes)
+    stamps = torch.zeros(len(modes), dtype=torch.int64)
+    for i, (preposted, notified) in enumerate(modes):
         posted = dist.irecv(t, 0) if preposted and rank == 1 else None
         arrivals = Arrivals([posted]) if notified and posted is not None else None
         dist.barrier()
@@ -275,12 +312,9 @@ def _p2p_one_way_ns(torch, dist, rank, t, preposted: bool = False, notified: boo
     peer = torch.zeros_like(stamps)
     if rank == 0:
         dist.recv(peer, 1)
-        one_way = sorted((peer - stamps)[3:].tolist())
-        median = statistics.median(one_way)
-        stalled = sum(x > P2P_STALL_FACTOR * median for x in one_way) / len(one_way)
-        return statistics.fmean(one_way[:max(1, int(len(one_way) * 0.95))]), median, stalled
+        return (peer - stamps)[3:].tolist()
     dist.send(stamps, 0)
-    return 0.0, 0.0, 0.0
+    return None
 
 
 def timed_post(dist, rank: int, t, compute, busy_s: float) -> int:

@@ -166,6 +166,43 @@ def test_one_way_sends_report_their_mean_median_and_stalled_share(monkeypatch):
     assert mean == pytest.approx((110 * 30_000 + 4 * 3_000_000) / 114)
 
 
+def test_notified_sends_are_timed_in_pairs(monkeypatch):
+    """The waiter thread's extra time is the median of paired differences: tries alternate
+    (notified second, then first, ...), so a slow spell that holds both tries of a pair (+1 ms
+    on every fourth pair) moves the plain sends' mean but not the gap (100 us here)."""
+    torch = pytest.importorskip("torch")
+    from daydream import calibrate_procs as cp
+
+    monkeypatch.setattr(cp, "P2P_TRIES", 40)
+    order = [(False, True), (True, False)] * 20
+    took = [30_000] * 3 + [30_000 + 100_000 * n + 1_000_000 * (k % 4 == 0)
+                           for k, pair in enumerate(order) for n in pair]
+    sent, now = [], [0]
+
+    class Dist:
+        @staticmethod
+        def barrier():
+            pass
+
+        @staticmethod
+        def send(t, dst):
+            sent.append(now[0])
+
+        @staticmethod
+        def recv(t, src):
+            t.copy_(torch.tensor([a + b for a, b in zip(sent, took)]))
+
+    def tick():
+        now[0] += 10_000_000
+        return now[0]
+
+    monkeypatch.setattr(cp, "_spin", lambda seconds, work=None: None)
+    monkeypatch.setattr(cp.time, "perf_counter_ns", tick)
+    preposted, notified = cp._p2p_notified_ns(torch, Dist, 0, torch.zeros(4))
+    assert notified - preposted == pytest.approx(100_000)
+    assert preposted == pytest.approx((30 * 30_000 + 8 * 1_030_000) / 38)    # the slowest 5 % dropped
+
+
 def test_hydra_transfers_take_the_p2p_figures(own_trace):
     trace = own_trace("mlp")
     old = flat_profile(allreduce=(1e9, 500_000.0))
