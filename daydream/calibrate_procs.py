@@ -386,6 +386,16 @@ class HandoverSitting:
     recv_posts_ns: tuple = ()
 
 
+def _notify_gap_worker(rank, port, sizes, q):
+    """:func:`_p2p_notified_ns` per size of ``sizes`` (bytes); rank 0 puts the list of pairs
+    (``benchmarks/p2p_notify_gap.py``)."""
+    torch, dist = _pinned_gloo_rank(rank, port)
+    got = [_p2p_notified_ns(torch, dist, rank, torch.zeros(n // 4)) for n in sizes]
+    if rank == 0:
+        q.put(got)
+    dist.destroy_process_group()
+
+
 def _handover_worker(rank, port, steps, q):
     torch, dist = _pinned_gloo_rank(rank, port)
     got = _p2p_handover_times(torch, dist, rank, steps)
