@@ -131,14 +131,10 @@ def test_calibrate_says_what_share_of_sends_stalled():
     assert _sends_text((30_000.0, 0.0)) == ""
 
 
-def test_one_way_sends_report_their_mean_median_and_stalled_share(monkeypatch):
-    """Rank 0 gets the receiver's stamps back: of 123 sends (3 warm-up), 110 take 30 us and 10
-    take 3 ms; the trimmed mean drops the slowest 6, the stalled share counts those over 10x
-    the median."""
-    torch = pytest.importorskip("torch")
-    from daydream import calibrate_procs as cp
-
-    took = [30_000] * 3 + [30_000] * 110 + [3_000_000] * 10
+def _stamping_rank0(monkeypatch, torch, cp, took):
+    """A ``dist`` for rank 0 of :func:`daydream.calibrate_procs._p2p_tries`: the clock moves 10 ms
+    a read, no spinning, and the receiver's stamps that come back are each send's start plus
+    ``took`` (ns, warm-ups first)."""
     sent, now = [], [0]
 
     class Dist:
@@ -158,9 +154,21 @@ def test_one_way_sends_report_their_mean_median_and_stalled_share(monkeypatch):
         now[0] += 10_000_000
         return now[0]
 
-    monkeypatch.setattr(cp, "P2P_TRIES", 120)
     monkeypatch.setattr(cp, "_spin", lambda seconds, work=None: None)
     monkeypatch.setattr(cp.time, "perf_counter_ns", tick)
+    return Dist
+
+
+def test_one_way_sends_report_their_mean_median_and_stalled_share(monkeypatch):
+    """Rank 0 gets the receiver's stamps back: of 123 sends (3 warm-up), 110 take 30 us and 10
+    take 3 ms; the trimmed mean drops the slowest 6, the stalled share counts those over 10x
+    the median."""
+    torch = pytest.importorskip("torch")
+    from daydream import calibrate_procs as cp
+
+    took = [30_000] * 3 + [30_000] * 110 + [3_000_000] * 10
+    monkeypatch.setattr(cp, "P2P_TRIES", 120)
+    Dist = _stamping_rank0(monkeypatch, torch, cp, took)
     mean, median, stalled = cp._p2p_one_way_ns(torch, Dist, 0, torch.zeros(4))
     assert median == 30_000 and stalled == pytest.approx(10 / 120)
     assert mean == pytest.approx((110 * 30_000 + 4 * 3_000_000) / 114)
@@ -177,27 +185,7 @@ def test_notified_sends_are_timed_in_pairs(monkeypatch):
     order = [(False, True), (True, False)] * 20
     took = [30_000] * 3 + [30_000 + 100_000 * n + 1_000_000 * (k % 4 == 0)
                            for k, pair in enumerate(order) for n in pair]
-    sent, now = [], [0]
-
-    class Dist:
-        @staticmethod
-        def barrier():
-            pass
-
-        @staticmethod
-        def send(t, dst):
-            sent.append(now[0])
-
-        @staticmethod
-        def recv(t, src):
-            t.copy_(torch.tensor([a + b for a, b in zip(sent, took)]))
-
-    def tick():
-        now[0] += 10_000_000
-        return now[0]
-
-    monkeypatch.setattr(cp, "_spin", lambda seconds, work=None: None)
-    monkeypatch.setattr(cp.time, "perf_counter_ns", tick)
+    Dist = _stamping_rank0(monkeypatch, torch, cp, took)
     preposted, notified = cp._p2p_notified_ns(torch, Dist, 0, torch.zeros(4))
     assert notified - preposted == pytest.approx(100_000)
     assert preposted == pytest.approx((30 * 30_000 + 8 * 1_030_000) / 38)    # the slowest 5 % dropped
