@@ -266,19 +266,39 @@ def _p2p_notified_ns(torch, dist, rank, t) -> tuple:
     ``preposted`` plus the median of the pairs' differences: the figure wanted is the gap, and
     two separate sittings' means scattered more than it (``p2p_notified - p2p_preposted``
     read 282, 143 and 61 us in three calibrations of the Zen 1 host of session 51)."""
-    order = [(False, True), (True, False)] * (P2P_TRIES // 2)   # each pair's tries: notified?
+    order = notify_pairs(P2P_TRIES)           # each pair's tries: notified?
     one_way = _p2p_tries(torch, dist, rank, t, [(True, n) for pair in order for n in pair])
     if one_way is None:
         return 0.0, 0.0
-    plain, gaps = [], []
-    for k, (first, _) in enumerate(order):
-        a, b = one_way[2 * k], one_way[2 * k + 1]
-        waited, learnt = (b, a) if first else (a, b)
-        plain.append(waited)
-        gaps.append(learnt - waited)
+    plain, gaps = paired_gaps(one_way, order)
     plain.sort()
     preposted = statistics.fmean(plain[:max(1, int(len(plain) * 0.95))])
     return preposted, preposted + statistics.median(gaps)
+
+
+def notify_pairs(pairs: int) -> list:
+    """``pairs`` pairs of tries, ``(notified?, notified?)``, whose order alternates.
+
+    >>> notify_pairs(3)
+    [(False, True), (True, False), (False, True)]
+    """
+    return [(False, True), (True, False)] * (pairs // 2) + [(False, True)] * (pairs % 2)
+
+
+def paired_gaps(one_way, order) -> tuple:
+    """``(waited, gaps)`` from the one-way times of the tries of ``order`` (:func:`notify_pairs`),
+    in order: per pair the waited try's time and the notified one's excess over it.
+
+    >>> paired_gaps([10, 25, 32, 11], notify_pairs(2))
+    ([10, 11], [15, 21])
+    """
+    waited, gaps = [], []
+    for k, (first, _) in enumerate(order):
+        a, b = one_way[2 * k], one_way[2 * k + 1]
+        w, n = (b, a) if first else (a, b)
+        waited.append(w)
+        gaps.append(n - w)
+    return waited, gaps
 
 
 def _p2p_tries(torch, dist, rank, t, modes) -> list | None:
