@@ -1,7 +1,7 @@
 """The notified hand-over gap (``p2p_notified - p2p_preposted``): as calibration times it, and
 shaped like the Hydra runtime's round.
 
-Two pinned gloo processes (as ``daydream calibrate`` starts them). ``calibration`` mode runs
+Two pinned gloo processes (as ``daydream calibrate`` starts them). By default they run
 ``daydream.calibrate_procs._p2p_notified_ns`` once per size: preposted sends whose arrival the
 receiver learns by waiting on the receive or through the Hydra runtime's waiter thread
 (``daydream.workloads.hydra.Arrivals``), alternating in pairs; calibration times the smallest
@@ -64,10 +64,9 @@ def _round_try(torch, dist, rank, t, k, busy_s, notified) -> int:
 
 def _round_worker(rank, port, sizes, k, busy_s, q):
     torch, dist = _pinned_gloo_rank(rank, port)
-    out = []
+    out, order = [], notify_pairs(PAIRS)
     for n in sizes:
         t = torch.zeros(n // 4)
-        order = notify_pairs(PAIRS)
         modes = [False] * 3 + [x for pair in order for x in pair]
         stamps = torch.tensor([_round_try(torch, dist, rank, t, k, busy_s, m) for m in modes], dtype=torch.int64)
         if rank == 1:
