@@ -8,9 +8,14 @@ trace before the run, from the trace after it, and from their mean (what
 and at the end the spread (standard deviation over the rounds) of each.
 Under validate's malloc settings, with idle CPUs polling.
 
+``--cores``: rounds alternate between traces where Linux puts them
+(``unpinned``) and traces on the two processes' cores, the one before the run
+on rank 0's and the one after on rank 1's (``pinned``), and each mode's spread is printed.
+
 Usage::
 
     python benchmarks/bracket_noise.py --rounds 6 --profile DIR/device-cpu-1t.json
+    python benchmarks/bracket_noise.py --rounds 16 --cores --profile DIR/device-cpu-1t.json
 """
 from __future__ import annotations
 
@@ -38,6 +43,8 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--profile", required=True, help="a CPU device profile (1 thread), e.g. a validation's")
     ap.add_argument("--layers", default="4:5", help="the split (layers per shard), as the validation chose it")
+    ap.add_argument("--cores", action="store_true",
+                    help="alternate rounds of unpinned traces and of traces on rank 0's, then rank 1's core")
     args = ap.parse_args(argv)
 
     from daydream.cpuidle import polling_idle
@@ -45,24 +52,27 @@ def main(argv=None) -> None:
     from daydream.validation.hydra import run_real
 
     shard0 = int(args.layers.split(":")[0])
-    err = {w: {s: [] for s in SCHEDULES} for w in ("before", "after", "mean")}
+    modes = ("unpinned", "pinned") if args.cores else ("unpinned",)
+    err = {(mode, w): {s: [] for s in SCHEDULES} for mode in modes for w in ("before", "after", "mean")}
     with tempfile.TemporaryDirectory() as tmp, polling_idle():
         for r in range(args.rounds):
-            before = trace_workload("mlp", Path(tmp) / f"b{r}a.json.gz", (), iterations=20)
+            mode = modes[r % len(modes)]
+            core = (lambda k: (k, 2)) if mode == "pinned" else (lambda k: None)
+            before = trace_workload("mlp", Path(tmp) / f"b{r}a.json.gz", (), iterations=20, core_of=core(0))
             real = run_real(2, shard0)
-            after = trace_workload("mlp", Path(tmp) / f"b{r}b.json.gz", (), iterations=20)
+            after = trace_workload("mlp", Path(tmp) / f"b{r}b.json.gz", (), iterations=20, core_of=core(1))
             pa, pb = _predict(before, args.profile, args.layers), _predict(after, args.profile, args.layers)
             line = []
             for i, s in enumerate(SCHEDULES):
                 m = real[s]
                 for w, p in (("before", pa[i]), ("after", pb[i]), ("mean", (pa[i] + pb[i]) / 2)):
-                    err[w][s].append(_pct(p, m))
+                    err[(mode, w)][s].append(_pct(p, m))
                 line.append(f"{s} real {m:.2f} ms, before {_pct(pa[i], m):+.1f} %, after {_pct(pb[i], m):+.1f} %, "
-                            f"mean {err['mean'][s][-1]:+.1f} %")
-            print(f"round {r}: " + "; ".join(line), flush=True)
-    for w, by in err.items():
-        print(f"{w:6s}: " + ", ".join(f"{s} mean {statistics.fmean(v):+.1f} %, sd {statistics.stdev(v):.1f}"
-                                       for s, v in by.items()))
+                            f"mean {err[(mode, 'mean')][s][-1]:+.1f} %")
+            print(f"round {r} ({mode}): " + "; ".join(line), flush=True)
+    for (mode, w), by in err.items():
+        print(f"{mode:8s} {w:6s}: " + ", ".join(f"{s} mean {statistics.fmean(v):+.1f} %, sd {statistics.stdev(v):.1f}"
+                                                for s, v in by.items() if len(v) > 1))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ public ResNet-50 DataLoader pair (``num_workers=0`` -> ``4``) is checked too.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import os
@@ -232,12 +233,34 @@ def _traced(name: str, path: Path, args, nproc: int, returncode: int, stderr: st
     return out
 
 
-def trace_workload(name: str, path: Path, args=(), warmup: int = 2, iterations: int = 5, nproc: int = 1) -> Path:
-    """Trace a bundled workload with ``daydream trace``; returns the (rank 0) trace path."""
-    with probed():
+def trace_workload(name: str, path: Path, args=(), warmup: int = 2, iterations: int = 5, nproc: int = 1,
+                   core_of: tuple | None = None) -> Path:
+    """Trace a bundled workload with ``daydream trace``; returns the (rank 0) trace path.
+
+    ``core_of``: ``(rank, ranks)``: the trace runs on the cores that rank ``rank`` of a
+    ``ranks``-process run pinned with ``--pin-cores`` gets (``benchmarks/bracket_noise.py
+    --cores``)."""
+    with probed(), _on_cores(core_of):
         proc = subprocess.run(_trace_cmd(name, path, args, warmup, iterations, nproc), capture_output=True,
                               text=True, env=run_env())
     return _traced(name, path, args, nproc, proc.returncode, proc.stderr)
+
+
+@contextlib.contextmanager
+def _on_cores(core_of):
+    """Processes started inside run on the cores of ``core_of`` (``(rank, ranks)``; None: as
+    this thread may run): this thread holds them meanwhile, and a child inherits them."""
+    if core_of is None or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    from .collect.runner import cores_for_rank
+
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores_for_rank(saved, *core_of))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, saved)
 
 
 #: Least length of a turn (s): short against the machine's drift (spells of a

@@ -52,6 +52,27 @@ def test_traced_runs_get_the_steady_malloc_settings(monkeypatch, tmp_path):
     assert {k: seen.get(k) for k in validate.STEADY_MALLOC} == validate.STEADY_MALLOC
 
 
+@pytest.mark.skipif(len(getattr(validate.os, "sched_getaffinity", lambda _: ())(0)) < 2, reason="needs 2 cores")
+def test_a_trace_on_a_rank_s_core_starts_there_and_the_caller_gets_its_cores_back(monkeypatch, tmp_path):
+    import subprocess
+    import sys
+
+    seen, before, real_run = [], validate.os.sched_getaffinity(0), subprocess.run
+
+    def run(cmd, **kw):     # a child started here: which cores it may use
+        seen.append(real_run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                                   capture_output=True, text=True).stdout.strip())
+        (tmp_path / "x.json.gz").write_bytes(b"")
+        return SimpleNamespace(returncode=0, stderr="")
+
+    monkeypatch.setattr(validate.subprocess, "run", run)
+    validate.trace_workload("mlp", tmp_path / "x.json.gz", core_of=(1, 2))
+    validate.trace_workload("mlp", tmp_path / "x.json.gz")
+    second = sorted(before)[len(before) // 2:]
+    assert seen == [str(second), str(sorted(before))]
+    assert validate.os.sched_getaffinity(0) == before
+
+
 def test_single_run_keeps_the_given_name(monkeypatch, tmp_path):
     monkeypatch.setattr(validate, "trace_workload", lambda name, p, args, iterations, nproc: p)
     monkeypatch.setattr(validate, "replay", lambda p: (SimpleNamespace(measured_ms=1.0), None))
