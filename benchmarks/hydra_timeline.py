@@ -12,6 +12,9 @@ and prints, per schedule and process:
   (the median and the largest), and whether the receiving process was busy meanwhile;
 * per schedule, hand-overs to an idle receiver: the sending task's end to the receiving task's
   start (what ``hydra``'s transfer time stands for, less the send's post);
+* per schedule and process, the median of each part of a task (``forward.prepare``: the input
+  and ``zero_grad``; ``forward.compute``; ``backward.compute``) and what a task takes beyond its
+  parts (its send's post);
 * the last shard-parallel round's tasks as ``(model, F/B/S, start ms, end ms)`` from its start.
 
 Usage (the validation's sizes)::
@@ -77,8 +80,28 @@ def report(logs: dict) -> None:
                 kinds.append(f"{kind} {_median(alone)} alone ({len(alone)}) / {_median(beside)} beside ({len(beside)})")
             print(f"rank {rank} {sched}: span {_median(spans)} ms, busy {_median(list(by_round.values()))} ms; "
                   + "; ".join(kinds))
+    _parts(logs)
     _arrivals(logs)
     _handovers(logs)
+
+
+_PARTS = {"forward": ("forward.prepare", "forward.compute"), "backward": ("backward.compute",)}
+
+
+def _parts(logs: dict) -> None:
+    """Per schedule and process: the median time of each part of a task, and of the rest of the
+    task beyond its parts (the send's post)."""
+    for sched in ("model-parallel", "shard-parallel"):
+        for rank, rows in logs.items():
+            mine = {(x["round"], x["model"], x["what"]): x["end_ns"] - x["start_ns"] for x in rows
+                    if x["schedule"] == sched}
+            out = []
+            for task, parts in _PARTS.items():
+                keys = [k for k in mine if k[2] == task and all((*k[:2], p) in mine for p in parts)]
+                for p in parts:
+                    out.append(f"{p} {_median([mine[(*k[:2], p)] for k in keys])}")
+                out.append(f"{task} beyond them {_median([mine[k] - sum(mine[(*k[:2], p)] for p in parts) for k in keys])}")
+            print(f"rank {rank} {sched} parts (ms): " + "; ".join(out))
 
 
 def _handovers(logs: dict) -> None:

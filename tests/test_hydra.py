@@ -388,6 +388,12 @@ def test_real_run_logs_every_task_and_arrival(tmp_path):
                 order = [r["what"] for r in tasks if r["model"] == k]
                 assert order == ["forward", "backward", "step"]
             assert all(span["start_ns"] <= r["start_ns"] <= r["end_ns"] <= span["end_ns"] for r in tasks)
+            for r in tasks:     # each part of a task within it
+                parts = [p for p in mine if p["model"] == r["model"] and p["what"].startswith(r["what"] + ".")]
+                assert sorted(p["what"] for p in parts) == {
+                    "forward": ["forward.compute", "forward.prepare"], "backward": ["backward.compute"],
+                    "step": []}[r["what"]]
+                assert all(r["start_ns"] <= p["start_ns"] <= p["end_ns"] <= r["end_ns"] for p in parts)
             arrived = {r["model"]: r["start_ns"] for r in mine if r["what"] == needs}
             if sched == "model-parallel":
                 assert arrived == {}

@@ -54,7 +54,10 @@ _TASK_NAMES = ("forward", "backward", "step")
 
 class TaskLog:
     """Per process: ``[schedule, round, what, model, start_ns, end_ns]`` rows, ``what`` one of
-    ``forward``, ``backward``, ``step`` (the task's run), ``activation`` or ``gradient``
+    ``forward``, ``backward``, ``step`` (the task's run), parts of a task's run
+    (``forward.prepare``: its input and ``zero_grad``; ``forward.compute``: the shard's
+    layers and the loss; ``backward.compute``: the autograd call; the rest of the task posts
+    its send), ``activation`` or ``gradient``
     (when the scheduler learnt that the model's receive had arrived: shard-parallel only;
     start = end) and ``round`` (model -1); times on the host's monotonic clock (``time.perf_counter_ns``), which all
     processes share."""
@@ -128,27 +131,38 @@ class _Shard:
             return next(self.iters[k])[0]
 
     def forward(self, k):
+        t0 = time.perf_counter_ns()
         x = self._next_batch(k) if self.rank == 0 else self.act[k].requires_grad_()
         self.opts[k].zero_grad(set_to_none=True)
+        t1 = time.perf_counter_ns()
         out = self.mods[k](x)
         if self.rank == self.world - 1:
             y = torch.randint(0, self.args.classes, (self.args.batch_size,), generator=self.labels)
             out = F.cross_entropy(out, y)
-        else:
+        self._part("forward.prepare", k, t0, t1)
+        self._part("forward.compute", k, t1, time.perf_counter_ns())
+        if self.rank < self.world - 1:
             self.sends.append(self.dist.isend(out.detach(), self.rank + 1, tag=k))
         self.saved[k] = (x, out)
 
     def backward(self, k):
         x, out = self.saved.pop(k)
+        t0 = time.perf_counter_ns()
         if self.rank == self.world - 1:
             out.backward()
         else:
             out.backward(self.grad[k])
+        self._part("backward.compute", k, t0, time.perf_counter_ns())
         if self.rank > 0:
             self.sends.append(self.dist.isend(x.grad, self.rank - 1, tag=self.args.models + k))
 
     def step(self, k):
         self.opts[k].step()
+
+    def _part(self, what, k, start_ns, end_ns):
+        """Log a part of a task (:class:`TaskLog`), where logging."""
+        if self.log:
+            self.log.add(what, k, start_ns, end_ns)
 
     # ------------------------------------------------------------ schedule
     def _waiting_on(self, k, state):
