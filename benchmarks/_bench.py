@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 __all__ = ["peak_rss_bytes", "children_peak_rss_bytes", "current_rss_bytes", "run_fresh", "median_runs",
-           "emit"]
+           "emit", "with_steady_malloc"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,6 +33,16 @@ def current_rss_bytes() -> int:
     """Resident set size now (from /proc/self/statm)."""
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def with_steady_malloc() -> None:
+    """Re-execute this script under validate's malloc settings where they are missing
+    (:data:`daydream.heapmode.STEADY_MALLOC`: without them each fresh gradient of 1 MiB or more
+    is a new mapping, page faults in every backward)."""
+    from daydream.heapmode import STEADY_MALLOC
+
+    if any(os.environ.get(k) != v for k, v in STEADY_MALLOC.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **STEADY_MALLOC})
 
 
 def emit(result: dict) -> None:

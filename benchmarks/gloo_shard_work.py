@@ -20,10 +20,10 @@ Prints per mode the median forward and backward (ms).  A 1-process reference is
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
+
+from _bench import with_steady_malloc  # noqa: E402
 
 __all__ = ["main", "MODES"]
 
@@ -106,10 +106,7 @@ def main(argv=None) -> None:
     ap.add_argument("--start", choices=("spawn", "fork"), default="spawn",
                     help="how the two processes start (the Hydra runtime forks them)")
     args = ap.parse_args(argv)
-    from daydream.heapmode import STEADY_MALLOC
-
-    if any(os.environ.get(k) != v for k, v in STEADY_MALLOC.items()):
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **STEADY_MALLOC})
+    with_steady_malloc()
     from daydream.calibrate_procs import first_result
     from daydream.cpuidle import polling_idle
 

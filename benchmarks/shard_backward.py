@@ -18,17 +18,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 
+from _bench import with_steady_malloc  # noqa: E402
+
 __all__ = ["main"]
-
-
-def _with_steady_malloc() -> None:
-    from daydream.heapmode import STEADY_MALLOC
-
-    if any(os.environ.get(k) != v for k, v in STEADY_MALLOC.items()):
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **STEADY_MALLOC})
 
 
 def main(argv=None) -> None:
@@ -41,7 +35,7 @@ def main(argv=None) -> None:
     ap.add_argument("--polling", action="store_true",
                     help="idle CPUs poll meanwhile (daydream.cpuidle.polling_idle), as validate runs its jobs")
     args = ap.parse_args(argv)
-    _with_steady_malloc()
+    with_steady_malloc()
 
     import torch
     import torch.nn.functional as F
