@@ -57,10 +57,12 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp, polling_idle():
         for r in range(args.rounds):
             mode = modes[r % len(modes)]
-            core = (lambda k: (k, 2)) if mode == "pinned" else (lambda k: None)
-            before = trace_workload("mlp", Path(tmp) / f"b{r}a.json.gz", (), iterations=20, core_of=core(0))
+            pinned = mode == "pinned"
+            before = trace_workload("mlp", Path(tmp) / f"b{r}a.json.gz", (), iterations=20,
+                                    core_of=(0, 2) if pinned else None)
             real = run_real(2, shard0)
-            after = trace_workload("mlp", Path(tmp) / f"b{r}b.json.gz", (), iterations=20, core_of=core(1))
+            after = trace_workload("mlp", Path(tmp) / f"b{r}b.json.gz", (), iterations=20,
+                                   core_of=(1, 2) if pinned else None)
             pa, pb = _predict(before, args.profile, args.layers), _predict(after, args.profile, args.layers)
             line = []
             for i, s in enumerate(SCHEDULES):
