@@ -32,7 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["main", "load", "report"]
+__all__ = ["main", "load", "report", "handover_gaps"]
 
 _TASKS = ("forward", "backward", "step")
 #: A task counts as run beside the other process when that one was busy for more than this share of it.
@@ -104,22 +104,28 @@ def _parts(logs: dict) -> None:
             print(f"rank {rank} {sched} parts (ms): " + "; ".join(out))
 
 
+def handover_gaps(logs: dict, sched: str) -> dict:
+    """``{"forward": [ns], "backward": [ns]}``: hand-overs to an idle receiver under ``sched``,
+    from the end of the task that sent the data (its post included) to the start of the task
+    that needed it, where the receiver's task before it had ended by then (2 devices)."""
+    gaps = {"forward": [], "backward": []}
+    rows = {r: [x for x in logs[r] if x["schedule"] == sched and x["what"] in _TASKS] for r in (0, 1)}
+    for kind, src, dst in (("forward", 0, 1), ("backward", 1, 0)):
+        sent = {(x["round"], x["model"]): x for x in rows[src] if x["what"] == kind}
+        for x in (x for x in rows[dst] if x["what"] == kind):
+            s = sent.get((x["round"], x["model"]))
+            before = [y["end_ns"] for y in rows[dst] if y["round"] == x["round"] and y["end_ns"] <= x["start_ns"]]
+            if s is not None and max(before, default=0) <= s["end_ns"]:
+                gaps[kind].append(x["start_ns"] - s["end_ns"])
+    return gaps
+
+
 def _handovers(logs: dict) -> None:
-    """Per schedule, hand-overs to an idle receiver: from the end of the task that sent the data
-    (its post included) to the start of the task that needed it, where the receiver's task
-    before it had ended by then (2 devices)."""
+    """Per schedule, :func:`handover_gaps`' medians."""
     if sorted(logs) != [0, 1]:
         return
     for sched in ("model-parallel", "shard-parallel"):
-        gaps = {"forward": [], "backward": []}
-        rows = {r: [x for x in logs[r] if x["schedule"] == sched and x["what"] in _TASKS] for r in (0, 1)}
-        for kind, src, dst in (("forward", 0, 1), ("backward", 1, 0)):
-            sent = {(x["round"], x["model"]): x for x in rows[src] if x["what"] == kind}
-            for x in (x for x in rows[dst] if x["what"] == kind):
-                s = sent.get((x["round"], x["model"]))
-                before = [y["end_ns"] for y in rows[dst] if y["round"] == x["round"] and y["end_ns"] <= x["start_ns"]]
-                if s is not None and max(before, default=0) <= s["end_ns"]:
-                    gaps[kind].append(x["start_ns"] - s["end_ns"])
+        gaps = handover_gaps(logs, sched)
         print(f"{sched} hand-overs to an idle receiver, sender's task end to receiver's task start: "
               + "; ".join(f"{kind} {statistics.median(g) / 1e3:.0f} us ({len(g)})" if g else f"{kind} - (0)"
                           for kind, g in gaps.items()))
