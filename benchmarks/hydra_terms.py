@@ -3,13 +3,20 @@
 Per round: the validation's single-model MLP baseline traced (as ``daydream validate`` traces
 it), both schedules predicted from it right away (the co-run rate measured afresh,
 :func:`daydream.validate.predict_now`'s way), and the real K-model job run with ``--task-log``
-(``daydream.workloads.hydra``, the validation's sizes and pinning).  Printed per schedule and
-rank, medians over the rounds of the per-round sums of each task kind (forward, backward, step;
-a task's send post counted in the task that sends, as the runtime's log counts it), the rank's
-busy time, its idle time before its first task, between tasks and after its last; the round's span (the earliest rank's start to the last one's end, as the runtime
-measures it); the hand-overs to an idle rank (the sending task's end to the receiving task's
-start, :func:`hydra_timeline.handover_gaps`); predicted and real side by side with their difference.  A term
-that reads high in one schedule and not in the other is what moves the schedules' ratio.
+(``daydream.workloads.hydra``, the validation's sizes and pinning).  Printed, predicted against
+real with their difference, medians over the rounds:
+
+* per schedule and rank, the per-round sums of each task kind (forward, backward, step; a
+  task's send post counted in the task that sends, as the runtime's log counts it), the rank's
+  busy time and its idle time before its first task, between tasks and after its last;
+* per schedule, the round's span (the earliest rank's start to the last one's end, as the
+  runtime measures it) and the hand-overs to an idle rank (the sending task's end to the
+  receiving task's start, :func:`hydra_timeline.handover_gaps`);
+* per rank, the trace's shard forward and backward before any of ``hydra``'s factors (the
+  first shard's forward without the iteration's other work) against the runtime's
+  ``forward.compute`` and ``backward.compute`` parts.
+
+A term that reads high in one schedule and not in the other is what moves the schedules' ratio.
 
 Usage (a validation's profile; its Hydra split)::
 
@@ -33,6 +40,7 @@ __all__ = ["main", "predicted_sums", "real_sums"]
 
 SCHEDULES = ("model-parallel", "shard-parallel")
 KINDS = ("forward", "backward", "step")
+PARTS = ("forward.compute", "backward.compute")
 _TASK = re.compile(r"(?:post )?model \d+ (forward shard|activation|backward shard|gradient|optimizer shard)")
 _KIND = {"forward shard": "forward", "activation": "forward", "backward shard": "backward",
          "gradient": "backward", "optimizer shard": "step"}
@@ -139,6 +147,7 @@ def _round(r, args, tdir, env) -> tuple:
         rep, res = predict(trace, [spec], profile_path=args.profile)
         pred[s] = predicted_sums(res)
     pred["trace_ms"] = rep.measured_ms
+    pred["shards"] = trace_shards(trace, args.layers, args.profile)
     log = tdir / f"log.r{r}"
     log.mkdir()
     cmd = [sys.executable, "-m", "daydream.workloads.hydra", "--models", str(args.models), "--devices", "2",
@@ -147,7 +156,36 @@ def _round(r, args, tdir, env) -> tuple:
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise SystemExit(f"hydra_terms: the real run failed: {proc.stderr.strip()[-500:]}")
-    return pred, real_sums(log)
+    return pred, {**real_sums(log), "parts": real_parts(log)}
+
+
+def trace_shards(trace, layers: str, profile_path) -> dict:
+    """``{rank: {"forward.compute": ms, "backward.compute": ms}}``: each shard's forward (the first
+    shard's without the iteration's other work, ``head``) and backward time per iteration in the
+    trace, as ``hydra`` totals them before any factor."""
+    import daydream.optimizations.hydra as hydra
+    from daydream.optimizations import WhatIfContext
+    from daydream.optimizations._common import module_table
+    from daydream.whatif import device_for, trace_and_graph
+
+    tr, g = trace_and_graph(str(trace), None)
+    ctx = WhatIfContext(graph=g, trace=tr, device=device_for(tr, profile_path=profile_path))
+    units, _, _ = hydra.layer_units(g, module_table(ctx, "hydra"))
+    costs = hydra.shard_costs(units, 0.0, 0.0, 2, [int(x) for x in layers.split(":")])
+    return {r: {"forward.compute": costs.fwd_ns[r] / 1e6, "backward.compute": costs.bwd_ns[r] / 1e6} for r in (0, 1)}
+
+
+def real_parts(log_dir) -> dict:
+    """``{schedule: {rank: {part: [ms per task]}}}``: the runtime's ``forward.compute`` and
+    ``backward.compute`` parts."""
+    from hydra_timeline import load
+
+    out = {s: defaultdict(lambda: defaultdict(list)) for s in SCHEDULES}
+    for rank, rows in load(log_dir).items():
+        for x in rows:
+            if x["what"] in PARTS:
+                out[x["schedule"]][rank][x["what"]].append((x["end_ns"] - x["start_ns"]) / 1e6)
+    return out
 
 
 def main(argv=None) -> None:
@@ -181,6 +219,10 @@ def main(argv=None) -> None:
             [_cell("span", [p[s][0]["span"] for p in preds], [v for q in reals for v in q[s]["span"]])]
             + [_cell(f"{k} hand-over to an idle rank (us)", [v / 1e3 for p in preds for v in p[s]["handover"][k]],
                      [v / 1e3 for q in reals for v in q[s]["handover"][k]]) for k in ("forward", "backward")]))
+    for rank in (0, 1):
+        print(f"rank {rank} compute, the trace's shard / the runtime's task part (ms): " + "; ".join(
+            _cell(f"{part} {s}", [p["shards"][rank][part] for p in preds],
+                  [v for q in reals for v in q["parts"][s][rank][part]]) for part in PARTS for s in SCHEDULES))
 
 
 def _cell(what, pred, real) -> str:
