@@ -315,9 +315,41 @@ def test_the_validation_row_takes_the_co_run_rate_of_the_trace_s_own_ops(tmp_pat
 
     specs = []
     monkeypatch.setattr(vtp, "_fresh_api_overhead", lambda: None)
-    monkeypatch.setattr(vtp, "paired_rounds", lambda repeat, configs, iterations: [])
+    monkeypatch.setattr(vtp, "paired_rounds", lambda repeat, configs, iterations, after_round=None: [])
     row = types.SimpleNamespace(predicted_ms=1.0, measured_ms=1.0, error_pct=0.0)
-    monkeypatch.setattr(vtp, "rounds_row", lambda label, opt, rounds, spec, profile: (specs.append(spec) or (row, None)))
+    monkeypatch.setattr(vtp, "rounds_row", lambda label, opt, rounds, spec, profile, predicted=None:
+                        (specs.append(spec) or (row, None)))
     monkeypatch.setattr(vtp, "rounds_label", lambda repeat, configs: "x1")
     vtp.validate_rows(tmp_path, "profile.json", progress=lambda m: None)
     assert len(specs) == 1 and "corun=trace" in specs[0].split(",")
+
+
+def test_the_validation_predicts_each_round_as_it_is_traced_at_a_fresh_co_run_rate(tmp_path, monkeypatch):
+    """Each round's baseline is predicted right after the round, the co-run rate forgotten first,
+    and the row takes those predictions (not one rate for all rounds, measured after the last)."""
+    import types
+
+    import daydream.optimizations._corun as corun
+    import daydream.validation.tensor_parallel as vtp
+
+    events, taken = [], {}
+
+    def rounds(repeat, configs, iterations, after_round=None):
+        out = []
+        for k in range(3):
+            events.append(f"traced {k}")
+            out.append([(f"base{k}", None, None), (f"split{k}", None, None)])
+            after_round(out[-1])
+        return out
+
+    monkeypatch.setattr(vtp, "_fresh_api_overhead", lambda: None)
+    monkeypatch.setattr(vtp, "paired_rounds", rounds)
+    monkeypatch.setattr(corun, "forget_measured", lambda: events.append("forget"))
+    monkeypatch.setattr(vtp, "predict", lambda path, specs, profile_path: events.append(f"predict {path}") or path)
+    row = types.SimpleNamespace(predicted_ms=1.0, measured_ms=1.0, error_pct=0.0)
+    monkeypatch.setattr(vtp, "rounds_row", lambda label, opt, rounds, spec, profile, predicted=None:
+                        (taken.setdefault("predicted", predicted), (row, None))[1])
+    monkeypatch.setattr(vtp, "rounds_label", lambda repeat, configs: "x3")
+    vtp.validate_rows(tmp_path, "profile.json", progress=lambda m: None, repeat=3)
+    assert events == [x for k in range(3) for x in (f"traced {k}", "forget", f"predict base{k}")]
+    assert taken["predicted"] == ["base0", "base1", "base2"]

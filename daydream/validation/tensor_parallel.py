@@ -14,7 +14,12 @@ predicting (``corun=trace``, as the pipeline, Tessel and Hydra rows; since
 session 46): the profile's matmul probe (``corun=profile``, the what-if's
 default) is a snapshot of the calibration, which read 0.46 and 0.50 in two
 runs whose real TP rounds were not slowed (predictions +65 and +80 %;
-docs/validation-log.md, sessions 38 and 46).
+docs/validation-log.md, sessions 38 and 46).  Each round's baseline is
+predicted as soon as the round is traced, its co-run rate measured then
+(:func:`daydream.validate.predict_now`'s way; until session 55 all rounds
+after the last, at one rate: in run 2026-12-03f, 08:44, every round read
+224-275 ms against real rounds of 155-190, and the same traces predicted
+again 20 minutes later, at rates of 0.98-1.00, read 162-194).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from pathlib import Path
 
 from daydream.errors import DaydreamError
 from daydream.validate import THREADS, paired_rounds, rounds_label, rounds_row
+from daydream.whatif import predict
 
 __all__ = ["validate_rows", "WORKLOAD", "ARGS", "DEGREE"]
 
@@ -45,14 +51,25 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
     progress(f"tensor-parallel: tracing the unsplit transformer (1 process) and the split one "
              f"({DEGREE} gloo ranks), {rounds_label(repeat, configs)}")
     try:
-        rounds = paired_rounds(repeat, configs, iterations)
-        row, _ = rounds_row("transformer (torch TP)", spec, rounds, spec, profile_path)
+        predicted = []
+        rounds = paired_rounds(repeat, configs, iterations,
+                               after_round=lambda runs: predicted.append(_predict_now(runs[0][0], spec, profile_path)))
+        row, _ = rounds_row("transformer (torch TP)", spec, rounds, spec, profile_path, predicted=predicted)
     except DaydreamError as exc:
         progress(f"tensor-parallel: skipped ({exc})")
         return []
     progress(f"tensor-parallel: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
              f"error {row.error_pct:.1f}%")
     return [row]
+
+
+def _predict_now(path, spec: str, profile_path):
+    """``predict``'s ``(report, result)`` of ``spec`` from the trace at ``path``, its co-run rate
+    measured now (:func:`optimizations._corun.forget_measured`)."""
+    from ..optimizations._corun import forget_measured
+
+    forget_measured()
+    return predict(path, [spec], profile_path=profile_path)
 
 
 def _fresh_api_overhead():
