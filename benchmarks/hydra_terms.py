@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-__all__ = ["main", "predicted_sums", "real_sums"]
+__all__ = ["main", "predicted_sums", "real_sums", "idle_parts", "trace_shards", "real_parts"]
 
 SCHEDULES = ("model-parallel", "shard-parallel")
 KINDS = ("forward", "backward", "step")
@@ -229,7 +229,9 @@ def _cell(what, pred, real) -> str:
     if not pred or not real:
         return f"{what} -"
     pv, rv = statistics.median(pred), statistics.median(real)
-    return f"{what} {pv:.2f}/{rv:.2f} ({100 * (pv - rv) / rv:+.0f} %)"
+    diff = f" ({100 * (pv - rv) / rv:+.0f} %)" if rv > 0.05 else ""      # not for idle times near 0
+    return f"{what} {pv:.2f}/{rv:.2f}{diff}"
+
 
 if __name__ == "__main__":
     from _bench import with_steady_malloc
