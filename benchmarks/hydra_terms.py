@@ -58,8 +58,8 @@ def predicted_sums(res) -> dict:
     """``{rank: {kind: ms, "busy": ms, "span": ms}}`` of one predicted Hydra timeline; and
     ``"handover"``: ``{"forward": [ns], "backward": [ns]}`` as :func:`hydra_timeline.handover_gaps`."""
     out = defaultdict(lambda: defaultdict(float))
-    spans = defaultdict(list)
-    for name, lane, t0, t1 in _named(res):
+    spans, tasks = defaultdict(list), _named(res)
+    for name, lane, t0, t1 in tasks:
         m = _TASK.match(name)
         if m:
             out[lane.tid][_KIND[m.group(1)]] += (t1 - t0) / 1e6
@@ -69,12 +69,12 @@ def predicted_sums(res) -> dict:
         out[r]["span"] = res.makespan_ns / 1e6
         out[r].update(idle_parts(spans[r], 0, res.makespan_ns))
     sums = {r: dict(v) for r, v in out.items()}
-    sums["handover"] = _predicted_handovers(res)
+    sums["handover"] = _predicted_handovers(tasks)
     return sums
 
 
-def _predicted_handovers(res) -> dict:
-    tasks = _named(res)
+def _predicted_handovers(tasks) -> dict:
+    """Hand-overs to an idle rank in :func:`_named`'s ``tasks``, as :func:`hydra_timeline.handover_gaps`."""
     end = {}
     for name, lane, t0, t1 in tasks:
         m = re.match(r"(?:post )?model (\d+) (forward shard 0|activation|backward shard 1|gradient)", name)
