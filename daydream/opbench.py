@@ -436,11 +436,13 @@ def fused_signature(signature: str, copies: int) -> str | None:
     return json.dumps([name, new, types, st, concrete])
 
 
-def fused_time_ratios(signatures, copies: int, threads: int | None = None, sequence=None) -> dict:
+def fused_time_ratios(signatures, copies: int, threads: int | None = None, sequence=None,
+                      chained: bool = False) -> dict:
     """Per signature: ``t(N copies fused) / t(one)``, both re-run now; ops without a fused form left out.
 
-    ``sequence``: as for :func:`batch_time_ratios`."""
-    return _ratios_by(signatures, lambda sig: fused_signature(sig, copies), threads, sequence)
+    ``sequence``: as for :func:`batch_time_ratios`; ``chained``: as for :func:`thread_time_ratios`."""
+    return _ratios_by(signatures, lambda sig: fused_signature(sig, copies), threads, sequence,
+                      chained=chained, by_time=chained)
 
 
 def _time_or_none(signature: str | None) -> float | None:

@@ -65,7 +65,13 @@ With ``in_sequence`` (the default) the ops are re-run in the order of one
 traced iteration, alternating with the fused sequence
 (:func:`daydream.opseq.sequence_ratios`), so each finds the caches as the
 rest of its iteration leaves them (N copies of the weights and activations
-are N times the data passing through them).  A re-run gives every op
+are N times the data passing through them).  With ``chained`` (the default)
+each op of both sequences reads the output of a recent op of its layout
+(:func:`daydream.opseq.chain_calls`), as training's data flows, and each
+signature's ratio weighs its occurrences by their time: with operands of its
+own every single-model convolution re-ran colder than in training (the CNN's
+``convolution_backward`` calls 13.75 ms an iteration against 12.58 traced,
+session 54), which put the fused-to-single ratios 1-2 points low (session 56).  A re-run gives every op
 operands of its own, a working set many times the model's on both sides, so
 it cannot see the model's state leaving the caches: on a CPU profile with
 ``cycle`` figures (``cycle=1``, the default) every compute task also takes
@@ -214,6 +220,8 @@ class HFTA(Optimization):
                     "(grouped / batched) on this machine", bool),
               Param("in_sequence", True, "re-run the ops as one traced iteration's sequence (each finds the caches "
                     "as the rest of the iteration leaves them), not each alone in a loop", bool),
+              Param("chained", True, "in sequence, each op reads the output of a recent op of its layout (the "
+                    "data flow: in training an op's input was just written by the op before it)", bool),
               Param("cycle", True, "CPU: the fused job keeps N models' parameters and optimizer state, and its "
                     "compute ops find the caches as that leaves them, not one model's as in the trace (the "
                     "profile's cycle figures; false: leave it out)", bool))
@@ -255,7 +263,7 @@ class HFTA(Optimization):
             return {}
         seq = iteration_sequence(ctx, tasks, shared=True) if self.in_sequence else None
         return rerun_ratios(ctx, tasks, lambda sigs: fused_time_ratios(sigs, self.models, ctx.device.threads or None,
-                                                                       seq),
+                                                                       seq, self.chained),
                             "hfta: {n} distinct convolutions/matmuls re-run fused " f"x{self.models} on this machine")
 
 

@@ -122,6 +122,28 @@ def test_cpu_trace_convolutions_and_matmuls_rerun_fused(own_trace, profile):
     assert not any("re-run" in n for n in curve.notes) and curve.predicted_ms != rep.predicted_ms
 
 
+def test_the_fused_rerun_follows_the_data_flow_unless_told_not_to(own_trace, profile, monkeypatch):
+    """The convolutions' fused re-run runs as one iteration's sequence, chained along the data flow
+    by default (each op reading a recent output of its layout), and not with `chained=false`;
+    the ratios it returns scale the compute tasks."""
+    import daydream.optimizations.hfta as hfta_opt
+
+    calls = []
+
+    def fake(sigs, copies, threads=None, sequence=None, chained=False):
+        calls.append((copies, chained, len(sequence or ())))
+        return {s: 3.0 for s in sigs}
+
+    monkeypatch.setattr(hfta_opt, "fused_time_ratios", fake)
+    trace = own_trace("cnn")
+    rep, _ = predict(trace, ["hfta:models=2"], device=profile)
+    off, _ = predict(trace, ["hfta:models=2,chained=false"], device=profile)
+    assert [c[:2] for c in calls] == [(2, True), (2, False)] and min(c[2] for c in calls) >= 16
+    assert rep.predicted_ms == pytest.approx(off.predicted_ms)      # same ratios: same prediction
+    curve, _ = predict(trace, ["hfta:models=2,remeasure=0"], device=profile)
+    assert rep.predicted_ms > curve.predicted_ms                     # x3 for 2 copies: slower than the curves
+
+
 def test_bad_input_is_refused_with_the_reason(own_trace, maker):
     with pytest.raises(OptionError, match="at least 1"):
         predict(own_trace("mlp"), ["hfta:models=0"], device=flat_profile())

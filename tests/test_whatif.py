@@ -708,6 +708,17 @@ def test_thread_ratios_in_sequence_rerun_the_iteration_at_the_target_threads(mon
     assert opbench.thread_time_ratios(["a"], 1, 2, sequence=["a"]) == {"alone": 1.0}
 
 
+def test_fused_ratios_in_sequence_pass_the_chaining_on(monkeypatch):
+    """HFTA's fused re-run, chained, also weighs each signature's occurrences by their time."""
+    from daydream import opbench, opseq
+
+    calls = []
+    monkeypatch.setattr(opseq, "sequence_ratios", lambda seq, variant, threads, **kw: calls.append(kw) or {"a": 1.7})
+    assert opbench.fused_time_ratios(["a"], 2, 1, sequence=["a"]) == {"a": 1.7}
+    assert opbench.fused_time_ratios(["a"], 2, 1, sequence=["a"], chained=True) == {"a": 1.7}
+    assert calls == [{"chained": False, "by_time": False}, {"chained": True, "by_time": True}]
+
+
 def test_thread_ratios_time_the_variant_at_the_target_threads_and_restore(monkeypatch):
     torch = pytest.importorskip("torch")
     from daydream import opbench
