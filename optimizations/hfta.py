@@ -71,9 +71,10 @@ each op of both sequences reads the output of a recent op of its layout
 signature's ratio weighs its occurrences by their time: with operands of its
 own every single-model convolution re-ran colder than in training (the CNN's
 ``convolution_backward`` calls 13.75 ms an iteration against 12.58 traced,
-session 54), which put the fused-to-single ratios 1-2 points low (session 56).  A re-run gives every op
-operands of its own, a working set many times the model's on both sides, so
-it cannot see the model's state leaving the caches: on a CPU profile with
+session 54), and unchained the bundled CNN's fused job read 1-2.5 points
+faster than chained, further below the real one (session 56).  A re-run gives every
+op operands of its own, a working set many times the model's on both sides,
+so it cannot see the model's state leaving the caches: on a CPU profile with
 ``cycle`` figures (``cycle=1``, the default) every compute task also takes
 the profile's factor for N models' parameters and optimizer state against
 one's (:func:`optimizations._common.cycle_ratio`,
