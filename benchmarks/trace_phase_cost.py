@@ -16,7 +16,8 @@ steps under each condition in turn (the order reversed every round):
 
 Per part and traced condition it prints the median over rounds of the block's median part time
 over the plain block's of the same round (a shared machine's drift falls on both), and the plain
-part's median time.  One process, pinned to ``--core``, under validate's malloc settings.
+part's median time.  One process, pinned to ``--core``, under validate's malloc settings
+(Kineto's own log lines go to stderr).
 
 Usage::
 
@@ -68,7 +69,6 @@ def main(argv=None) -> None:
     ap.add_argument("--core", type=int, default=1)
     args = ap.parse_args(argv)
     with_steady_malloc()
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
     import torch
     import torch.nn.functional as F
