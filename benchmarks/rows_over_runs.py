@@ -24,15 +24,17 @@ from rounds_subsample import rows_at
 __all__ = ["main", "row_names", "summary"]
 
 
+def _label(spec: str) -> str:
+    """An optimization spec cut to its first option, its ``schedule`` and its ``placement``."""
+    parts = spec.split(",")
+    return ",".join([parts[0]] + [x for x in parts[1:] if x.startswith(("schedule=", "placement="))])
+
+
 def row_names(path) -> list:
-    """``workload / optimization`` (its first option, its ``schedule`` and ``placement``) of each row of a results file, in order."""
+    """``workload / optimization`` (as :func:`_label` cuts it) of each row of a results file, in order."""
     with open(path) as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
-    def label(spec):
-        parts = spec.split(",")
-        return ",".join([parts[0]] + [x for x in parts[1:] if x.startswith(("schedule=", "placement="))])
-
-    return [f"{r['workload']} / {label(r['optimization'])}" for r in rows]
+    return [f"{r['workload']} / {_label(r['optimization'])}" for r in rows]
 
 
 def summary(errors) -> tuple:
