@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 __all__ = ["peak_rss_bytes", "children_peak_rss_bytes", "current_rss_bytes", "run_fresh", "median_runs",
-           "emit", "with_steady_malloc"]
+           "emit", "with_steady_malloc", "split_mlp"]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,6 +43,27 @@ def with_steady_malloc() -> None:
 
     if any(os.environ.get(k) != v for k, v in STEADY_MALLOC.items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **STEADY_MALLOC})
+
+
+def split_mlp(cut: int, core: int, hidden: int = 512, batch_size: int = 64):
+    """The validation MLP on one thread pinned to ``core``, split at Hydra's cut into two
+    ``nn.Sequential`` shards of its layers (``cut`` on the first), with the Hydra runtime's SGD
+    (momentum 0.9) and one batch: ``(model, first, second, optimizer, data, labels)``."""
+    import torch
+    from torch import nn
+
+    from daydream.workloads.hydra import units_of
+    from daydream.workloads.mlp import MLP
+
+    torch.set_num_threads(1)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {core})
+    torch.manual_seed(0)
+    model = MLP(512, hidden, 4, 10)
+    units = units_of(model)
+    first, second = nn.Sequential(*units[:cut]), nn.Sequential(*units[cut:])
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    return model, first, second, opt, torch.randn(batch_size, 512), torch.randint(0, 10, (batch_size,))
 
 
 def emit(result: dict) -> None:

@@ -16,11 +16,10 @@ is a new mapping, page faults in every backward).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
-from _bench import with_steady_malloc  # noqa: E402
+from _bench import split_mlp, with_steady_malloc  # noqa: E402
 
 __all__ = ["main"]
 
@@ -37,22 +36,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     with_steady_malloc()
 
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-
-    from daydream.workloads.hydra import units_of
-    from daydream.workloads.mlp import MLP
-
-    torch.set_num_threads(1)
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {args.core})
-    torch.manual_seed(0)
-    model = MLP(512, args.hidden, 4, 10)
-    units = units_of(model)
-    first, second = nn.Sequential(*units[:args.cut]), nn.Sequential(*units[args.cut:])
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    data, y = torch.randn(args.batch_size, 512), torch.randint(0, 10, (args.batch_size,))
+    model, first, second, opt, data, y = split_mlp(args.cut, args.core, args.hidden, args.batch_size)
     got = {k: [] for k in ("whole forward", "whole backward", "shard 0 forward", "shard 1 forward + loss",
                            "shard 1 backward", "shard 0 backward")}
 

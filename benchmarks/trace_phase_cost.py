@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import time
 
-from _bench import with_steady_malloc
+from _bench import split_mlp, with_steady_malloc
 
 __all__ = ["main", "PARTS"]
 
@@ -70,22 +69,9 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     with_steady_malloc()
 
-    import torch
     import torch.nn.functional as F
-    from torch import nn
 
-    from daydream.workloads.hydra import units_of
-    from daydream.workloads.mlp import MLP
-
-    torch.set_num_threads(1)
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {args.core})
-    torch.manual_seed(0)
-    model = MLP(512, 512, 4, 10)
-    units = units_of(model)
-    first, second = nn.Sequential(*units[:args.cut]), nn.Sequential(*units[args.cut:])
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    data, y = torch.randn(64, 512), torch.randint(0, 10, (64,))
+    _, first, second, opt, data, y = split_mlp(args.cut, args.core)
 
     def step(got):
         stamps = [time.perf_counter_ns()]
