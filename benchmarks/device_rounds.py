@@ -18,10 +18,11 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
 import re
 import statistics
 from pathlib import Path
+
+from rounds_subsample import results_rows, round_times
 
 __all__ = ["main", "round_ratios"]
 
@@ -37,13 +38,11 @@ def round_ratios(out_dir, workload: str) -> list:
     from daydream.sim import simulate
 
     out_dir = Path(out_dir)
-    with open(out_dir / "results.csv", newline="") as f:
-        rows = [r for r in csv.DictReader(line for line in f if not line.startswith("#"))
-                if r["optimization"].startswith("device:") and r["workload"].split()[0] == workload]
+    rows = [r for r in results_rows(out_dir / "results.csv")
+            if r["optimization"].startswith("device:") and r["workload"].split()[0] == workload]
     if not rows:
         return []
-    pred = [float(x) for x in rows[0]["predicted_rounds_ms"].split()]
-    real = [float(x) for x in rows[0]["measured_rounds_ms"].split()]
+    pred, real = round_times(rows[0]["predicted_rounds_ms"]), round_times(rows[0]["measured_rounds_ms"])
     bases = sorted((out_dir / "traces").glob(f"{workload}.dev1t.r*.json.gz"), key=_round_of)
     if len(bases) != len(pred):
         raise SystemExit(f"{out_dir}: {len(bases)} 1-thread traces of {workload} for {len(pred)} rounds")

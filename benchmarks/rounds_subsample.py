@@ -21,7 +21,7 @@ import statistics
 
 from daydream.validate import SEQUENTIAL_ROUNDS
 
-__all__ = ["main", "rows_at"]
+__all__ = ["main", "rows_at", "results_rows", "round_times"]
 
 #: Rows that are the median of their rounds (the others: the mean).
 MEDIAN_ROWS = ("pipeline:", "tessel:", "hydra:")
@@ -29,19 +29,28 @@ MEDIAN_ROWS = ("pipeline:", "tessel:", "hydra:")
 SEQUENTIAL_ROWS = ("tensor-parallel:", "device:")
 
 
-def _rounds(text: str) -> list:
+def round_times(text: str) -> list:
+    """A results column of rounds (``measured_rounds_ms``, ``predicted_rounds_ms``) as floats.
+
+    >>> round_times("12.5 13.0")
+    [12.5, 13.0]
+    """
     return [float(x) for x in text.split()]
+
+
+def results_rows(path) -> list:
+    """The rows of a ``daydream validate`` ``results.csv`` (its ``#`` header lines skipped), as dicts."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
 def rows_at(path, k: int) -> list:
     """Signed errors (%) of the rows of the results at ``path`` from their first ``k`` rounds
     (a row may have more than the run's ``--repeat``: run 2026-12-02h added rounds while a
     row's measured rounds spread, a trial of session 48 since reverted)."""
-    with open(path) as f:
-        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     out = []
-    for r in rows:
-        measured, predicted = _rounds(r["measured_rounds_ms"]), _rounds(r["predicted_rounds_ms"])
+    for r in results_rows(path):
+        measured, predicted = round_times(r["measured_rounds_ms"]), round_times(r["predicted_rounds_ms"])
         if not measured or len(predicted) != len(measured):
             raise SystemExit(f"{path}: row {r['optimization']!r} lacks its rounds")
         n = k * (SEQUENTIAL_ROUNDS if r["optimization"].startswith(SEQUENTIAL_ROWS) else 1)

@@ -15,11 +15,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import statistics
 
-from rounds_subsample import rows_at
+from rounds_subsample import results_rows, rows_at
 
 __all__ = ["main", "row_names", "summary"]
 
@@ -32,9 +31,7 @@ def _label(spec: str) -> str:
 
 def row_names(path) -> list:
     """``workload / optimization`` (as :func:`_label` cuts it) of each row of a results file, in order."""
-    with open(path) as f:
-        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
-    return [f"{r['workload']} / {_label(r['optimization'])}" for r in rows]
+    return [f"{r['workload']} / {_label(r['optimization'])}" for r in results_rows(path)]
 
 
 def summary(errors) -> tuple:
