@@ -1,0 +1,146 @@
+"""The ``device`` what-if's op re-run against real training, in one process, block by block.
+
+The ``device`` row of ``daydream validate`` predicts a bundled workload at 2 intra-op threads
+from its 1-thread trace by re-running the traced iteration's ops at 1 and at 2 threads
+(:func:`daydream.opbench.thread_time_ratios`, chained in sequence).  Where the real runs
+slow down at 2 threads and the re-run does not, the row reads low.  This alternates, in one
+process and the same minutes:
+
+* real training of the workload (validation sizes) at 1 and then at 2 threads, a block of
+  ``--steps`` profiled steps each: per op name, its 2-thread time over its 1-thread time;
+* the what-if's own re-run of the trace's ops (the call it makes, captured once from
+  :func:`daydream.whatif.predict` and repeated): per op name, the median ratio over its
+  signatures;
+
+with a core-to-core probe (:mod:`daydream.corelink`) before, between and after, taken with
+the OpenMP worker idle (a spinning worker inflates the probe).  The summary counts, per op,
+the blocks whose ratio exceeds ``--slow`` on each side.
+
+Usage::
+
+    python benchmarks/device_rerun_gap.py TRACE.json.gz PROFILE_1T.json PROFILE_2T.json --seconds 600
+
+with a 1-thread trace and the two profiles of a ``daydream validate --opt device`` output
+directory (``traces/transformer.dev1t.r0.json.gz``, ``device-cpu-1t-nocomm.json``,
+``device-cpu-2t-nocomm.json``).  Needs two otherwise idle cores.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections import defaultdict
+
+__all__ = ["main", "OPS"]
+
+#: Ops whose ratios are printed (the transformer's backward element-wise ops, and two controls).
+OPS = ("aten::gelu_backward", "aten::add_", "aten::fill_", "aten::native_layer_norm_backward", "aten::mm",
+       "aten::gelu")
+
+
+def _probe() -> float:
+    import torch
+
+    from daydream.corelink import core_to_core_ns
+
+    torch.set_num_threads(1)
+    time.sleep(0.05)                      # let the OpenMP worker stop spinning
+    return core_to_core_ns()
+
+
+def _training(workload: str):
+    import importlib
+
+    from daydream.validate import WORKLOAD_ARGS
+    from daydream.workloads.common import prepare
+
+    mod = importlib.import_module(f"daydream.workloads.{workload}")
+    args = [a for a in WORKLOAD_ARGS[workload]]
+    k = args.index("--threads")
+    args[k + 1] = "1"
+    return prepare(workload, mod.build, [*args, "--quiet"], mod.add_args, mod.BATCH_SIZE)
+
+
+def _op_times(w, threads: int, steps: int) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(threads)
+    w.train(2)
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        w.train(steps)
+    tot = defaultdict(float)
+    for e in p.events():
+        if e.name in OPS:
+            tot[e.name] += e.self_cpu_time_total
+    return tot
+
+
+def _capture_rerun(trace: str, profile_1t: str, profile_2t: str):
+    """The what-if's re-run call, captured from one prediction: a callable repeating it."""
+    import daydream.optimizations.device as dev
+    from daydream.whatif import predict
+
+    cap, real = {}, dev.thread_time_ratios
+
+    def spy(*a, **k):
+        cap["call"] = (a, k)
+        return real(*a, **k)
+
+    dev.thread_time_ratios = spy
+    try:
+        predict(trace, [f"device:target={profile_2t}"], profile_path=profile_1t)
+    finally:
+        dev.thread_time_ratios = real
+    if "call" not in cap:
+        raise SystemExit(f"{trace}: the device what-if re-ran no ops (a trace without shapes?)")
+    a, k = cap["call"]
+    return lambda: real(*a, **k)
+
+
+def _by_name(ratios: dict) -> dict:
+    by = defaultdict(list)
+    for sig, v in ratios.items():
+        by[json.loads(sig)[0]].append(v)
+    return {n: statistics.median(v) for n, v in by.items()}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("trace", help="a 1-thread trace of the workload (device validation's dev1t)")
+    ap.add_argument("profile_1t")
+    ap.add_argument("profile_2t")
+    ap.add_argument("--workload", default="transformer", choices=("transformer", "mlp"))
+    ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--steps", type=int, default=6, help="profiled training steps per block and thread count")
+    ap.add_argument("--slow", type=float, default=1.1, help="a block is slow where 2t / 1t exceeds this")
+    a = ap.parse_args(argv)
+    from daydream.heapmode import steady_heap
+
+    with steady_heap():
+        w = _training(a.workload)
+        rerun = _capture_rerun(a.trace, a.profile_1t, a.profile_2t)
+        rows, end = [], time.time() + a.seconds
+        while time.time() < end:
+            p0 = _probe()
+            one, two = _op_times(w, 1, a.steps), _op_times(w, 2, a.steps)
+            p1 = _probe()
+            again = _by_name(rerun())
+            p2 = _probe()
+            real = {n: two[n] / one[n] for n in OPS if one.get(n)}
+            rows.append((real, again))
+            print(f"{time.strftime('%H:%M:%S')} probes {p0:.0f} {p1:.0f} {p2:.0f} ns | training/re-run "
+                  + " ".join(f"{n.split('::')[-1]} {real.get(n, float('nan')):.2f}/{again.get(n, float('nan')):.2f}"
+                             for n in OPS), flush=True)
+    print(f"{len(rows)} blocks; per op: blocks with 2t/1t above {a.slow} (training, re-run), mean ratio of each")
+    for n in OPS:
+        tr = [r[n] for r, _ in rows if n in r]
+        rr = [g[n] for _, g in rows if n in g]
+        if tr and rr:
+            print(f"  {n:36s} {sum(x > a.slow for x in tr):4d} {sum(x > a.slow for x in rr):4d}   "
+                  f"{statistics.fmean(tr):.2f} {statistics.fmean(rr):.2f}")
+
+
+if __name__ == "__main__":
+    main()
