@@ -56,7 +56,7 @@ def _training(workload: str):
     from daydream.workloads.common import prepare
 
     mod = importlib.import_module(f"daydream.workloads.{workload}")
-    args = [a for a in WORKLOAD_ARGS[workload]]
+    args = list(WORKLOAD_ARGS[workload])
     k = args.index("--threads")
     args[k + 1] = "1"
     return prepare(workload, mod.build, [*args, "--quiet"], mod.add_args, mod.BATCH_SIZE)
