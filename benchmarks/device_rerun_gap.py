@@ -27,12 +27,13 @@ directory (``traces/transformer.dev1t.r0.json.gz``, ``device-cpu-1t-nocomm.json`
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import time
 from collections import defaultdict
 
-__all__ = ["main", "OPS"]
+__all__ = ["main", "OPS", "training", "op_times_us"]
 
 #: Ops whose ratios are printed (the transformer's backward element-wise ops, and two controls).
 OPS = ("aten::gelu_backward", "aten::add_", "aten::fill_", "aten::native_layer_norm_backward", "aten::mm",
@@ -49,7 +50,8 @@ def _probe() -> float:
     return core_to_core_ns()
 
 
-def _training(workload: str):
+def training(workload: str):
+    """The bundled ``workload`` built for training at the validation's sizes, on 1 thread."""
     import importlib
 
     from daydream.validate import WORKLOAD_ARGS
@@ -62,17 +64,21 @@ def _training(workload: str):
     return prepare(workload, mod.build, [*args, "--quiet"], mod.add_args, mod.BATCH_SIZE)
 
 
-def _op_times(w, threads: int, steps: int) -> dict:
+def op_times_us(step, threads: int, steps: int, names=OPS) -> dict:
+    """Per op name of ``names``: its self time (us) over ``steps`` profiled calls of ``step`` at
+    ``threads`` intra-op threads, after two calls that warm up."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     torch.set_num_threads(threads)
-    w.train(2)
+    step()
+    step()
     with profile(activities=[ProfilerActivity.CPU]) as p:
-        w.train(steps)
+        for _ in range(steps):
+            step()
     tot = defaultdict(float)
     for e in p.events():
-        if e.name in OPS:
+        if e.name in names:
             tot[e.name] += e.self_cpu_time_total
     return tot
 
@@ -119,12 +125,13 @@ def main(argv=None) -> None:
     from daydream.heapmode import steady_heap
 
     with steady_heap():
-        w = _training(a.workload)
+        w = training(a.workload)
+        step = functools.partial(w.train, 1)
         rerun = _capture_rerun(a.trace, a.profile_1t, a.profile_2t)
         rows, end = [], time.time() + a.seconds
         while time.time() < end:
             p0 = _probe()
-            one, two = _op_times(w, 1, a.steps), _op_times(w, 2, a.steps)
+            one, two = op_times_us(step, 1, a.steps), op_times_us(step, 2, a.steps)
             p1 = _probe()
             again = _by_name(rerun())
             p2 = _probe()

@@ -25,31 +25,19 @@ import argparse
 import statistics
 import time
 
+from device_rerun_gap import op_times_us, training
+
 __all__ = ["main"]
 
-
-def _gelu_backward_us(fn, threads: int, steps: int) -> float:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.set_num_threads(threads)
-    fn()
-    fn()
-    with profile(activities=[ProfilerActivity.CPU]) as p:
-        for _ in range(steps):
-            fn()
-    return sum(e.self_cpu_time_total for e in p.events() if e.name == "aten::gelu_backward")
+#: The op timed.
+OP = "aten::gelu_backward"
 
 
 def _subjects() -> dict:
     import torch
     from torch import nn
 
-    from daydream.workloads import transformer as tw
-    from daydream.workloads.common import prepare
-
-    w = prepare("transformer", tw.build, ["--threads", "1", "--quiet", "--batch-size", "8", "--dataset-batches", "64"],
-                tw.add_args, tw.BATCH_SIZE)
+    w = training("transformer")
     blk = nn.Sequential(nn.LayerNorm(128), nn.Linear(128, 512), nn.GELU(), nn.Linear(512, 128))
     opt = torch.optim.SGD(blk.parameters(), lr=1e-3, momentum=0.9)
     xs = [torch.randn(8, 64, 128) for _ in range(8)]
@@ -87,8 +75,8 @@ def main(argv=None) -> None:
         while time.time() < end:
             r = {}
             for n, f in subjects.items():
-                one = _gelu_backward_us(f, 1, a.steps)
-                r[n] = _gelu_backward_us(f, 2, a.steps) / max(one, 1.0)
+                one = op_times_us(f, 1, a.steps, (OP,))[OP]
+                r[n] = op_times_us(f, 2, a.steps, (OP,))[OP] / max(one, 1.0)
             rows.append(r)
             print(time.strftime("%H:%M:%S"), " ".join(f"{n} {v:.2f}" for n, v in r.items()), flush=True)
     print(f"{len(rows)} blocks; per subject: blocks with 2t/1t above {a.slow}, mean and largest ratio")
