@@ -9,16 +9,21 @@ process and the same minutes:
 * real training of the workload (validation sizes) at 1 and then at 2 threads, a block of
   ``--steps`` profiled steps each: per op name, its 2-thread time over its 1-thread time;
 * the what-if's own re-run of the trace's ops (the call it makes, captured once from
-  :func:`daydream.whatif.predict` and repeated): per op name, the median ratio over its
-  signatures;
+  :func:`daydream.whatif.predict` and repeated): per op name, its occurrences' median
+  2-thread times summed over their 1-thread times;
 
 with a core-to-core probe (:mod:`daydream.corelink`) before, between and after, taken with
 the OpenMP worker idle (a spinning worker inflates the probe).  The summary counts, per op,
-the blocks whose ratio exceeds ``--slow`` on each side.
+the blocks whose ratio exceeds ``--slow`` on each side.  Each block also sums, on both sides,
+the time of every op the re-run covers (training: the self time of the op names it re-runs;
+the re-run: each occurrence's median time at each thread count), and the summary gives that
+2-thread over 1-thread ratio by the core placement of the block (far: a probe over
+``--far-ns``): the row's prediction, op by op, against what training did.
 
 Usage::
 
     python benchmarks/device_rerun_gap.py TRACE.json.gz PROFILE_1T.json PROFILE_2T.json --seconds 600
+    python benchmarks/device_rerun_gap.py DIR/traces/mlp.dev1t.r0.json.gz ... --workload mlp
 
 with a 1-thread trace and the two profiles of a ``daydream validate --opt device`` output
 directory (``traces/transformer.dev1t.r0.json.gz``, ``device-cpu-1t-nocomm.json``,
@@ -33,7 +38,7 @@ import statistics
 import time
 from collections import defaultdict
 
-__all__ = ["main", "OPS", "training", "op_times_us"]
+__all__ = ["main", "OPS", "training", "op_times_us", "rerun_times_us"]
 
 #: Ops whose ratios are printed (the transformer's backward element-wise ops, and two controls).
 OPS = ("aten::gelu_backward", "aten::add_", "aten::fill_", "aten::native_layer_norm_backward", "aten::mm",
@@ -65,8 +70,8 @@ def training(workload: str):
 
 
 def op_times_us(step, threads: int, steps: int, names=OPS) -> dict:
-    """Per op name of ``names``: its self time (us) over ``steps`` profiled calls of ``step`` at
-    ``threads`` intra-op threads, after two calls that warm up."""
+    """Per op name of ``names`` (every op where ``None``): its self time (us) over ``steps``
+    profiled calls of ``step`` at ``threads`` intra-op threads, after two calls that warm up."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -78,7 +83,7 @@ def op_times_us(step, threads: int, steps: int, names=OPS) -> dict:
             step()
     tot = defaultdict(float)
     for e in p.events():
-        if e.name in names:
+        if names is None or e.name in names:
             tot[e.name] += e.self_cpu_time_total
     return tot
 
@@ -105,11 +110,29 @@ def _capture_rerun(trace: str, profile_1t: str, profile_2t: str):
     return lambda: real(*a, **k)
 
 
-def _by_name(ratios: dict) -> dict:
-    by = defaultdict(list)
-    for sig, v in ratios.items():
-        by[json.loads(sig)[0]].append(v)
-    return {n: statistics.median(v) for n, v in by.items()}
+def rerun_times_us(rerun) -> dict:
+    """Run ``rerun`` (:func:`_capture_rerun`) once; per op name: the sums over its occurrences of
+    their median times (us) at the trace's thread count and at the target's, as
+    :func:`daydream.opseq.sequence_ratios` measured them."""
+    import daydream.opseq as opseq
+
+    got, real = {}, opseq._per_signature
+
+    def spy(calls, rounds, by_time):
+        got["x"] = (calls, rounds)
+        return real(calls, rounds, by_time)
+
+    opseq._per_signature = spy
+    try:
+        rerun()
+    finally:
+        opseq._per_signature = real
+    tot = defaultdict(lambda: [0.0, 0.0])
+    for (sig, _, _, _), rows in zip(*got["x"]):
+        t = tot[json.loads(sig)[0]]
+        t[0] += statistics.median(a for a, _ in rows) / 1e3
+        t[1] += statistics.median(b for _, b in rows) / 1e3
+    return tot
 
 
 def main(argv=None) -> None:
@@ -121,6 +144,7 @@ def main(argv=None) -> None:
     ap.add_argument("--seconds", type=float, default=600.0)
     ap.add_argument("--steps", type=int, default=6, help="profiled training steps per block and thread count")
     ap.add_argument("--slow", type=float, default=1.1, help="a block is slow where 2t / 1t exceeds this")
+    ap.add_argument("--far-ns", type=float, default=200.0, help="a block is far where a probe exceeds this")
     a = ap.parse_args(argv)
     from daydream.heapmode import steady_heap
 
@@ -131,22 +155,33 @@ def main(argv=None) -> None:
         rows, end = [], time.time() + a.seconds
         while time.time() < end:
             p0 = _probe()
-            one, two = op_times_us(step, 1, a.steps), op_times_us(step, 2, a.steps)
+            one, two = op_times_us(step, 1, a.steps, None), op_times_us(step, 2, a.steps, None)
             p1 = _probe()
-            again = _by_name(rerun())
+            times = rerun_times_us(rerun)
             p2 = _probe()
+            again = {n: b / t for n, (t, b) in times.items() if t}
             real = {n: two[n] / one[n] for n in OPS if one.get(n)}
-            rows.append((real, again))
-            print(f"{time.strftime('%H:%M:%S')} probes {p0:.0f} {p1:.0f} {p2:.0f} ns | training/re-run "
+            cov = [n for n in times if one.get(n)]
+            covered = (sum(two.get(n, 0.0) for n in cov) / sum(one[n] for n in cov),
+                       sum(times[n][1] for n in cov) / sum(times[n][0] for n in cov))
+            rows.append((real, again, covered, max(p0, p1, p2) > a.far_ns))
+            print(f"{time.strftime('%H:%M:%S')} probes {p0:.0f} {p1:.0f} {p2:.0f} ns | covered ops "
+                  f"{covered[0]:.3f}/{covered[1]:.3f} | training/re-run "
                   + " ".join(f"{n.split('::')[-1]} {real.get(n, float('nan')):.2f}/{again.get(n, float('nan')):.2f}"
                              for n in OPS), flush=True)
     print(f"{len(rows)} blocks; per op: blocks with 2t/1t above {a.slow} (training, re-run), mean ratio of each")
     for n in OPS:
-        tr = [r[n] for r, _ in rows if n in r]
-        rr = [g[n] for _, g in rows if n in g]
+        tr = [r[n] for r, *_ in rows if n in r]
+        rr = [g[n] for _, g, *_ in rows if n in g]
         if tr and rr:
             print(f"  {n:36s} {sum(x > a.slow for x in tr):4d} {sum(x > a.slow for x in rr):4d}   "
                   f"{statistics.fmean(tr):.2f} {statistics.fmean(rr):.2f}")
+    print("ops the re-run covers, 2t / 1t (mean over blocks: training, re-run):")
+    for label, pick in (("near", False), ("far", True), ("all", None)):
+        got = [c for *_, c, far in rows if pick is None or far == pick]
+        if got:
+            print(f"  {label:4s} {len(got):4d} blocks  {statistics.fmean(c[0] for c in got):.3f} "
+                  f"{statistics.fmean(c[1] for c in got):.3f}")
 
 
 if __name__ == "__main__":
