@@ -38,7 +38,7 @@ import statistics
 import time
 from collections import defaultdict
 
-__all__ = ["main", "OPS", "training", "op_times_us", "rerun_times_us"]
+__all__ = ["main", "OPS", "training", "op_times_us", "rerun_times_us", "block_args"]
 
 #: Ops whose ratios are printed (the transformer's backward element-wise ops, and two controls).
 OPS = ("aten::gelu_backward", "aten::add_", "aten::fill_", "aten::native_layer_norm_backward", "aten::mm",
@@ -135,16 +135,22 @@ def rerun_times_us(rerun) -> dict:
     return tot
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def block_args(doc: str, workload: str, seconds: float) -> argparse.ArgumentParser:
+    """The arguments of the benchmarks that time training against the re-run in blocks."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("trace", help="a 1-thread trace of the workload (device validation's dev1t)")
     ap.add_argument("profile_1t")
     ap.add_argument("profile_2t")
-    ap.add_argument("--workload", default="transformer", choices=("transformer", "mlp"))
-    ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--workload", default=workload, choices=("transformer", "mlp"))
+    ap.add_argument("--seconds", type=float, default=seconds)
     ap.add_argument("--steps", type=int, default=6, help="profiled training steps per block and thread count")
-    ap.add_argument("--slow", type=float, default=1.1, help="a block is slow where 2t / 1t exceeds this")
     ap.add_argument("--far-ns", type=float, default=200.0, help="a block is far where a probe exceeds this")
+    return ap
+
+
+def main(argv=None) -> None:
+    ap = block_args(__doc__, "transformer", 600.0)
+    ap.add_argument("--slow", type=float, default=1.1, help="a block is slow where 2t / 1t exceeds this")
     a = ap.parse_args(argv)
     from daydream.heapmode import steady_heap
 

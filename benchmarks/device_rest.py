@@ -21,13 +21,12 @@ otherwise idle cores.
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import statistics
 import time
 from collections import defaultdict
 
-from device_rerun_gap import _capture_rerun, _probe, rerun_times_us, training
+from device_rerun_gap import _capture_rerun, _probe, block_args, rerun_times_us, training
 
 __all__ = ["main", "block_us"]
 
@@ -61,15 +60,8 @@ def _summary(label: str, rows) -> None:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("trace", help="a 1-thread trace of the workload (device validation's dev1t)")
-    ap.add_argument("profile_1t")
-    ap.add_argument("profile_2t")
-    ap.add_argument("--workload", default="mlp", choices=("transformer", "mlp"))
-    ap.add_argument("--seconds", type=float, default=90.0)
-    ap.add_argument("--steps", type=int, default=6, help="profiled training steps per block and thread count")
+    ap = block_args(__doc__, "mlp", 90.0)
     ap.add_argument("--blocks", type=int, default=20, help="blocks for the per-name breakdown")
-    ap.add_argument("--far-ns", type=float, default=200.0, help="a block is far where a probe exceeds this")
     a = ap.parse_args(argv)
     from daydream.heapmode import steady_heap
 
