@@ -38,7 +38,7 @@ import statistics
 import time
 from collections import defaultdict
 
-__all__ = ["main", "OPS", "training", "op_times_us", "rerun_times_us", "block_args"]
+__all__ = ["main", "OPS", "training", "op_times_us", "profiled_block", "rerun_times_us", "block_args"]
 
 #: Ops whose ratios are printed (the transformer's backward element-wise ops, and two controls).
 OPS = ("aten::gelu_backward", "aten::add_", "aten::fill_", "aten::native_layer_norm_backward", "aten::mm",
@@ -69,9 +69,10 @@ def training(workload: str):
     return prepare(workload, mod.build, [*args, "--quiet"], mod.add_args, mod.BATCH_SIZE)
 
 
-def op_times_us(step, threads: int, steps: int, names=OPS) -> dict:
-    """Per op name of ``names`` (every op where ``None``): its self time (us) over ``steps``
-    profiled calls of ``step`` at ``threads`` intra-op threads, after two calls that warm up."""
+def profiled_block(step, threads: int, steps: int, names=None) -> tuple:
+    """``(wall us, {op name: self us})`` over ``steps`` profiled calls of ``step`` at ``threads``
+    intra-op threads, after two calls that warm up; the ops those of ``names`` (every op where
+    ``None``)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -79,13 +80,21 @@ def op_times_us(step, threads: int, steps: int, names=OPS) -> dict:
     step()
     step()
     with profile(activities=[ProfilerActivity.CPU]) as p:
+        t0 = time.perf_counter()
         for _ in range(steps):
             step()
+        wall = (time.perf_counter() - t0) * 1e6
     tot = defaultdict(float)
     for e in p.events():
         if names is None or e.name in names:
             tot[e.name] += e.self_cpu_time_total
-    return tot
+    return wall, tot
+
+
+def op_times_us(step, threads: int, steps: int, names=OPS) -> dict:
+    """Per op name of ``names`` (every op where ``None``): its self time (us) over ``steps``
+    profiled calls of ``step`` at ``threads`` intra-op threads (:func:`profiled_block`)."""
+    return profiled_block(step, threads, steps, names)[1]
 
 
 def _capture_rerun(trace: str, profile_1t: str, profile_2t: str):

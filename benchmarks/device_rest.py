@@ -26,29 +26,16 @@ import statistics
 import time
 from collections import defaultdict
 
-from device_rerun_gap import _capture_rerun, _probe, block_args, rerun_times_us, training
+from device_rerun_gap import _capture_rerun, _probe, block_args, profiled_block, rerun_times_us, training
 
 __all__ = ["main", "block_us"]
 
 
 def block_us(step, threads: int, steps: int) -> tuple:
     """``(wall us a step, {op name: self us a step})`` over ``steps`` profiled calls of ``step`` at
-    ``threads`` intra-op threads, after two that warm up."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.set_num_threads(threads)
-    step()
-    step()
-    with profile(activities=[ProfilerActivity.CPU]) as p:
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        wall = (time.perf_counter() - t0) / steps * 1e6
-    tot = defaultdict(float)
-    for e in p.events():
-        tot[e.name] += e.self_cpu_time_total / steps
-    return wall, tot
+    ``threads`` intra-op threads (:func:`device_rerun_gap.profiled_block`)."""
+    wall, tot = profiled_block(step, threads, steps)
+    return wall / steps, {k: v / steps for k, v in tot.items()}
 
 
 def _summary(label: str, rows) -> None:

@@ -2,7 +2,7 @@
 
 A row of ``daydream validate --repeat N`` compares the median (pipeline, Tessel, Hydra) or the
 mean (the others) of its predicted rounds with that of its measured rounds
-(:func:`rounds_subsample.rows_at`).  If a row's misses came from too few rounds, the same row
+(:func:`rounds_subsample.row_error`).  If a row's misses came from too few rounds, the same row
 from the rounds of two or three runs of the same command, pooled, would miss less often; if
 they come from a lean of the model, or from a state of the machine that outlasts a run, pooling
 keeps them.  For each group size asked for, this pools the files given (in the order given,
@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from rounds_subsample import MEDIAN_ROWS, results_rows, round_times
+from rounds_subsample import results_rows, round_times, row_error
 
 __all__ = ["main", "pooled_errors"]
 
@@ -34,8 +34,7 @@ def pooled_errors(paths) -> list:
     for parts in zip(*tables):
         measured = [x for r in parts for x in round_times(r["measured_rounds_ms"])]
         predicted = [x for r in parts for x in round_times(r["predicted_rounds_ms"])]
-        how = statistics.median if parts[0]["optimization"].startswith(MEDIAN_ROWS) else statistics.fmean
-        out.append(100.0 * (how(predicted) / how(measured) - 1.0))
+        out.append(row_error(parts[0]["optimization"], predicted, measured))
     return out
 
 

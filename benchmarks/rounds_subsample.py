@@ -21,7 +21,7 @@ import statistics
 
 from daydream.validate import SEQUENTIAL_ROUNDS
 
-__all__ = ["main", "rows_at", "results_rows", "round_times"]
+__all__ = ["main", "rows_at", "row_error", "results_rows", "round_times"]
 
 #: Rows that are the median of their rounds (the others: the mean).
 MEDIAN_ROWS = ("pipeline:", "tessel:", "hydra:")
@@ -54,9 +54,21 @@ def rows_at(path, k: int) -> list:
         if not measured or len(predicted) != len(measured):
             raise SystemExit(f"{path}: row {r['optimization']!r} lacks its rounds")
         n = k * (SEQUENTIAL_ROUNDS if r["optimization"].startswith(SEQUENTIAL_ROWS) else 1)
-        how = statistics.median if r["optimization"].startswith(MEDIAN_ROWS) else statistics.fmean
-        out.append(100.0 * (how(predicted[:n]) / how(measured[:n]) - 1.0))
+        out.append(row_error(r["optimization"], predicted[:n], measured[:n]))
     return out
+
+
+def row_error(optimization: str, predicted, measured) -> float:
+    """Signed error (%) of a row from its rounds, as the row is made: the median of each side
+    for the pipeline, Tessel and Hydra rows, the mean for the others.
+
+    >>> round(row_error("hydra:models=2", [10.0, 12.0, 30.0], [10.0, 10.0, 10.0]), 6)
+    20.0
+    >>> round(row_error("hfta:models=2", [10.0, 12.0, 30.0], [10.0, 10.0, 10.0]), 6)
+    73.333333
+    """
+    how = statistics.median if optimization.startswith(MEDIAN_ROWS) else statistics.fmean
+    return 100.0 * (how(predicted) / how(measured) - 1.0)
 
 
 def main(argv=None) -> None:
