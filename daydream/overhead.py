@@ -90,42 +90,60 @@ def describe(o: TracingOverhead) -> str:
             f"{o.recorded_faults:.0f} against {o.untraced_faults:.0f})")
 
 
-def recording_us_per_op(rounds: int = 15, ops: int = 2000) -> float:
-    """What torch.profiler's recording adds to one CPU op on this machine, in us (CPU activity,
-    shapes recorded, as ``daydream trace`` records).
+def recording_us_per_op(rounds: int = 15, steps: int = 10, blocks: int = 16) -> float:
+    """What tracing adds to one recorded CPU op on this machine, in us, as ``daydream trace``
+    records (CPU activity, shapes left to a session of their own, daydream's layer markers on).
 
-    A loop of ``ops`` tiny ``torch.add`` calls (one recorded op each, one thread) timed without
-    and then inside a profiler session, ``rounds`` times; the median of the paired differences
-    (a shared machine's drift falls on both sides of a pair), never below 0.  A what-if that
-    repeats a traced op more often than the trace ran it (``pipeline`` and ``tessel``: once per
-    micro-batch) would repeat this cost too; the real run pays none of it.  Imports torch: not for
-    the traced process.  Measured 1.6 and 2.0 us on the project's 2-vCPU VM (ops of 3.6-3.7 us).
+    A chain of ``blocks`` small layers (``Linear`` then ``ReLU``) takes ``steps`` training steps
+    (forward, backward: nested ops, the autograd engine's ranges, gradients accumulated), one
+    thread, timed without and then inside a profiler session with the markers on, ``rounds``
+    times; the median of the paired differences (a shared machine's drift falls on both sides of
+    a pair), never below 0, over the CPU ops one step records (the markers' own ranges are not
+    ops: their cost falls on the ops of their layers).  A what-if that repeats a traced op more
+    often than the trace ran it (``pipeline`` and ``tessel``: once per micro-batch) would repeat
+    this cost too; the real run pays none of it.  Imports torch: not for the traced process.
+
+    Until session 61 the loop was one tiny ``torch.add`` with shapes recorded: 0.5-2.0 us on the
+    project's 2-vCPU VMs, against 2-3 us an op in training, where the validation MLP's traced
+    iteration ran 4 % over the same run untraced in turns and the prediction took out a fifth
+    of it (docs/validation-log.md, "Session 61").
     """
     import time
 
     import torch
+    from torch import nn
     from torch.profiler import ProfilerActivity, profile
+
+    from .collect.hooks import FWD_PREFIX, BWD_PREFIX, LayerMarkers
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    a, b = torch.ones(16), torch.ones(16)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(blocks)])
+    x = torch.randn(8, 16)
 
-    def per_op_ns() -> float:
+    def per_step_ns() -> float:
         t = time.perf_counter_ns()
-        for _ in range(ops):
-            torch.add(a, b)
-        return (time.perf_counter_ns() - t) / ops
+        for _ in range(steps):
+            model.zero_grad(set_to_none=True)
+            model(x).sum().backward()
+        return (time.perf_counter_ns() - t) / steps
 
+    markers = LayerMarkers()
     try:
-        per_op_ns()                                     # warm-up
-        diffs = []
+        per_step_ns()                                   # warm-up
+        diffs, ops = [], 0.0
         for _ in range(rounds):
-            plain = per_op_ns()
-            with profile(activities=[ProfilerActivity.CPU], record_shapes=True):
-                diffs.append(per_op_ns() - plain)
+            plain = per_step_ns()
+            markers.install()
+            markers.enabled = True
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=False) as prof:
+                diffs.append(per_step_ns() - plain)
+            markers.remove()
+            ops = ops or sum(not e.name.startswith((FWD_PREFIX, BWD_PREFIX)) for e in prof.events()) / steps
     finally:
+        markers.remove()
         torch.set_num_threads(threads)
-    return max(statistics.median(diffs), 0.0) / 1e3
+    return max(statistics.median(diffs), 0.0) / max(ops, 1.0) / 1e3
 
 
 @functools.lru_cache(maxsize=None)

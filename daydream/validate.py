@@ -25,7 +25,7 @@ from .errors import DaydreamError
 from .heapmode import STEADY_MALLOC
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_beside", "run_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -284,26 +284,51 @@ def trace_in_turns(configs, iterations: int = 5, warmup: int = 2, quantum_s: flo
     one and the same core (:func:`daydream.collect.turns.shared_core`; their
     DataLoader workers keep the other cores).  Returns the (rank 0) trace paths.
     """
+    cmds = [(_trace_cmd(name, path, args, warmup, iterations, nproc), nproc) for name, path, args, nproc in configs]
+    done = run_in_turns(cmds, quantum_s, one_core)
+    return [_traced(name, path, args, nproc, code, err)
+            for (name, path, args, nproc), (code, _, err) in zip(configs, done)]
+
+
+def trace_beside(config, cmd, iterations: int = 5, warmup: int = 2) -> tuple:
+    """Trace ``config`` (as :func:`trace_in_turns`) in turns with ``cmd``, one process that takes
+    turns itself (the pipeline workload's steps): ``(trace path, (returncode, stdout, stderr) of
+    cmd)``."""
+    name, path, args, nproc = config
+    (code, _, err), other = run_in_turns([(_trace_cmd(name, path, args, warmup, iterations, nproc), nproc),
+                                          (cmd, 1)])
+    return _traced(name, path, args, nproc, code, err), other
+
+
+def run_in_turns(cmds, quantum_s: float = TURN_S, one_core: bool = True) -> list:
+    """Run commands (``(argv, nproc)``) at once, their measured iterations taken in turns.
+
+    Each command is a participant of :mod:`daydream.collect.turns` (a traced
+    workload, or a workload that takes turns itself, as the pipeline workload's
+    steps do) with ``nproc`` processes; see :func:`trace_in_turns`.  Returns
+    ``(returncode, stdout, stderr)`` per command, in order.
+    """
     import tempfile
 
     from .collect.turns import TurnTaker, shared_core
 
-    cpu = shared_core() if one_core and all(c[3] == 1 for c in configs) else None
+    cpu = shared_core() if one_core and all(n == 1 for _, n in cmds) else None
     with probed(), tempfile.TemporaryDirectory(prefix="daydream-turns-") as tmp, \
-            TurnTaker(Path(tmp) / "turns", {f"c{i}": c[3] for i, c in enumerate(configs)}, quantum_s,
+            TurnTaker(Path(tmp) / "turns", {f"c{i}": n for i, (_, n) in enumerate(cmds)}, quantum_s,
                       cpu=cpu) as turns:
-        errs = [open(Path(tmp) / f"c{i}.stderr", "w+") for i in range(len(configs))]   # no pipe to fill up
-        procs = [subprocess.Popen(_trace_cmd(name, path, args, warmup, iterations, nproc), text=True,
-                                  stdout=subprocess.DEVNULL, stderr=err, env=run_env(**turns.env(f"c{i}")))
-                 for i, ((name, path, args, nproc), err) in enumerate(zip(configs, errs))]
+        files = [[open(Path(tmp) / f"c{i}.{s}", "w+") for s in ("stdout", "stderr")]   # no pipe to fill up
+                 for i in range(len(cmds))]
+        procs = [subprocess.Popen(argv, text=True, stdout=out, stderr=err, env=run_env(**turns.env(f"c{i}")))
+                 for i, ((argv, _), (out, err)) in enumerate(zip(cmds, files))]
         codes = [p.wait() for p in procs]
         texts = []
-        for err in errs:
-            err.seek(0)
-            texts.append(err.read())
-            err.close()
-    return [_traced(name, path, args, nproc, code, text)
-            for (name, path, args, nproc), code, text in zip(configs, codes, texts)]
+        for pair in files:
+            for f in pair:
+                f.seek(0)
+            texts.append(tuple(f.read() for f in pair))
+            for f in pair:
+                f.close()
+    return [(code, out, err) for code, (out, err) in zip(codes, texts)]
 
 
 def _rank0(path: Path) -> Path:

@@ -8,7 +8,8 @@ own cost per action, measured on this machine by :func:`action_overhead_us`).  M
 --schedule S`` (ScheduleGPipe / Schedule1F1B), mean step time after warm-up.
 A third row runs the whole model as one stage on one process with the same
 micro-batches (``ScheduleGPipe``, ``--nproc 1``): the micro-batch cost model
-checked without cross-process effects.
+checked without cross-process effects; its steps take turns with a baseline
+trace of its own (:func:`one_stage_in_turns`), from which it is predicted.
 Baseline traces and 2-process runs are taken in turns, ``repeat`` rounds,
 each round's runs between a trace before and one after them
 (:func:`alternate`): on a shared machine they then see the same load.  A row
@@ -35,7 +36,7 @@ from ..errors import DaydreamError
 from ..validate import THREADS, bracketed, median_row, predict_now, run_env
 
 __all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us",
-           "alternate", "recording_us"]
+           "alternate", "recording_us", "one_stage_in_turns"]
 
 #: Model sizes shared by the 1-process trace and the 2-process run (``mlp`` flags).
 MODEL_ARGS = ("--hidden", "1024", "--batch-size", "64", "--layers", "4", "--in-features", "512")
@@ -45,18 +46,28 @@ SCHEDULES = ("gpipe", "1f1b")
 PARTITION = "MLP.blocks.2"
 
 
-def _run(schedule: str, extra=(), steps: int = 14, warmup: int = 4, microbatches: int = MICROBATCHES,
-         model=MODEL_ARGS) -> dict:
-    cmd = [sys.executable, "-m", "daydream.workloads.pipeline", "--schedule", schedule, "--microbatches",
-           str(microbatches), "--steps", str(steps), "--warmup", str(warmup), "--threads", str(THREADS),
-           "--pin-cores", *model, *extra]   # a core per stage, as the model assumes
-    with probed():
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=run_env())
-    for line in proc.stdout.splitlines():
+def _cmd(schedule: str, extra=(), steps: int = 14, warmup: int = 4, microbatches: int = MICROBATCHES,
+         model=MODEL_ARGS) -> list:
+    return [sys.executable, "-m", "daydream.workloads.pipeline", "--schedule", schedule, "--microbatches",
+            str(microbatches), "--steps", str(steps), "--warmup", str(warmup), "--threads", str(THREADS),
+            "--pin-cores", *model, *extra]   # a core per stage, as the model assumes
+
+
+def _summary(schedule: str, stdout: str, stderr: str) -> dict:
+    """The run's JSON summary line, or :class:`DaydreamError` with its last line of stderr."""
+    for line in stdout.splitlines():
         if line.startswith("{"):
             return json.loads(line)
-    tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
     raise DaydreamError(f"pipeline run ({schedule}) failed: {tail}")
+
+
+def _run(schedule: str, extra=(), steps: int = 14, warmup: int = 4, microbatches: int = MICROBATCHES,
+         model=MODEL_ARGS) -> dict:
+    with probed():
+        proc = subprocess.run(_cmd(schedule, extra, steps, warmup, microbatches, model), capture_output=True,
+                              text=True, timeout=600, env=run_env())
+    return _summary(schedule, proc.stdout, proc.stderr)
 
 
 #: Steps a pipeline run takes before it measures; and the steps it measures unless the caller says.
@@ -67,6 +78,24 @@ def measure_pipeline(schedule: str, extra=(), steps: int = STEPS, microbatches: 
     """Mean time (ms) of ``steps`` steps of one run of the pipeline workload, after
     :data:`WARMUP_STEPS` (2 processes unless ``extra`` says)."""
     return float(_run(schedule, extra, WARMUP_STEPS + steps, WARMUP_STEPS, microbatches)["mean_ms"])
+
+
+def one_stage_in_turns(path: Path, iterations: int = STEPS) -> tuple:
+    """The 1-stage job (``--nproc 1``) measured in turns with the baseline traced into ``path``:
+    ``(trace path, mean step ms)`` (:func:`daydream.validate.trace_beside`).
+
+    Both are single processes, so their measured iterations alternate on one core, as the
+    ``hfta`` rows' traces do: the prediction from the trace and the real run then see the
+    machine in the same state.  Run one after the other, the 1-stage row's rounds read 15-20 %
+    apart on either side and its error scattered with a standard deviation of 8.4 % over 24
+    runs (sd 2.3 % for ``hfta``'s MLP at N = 2, in turns; docs/validation-log.md,
+    "Session 61").
+    """
+    from ..validate import trace_beside
+
+    cmd = _cmd("gpipe", ("--nproc", "1"), WARMUP_STEPS + iterations, WARMUP_STEPS)
+    trace, (_, out, err) = trace_beside(("mlp", path, MODEL_ARGS, 1), cmd, iterations)
+    return trace, float(_summary("1-stage", out, err)["mean_ms"])
 
 
 #: A model too small to compute much: step times are the framework's own costs.
@@ -160,23 +189,30 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
 
 def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS) -> list:
     """Rows for GPipe and 1F1B on 2 stages, and 1 stage x M micro-batches on one process
-    (the micro-batch cost model without cross-process effects; see the module docstring)."""
+    (the micro-batch cost model without cross-process effects, measured in turns with a
+    baseline trace of its own: :func:`one_stage_in_turns`; see the module docstring)."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     overhead, rec = action_overhead_us(repeat, progress), recording_us(progress)
-    runs = {s: (lambda s=s: measure_pipeline(s, steps=iterations)) for s in SCHEDULES}
-    runs["1-stage"] = lambda: measure_pipeline("gpipe", ("--nproc", "1"), steps=iterations)
     specs = {s: (f"pipeline:stages=2,microbatches={MICROBATCHES},schedule={s},partition={PARTITION},"
-                 f"action_overhead_us={overhead:.0f},recording_us={rec:.2f}" if s != "1-stage" else
-                 f"pipeline:stages=1,microbatches={MICROBATCHES},schedule=gpipe,action_overhead_us={overhead:.0f},"
-                 f"recording_us={rec:.2f}")
-             for s in runs}
-    done = {}
+                 f"action_overhead_us={overhead:.0f},recording_us={rec:.2f}") for s in SCHEDULES}
+    one = (f"pipeline:stages=1,microbatches={MICROBATCHES},schedule=gpipe,action_overhead_us={overhead:.0f},"
+           f"recording_us={rec:.2f}")
+    done, paired = {}, []
+
+    def one_stage() -> float:
+        path, ms = one_stage_in_turns(tdir / f"mlp.pipeline-1stage.r{len(paired)}.json.gz", iterations)
+        done[path] = predict_now(path, [one], profile_path)
+        paired.append((path,))
+        return ms
+
+    runs = {s: (lambda s=s: measure_pipeline(s, steps=iterations)) for s in SCHEDULES}
+    runs["1-stage"] = one_stage
     _, rounds, got = alternate(repeat, tdir, runs, progress, iterations=iterations,
                                on_trace=lambda p: done.update({p: predict_now(p, specs.values(), profile_path)}))
     rows = []
-    for s, spec in specs.items():
-        row = median_row("mlp", spec, rounds, spec, got[s], profile_path, done)
+    for s, spec, its_rounds in [*((s, specs[s], rounds) for s in SCHEDULES), ("1-stage", one, paired)]:
+        row = median_row("mlp", spec, its_rounds, spec, got[s], profile_path, done)
         progress(f"pipeline: {s}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
                  f"error {row.error_pct:.1f}%")
         rows.append(row)

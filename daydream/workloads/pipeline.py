@@ -11,7 +11,9 @@ writes; the CSV may place several stages on a rank, e.g. a V: stages 0 and 3
 on rank 0, 1 and 2 on rank 1, the model then cut into as many stages).  Each rank has the same synthetic data loader (rank 0 feeds the
 inputs, the last rank the targets).  Rank 0 prints one JSON line with the
 per-step times: ``{"schedule": ..., "step_ms": [...], "mean_ms": ..., "min_ms": ...}``
-(over the steps after ``--warmup``).  ``--schedule none`` runs the whole model
+(over the steps after ``--warmup``).  Under ``DAYDREAM_TURNS`` (``daydream validate`` runs
+a 1-stage job beside a traced baseline) the measured steps take turns with the other participants
+(:mod:`daydream.collect.turns`), and the waits are left out of the steps.  ``--schedule none`` runs the whole model
 in one process without the pipelining runtime, accumulating gradients over
 the micro-batches (the reference for the runtime's own per-action cost).
 ``--schedule probe`` measures that cost in one process: ``ScheduleGPipe``
@@ -32,9 +34,11 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 from ..calibrate_procs import free_port
 from ..collect.runner import pin_rank
+from ..collect.turns import Turns
 from . import mlp
 from .common import shut_down_distributed
 
@@ -114,23 +118,37 @@ def _make_schedule(args, stages, world):
     return sched
 
 
+def _batches(args):
+    """Endless batches ``(x, y)`` of a synthetic data set, loaded as the bundled MLP's training
+    loads them (:func:`daydream.workloads.common.make_loader`: a shuffled index per batch), in
+    the same order on every rank (a seeded sampler): a baseline traced from that workload pays
+    its data loading, and so does this job."""
+    g = torch.Generator().manual_seed(args.seed)
+    n = args.batch_size * args.dataset_batches
+    data = TensorDataset(torch.randn(n, args.in_features, generator=g), torch.randint(0, args.classes, (n,), generator=g))
+    loader = DataLoader(data, batch_size=None, sampler=BatchSampler(RandomSampler(data, generator=g), args.batch_size,
+                                                                    drop_last=True))
+    while True:
+        yield from loader
+
+
 def _plain(args) -> None:
     """``--schedule none``: the whole model in this process, gradients accumulated over micro-batches."""
     torch.set_num_threads(args.threads)
     (model,) = stage_modules(args, 1)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    g = torch.Generator().manual_seed(args.seed)
-    x = torch.randn(args.batch_size, args.in_features, generator=g)
-    y = torch.randint(0, args.classes, (args.batch_size,), generator=g)
-    times = []
-    for _ in range(args.steps):
+    batches = _batches(args)
+    times, turns = [], Turns.from_env()
+    for step in range(args.steps):
+        _take_turn(turns, step, args.warmup)
         t0 = time.perf_counter()
+        x, y = next(batches)
         opt.zero_grad(set_to_none=True)
         for xc, yc in zip(x.chunk(args.microbatches), y.chunk(args.microbatches)):
             _loss(model(xc), yc).backward()
         opt.step()
         times.append((time.perf_counter() - t0) * 1e3)
-    _summary(args, times, 1)
+    _end_turns(turns, lambda: _summary(args, times, 1))
 
 
 def _probe(args) -> None:
@@ -195,14 +213,13 @@ def _worker(rank: int, world: int, args) -> None:
     sched = _make_schedule(args, stages, world)
     opt = torch.optim.SGD([p for s in mine for p in mods[s].parameters()], lr=args.lr, momentum=args.momentum)
     first, last = 0 in mine, n_stages - 1 in mine
-    g = torch.Generator().manual_seed(args.seed)
-    n = args.batch_size * args.dataset_batches
-    xs, ys = torch.randn(n, args.in_features, generator=g), torch.randint(0, args.classes, (n,), generator=g)
+    batches = _batches(args)
     times = []
-    t0 = time.perf_counter()
+    turns = Turns.from_env()
     for step in range(args.steps):
-        i = (step % args.dataset_batches) * args.batch_size
-        x, y = xs[i:i + args.batch_size], ys[i:i + args.batch_size]
+        _take_turn(turns, step, args.warmup)       # a wait is not part of a step
+        t0 = time.perf_counter()
+        x, y = next(batches)
         opt.zero_grad(set_to_none=True)
         inputs = (x,) if first else ()
         if last:
@@ -210,14 +227,28 @@ def _worker(rank: int, world: int, args) -> None:
         else:
             sched.step(*inputs)
         opt.step()
-        now = time.perf_counter()
-        times.append((now - t0) * 1e3)
-        t0 = now
-    if rank == 0:
-        _summary(args, times, world)
+        times.append((time.perf_counter() - t0) * 1e3)
+    _end_turns(turns, lambda: rank == 0 and _summary(args, times, world))
     dist.barrier()
     del sched, stages, mods, opt
     shut_down_distributed()
+
+
+def _take_turn(turns, step: int, warmup: int) -> None:
+    """Before step ``step``: under ``DAYDREAM_TURNS`` (:mod:`daydream.collect.turns`, as
+    ``daydream validate`` runs this job beside a traced baseline) join the turns at the first
+    measured step, and later wait whenever the turn ends; the warm-up runs freely."""
+    if turns is not None and (step == warmup or (step > warmup and turns.due())):
+        turns.wait()
+
+
+def _end_turns(turns, report) -> None:
+    """Out of steps: idle until the other participants are too, ``report()``, leave the turns."""
+    if turns is not None:
+        turns.finish()
+    report()
+    if turns is not None:
+        turns.leave()
 
 
 def _spawned(rank, world, args, port):
