@@ -290,13 +290,13 @@ def trace_in_turns(configs, iterations: int = 5, warmup: int = 2, quantum_s: flo
             for (name, path, args, nproc), (code, _, err) in zip(configs, done)]
 
 
-def trace_beside(config, cmd, iterations: int = 5, warmup: int = 2) -> tuple:
+def trace_beside(config, cmd, iterations: int = 5, warmup: int = 2, quantum_s: float = TURN_S) -> tuple:
     """Trace ``config`` (as :func:`trace_in_turns`) in turns with ``cmd``, one process that takes
     turns itself (the pipeline workload's steps): ``(trace path, (returncode, stdout, stderr) of
     cmd)``."""
     name, path, args, nproc = config
     (code, _, err), other = run_in_turns([(_trace_cmd(name, path, args, warmup, iterations, nproc), nproc),
-                                          (cmd, 1)])
+                                          (cmd, 1)], quantum_s)
     return _traced(name, path, args, nproc, code, err), other
 
 

@@ -532,3 +532,18 @@ def test_a_sequence_beside_its_twin_runs_at_most_as_fast_as_alone():
     rate = opseq.sequence_corun([mm] * 4, threads=1, rounds=2)
     assert rate is not None and 0 < rate <= 1
     assert os.sched_getaffinity(0) == before
+
+
+def test_the_pipeline_job_loads_shuffled_batches_in_the_same_order_on_every_rank():
+    import torch
+
+    from daydream.workloads.pipeline import _batches, parse_args
+
+    args = parse_args(["--batch-size", "4", "--dataset-batches", "3", "--in-features", "5"])
+    a, b = _batches(args), _batches(args)
+    first = [next(a) for _ in range(7)]           # past one pass over the data set: the loader starts again
+    assert all(x.shape == (4, 5) and y.shape == (4,) for x, y in first)
+    assert all(torch.equal(x, x2) and torch.equal(y, y2) for (x, y), (x2, y2) in zip(first, (next(b) for _ in range(7))))
+    seen = torch.cat([x for x, _ in first[:3]])
+    assert len({tuple(r.tolist()) for r in seen}) == 12        # one pass: every sample once
+    assert not torch.equal(torch.cat([x for x, _ in first[:3]]), torch.cat([x for x, _ in first[3:6]]))  # reshuffled

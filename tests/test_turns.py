@@ -178,3 +178,46 @@ def test_a_participant_that_gives_up_on_turns_runs_on_every_core_again(tmp_path)
                              capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_a_pipeline_job_joins_the_turns_at_its_first_measured_step_and_waits_when_due():
+    from daydream.workloads.pipeline import _take_turn
+
+    class Fake:
+        def __init__(self):
+            self.log, self.left = [], 0
+
+        def due(self):
+            self.left -= 1
+            return self.left <= 0
+
+        def wait(self):
+            self.log.append(step)
+            self.left = 2                      # turns of two steps
+
+    fake = Fake()
+    for step in range(8):
+        _take_turn(fake, step, warmup=3)
+    assert fake.log == [3, 5, 7]               # warm-up free; joined at step 3; every second step after
+    _take_turn(None, 0, 0)                     # no turns: nothing to do
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity"), reason="needs CPU affinity")
+def test_a_traced_baseline_and_an_untraced_pipeline_job_take_turns(tmp_path):
+    """The job's measured steps alternate with the trace's iterations: the trace holds a pause
+    between each two recorded iterations, and the job reports its steps."""
+    import gzip
+    import json
+
+    from daydream import validate
+    from daydream.validation.pipeline import TINY_ARGS
+
+    cmd = [sys.executable, "-m", "daydream.workloads.pipeline", "--schedule", "gpipe", "--nproc", "1",
+           "--microbatches", "2", "--steps", "6", "--warmup", "2", *TINY_ARGS]
+    path, (code, out, err) = validate.trace_beside(("mlp", tmp_path / "base.json.gz", TINY_ARGS, 1), cmd,
+                                                   iterations=4, quantum_s=0.0)     # turns of one iteration
+    assert code == 0, err
+    summary = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    assert len(summary["step_ms"]) == 6 and summary["world"] == 1
+    raw = json.loads(gzip.decompress(path.read_bytes()))
+    assert sum(e.get("name") == "daydream: paused" for e in raw["traceEvents"]) == 3

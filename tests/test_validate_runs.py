@@ -413,3 +413,43 @@ def test_paired_rounds_without_turns_trace_the_configs_one_after_the_other(monke
                      ("b.r1.json.gz", 9), ("a.r1.json.gz", 9), ("done", ["a.r1.json.gz", "b.r1.json.gz"])]
     assert [[r[0].name for r in rnd] for rnd in rounds] == [["a.r0.json.gz", "b.r0.json.gz"],
                                                              ["a.r1.json.gz", "b.r1.json.gz"]]
+
+
+def test_the_one_stage_row_is_predicted_from_the_trace_taken_in_turns_with_it(monkeypatch, tmp_path):
+    """GPipe and 1F1B from the bracketing baselines; the 1-stage row from each round's own trace,
+    taken in turns with its job, and predicted right after it with the 1-stage spec only."""
+    from daydream.validation import pipeline
+
+    monkeypatch.setattr(pipeline, "action_overhead_us", lambda repeat, progress: 70.0)
+    monkeypatch.setattr(pipeline, "recording_us", lambda progress: 1.0)
+    monkeypatch.setattr(pipeline, "measure_pipeline", lambda s, steps: {"gpipe": 40.0, "1f1b": 38.0}[s])
+    paired = iter([(tmp_path / "pair0", 50.0), (tmp_path / "pair1", 54.0)])
+    monkeypatch.setattr(pipeline, "one_stage_in_turns", lambda path, iterations: next(paired))
+    brackets = [tmp_path / f"base{k}" for k in range(3)]
+
+    def alternate(repeat, tdir, runs, progress, iterations, on_trace):
+        got = {name: [] for name in runs}
+        for k in range(repeat):
+            on_trace(brackets[k])
+            for name, fn in runs.items():
+                got[name].append(fn())
+        on_trace(brackets[repeat])
+        return brackets[1], validate.bracketed(brackets), got
+
+    monkeypatch.setattr(pipeline, "alternate", alternate)
+    asked = []
+
+    def predict_now(path, specs, profile_path):
+        specs = list(specs)
+        asked.append((path.name, len(specs)))
+        return {s: SimpleNamespace(baseline_ms=25.0, predicted_ms=(44.0 if "stages=1" in s else 41.0) +
+                                   (2.0 if path.name == "pair1" else 0.0), optimizations=[s]) for s in specs}
+
+    monkeypatch.setattr(pipeline, "predict_now", predict_now)
+    rows = pipeline.validate_rows(tmp_path, "p.json", progress=lambda m: None, repeat=2)
+    assert asked == [("base0", 2), ("pair0", 1), ("base1", 2), ("pair1", 1), ("base2", 2)]
+    one = rows[2]
+    assert one.optimization.startswith("pipeline:stages=1,microbatches=4")
+    assert one.predicted_rounds_ms == (44.0, 46.0) and one.measured_rounds_ms == (50.0, 54.0)
+    assert [r.measured_rounds_ms for r in rows[:2]] == [(40.0, 40.0), (38.0, 38.0)]
+    assert rows[0].predicted_rounds_ms == (41.0, 41.0)
