@@ -86,10 +86,11 @@ def one_stage_in_turns(path: Path, iterations: int = STEPS) -> tuple:
 
     Both are single processes, so their measured iterations alternate on one core, as the
     ``hfta`` rows' traces do: the prediction from the trace and the real run then see the
-    machine in the same state.  Run one after the other, the 1-stage row's rounds read 15-20 %
-    apart on either side and its error scattered with a standard deviation of 8.4 % over 24
-    runs (sd 2.3 % for ``hfta``'s MLP at N = 2, in turns; docs/validation-log.md,
-    "Session 61").
+    machine in the same state.  Run one after the other and on neither core in particular (until
+    session 61), the row's per-round errors had a standard deviation of 13.7 % over 24 runs; in
+    turns, 2.7 % over two (docs/validation-log.md, "Session 61").  Turns cost each side about
+    the same (0.7-0.9 ms an iteration of cold caches after the other's turn), and the job over
+    its trace read the same in turns as alone on that core.
     """
     from ..validate import trace_beside
 
