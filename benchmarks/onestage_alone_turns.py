@@ -26,14 +26,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from onestage_turns import iteration_ms
+
 __all__ = ["main"]
-
-
-def _iteration_ms(path) -> float:
-    from daydream.analysis import as_trace
-
-    b = as_trace([path]).ranks[0].boundaries_ns
-    return (b[-1] - b[0]) / (len(b) - 1) / 1e6
 
 
 def _job_ms(prefix=()) -> float:
@@ -51,7 +46,7 @@ def _trace_ms(path: Path, prefix=()) -> float:
 
     subprocess.run([*prefix, *_trace_cmd("mlp", path, P.MODEL_ARGS, 2, P.STEPS)], capture_output=True,
                    env=run_env(), check=True)
-    return _iteration_ms(path)
+    return iteration_ms(path)
 
 
 def _jobs_only(rounds: int) -> None:
@@ -85,7 +80,7 @@ def main(argv=None) -> None:
 
             def pair(k=k):
                 path, got["jp"] = one_stage_in_turns(d / f"t{k}.json.gz")
-                got["bp"] = _iteration_ms(path)
+                got["bp"] = iteration_ms(path)
 
             steps = [lambda k=k: got.__setitem__("ba", _trace_ms(d / f"a{k}.json.gz", prefix)),
                      lambda: got.__setitem__("ja", _job_ms(prefix)), pair]

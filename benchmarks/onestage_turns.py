@@ -28,21 +28,22 @@ import statistics
 import tempfile
 from pathlib import Path
 
-__all__ = ["main", "PAIRS"]
+__all__ = ["main", "PAIRS", "iteration_ms"]
 
-#: Pair name -> (the job's pipeline-workload flags, the what-if that predicts it; ``{a}`` the runtime's
+#: Pair name -> ((the job's schedule, micro-batches, other pipeline-workload flags), the what-if that predicts it; ``{a}`` the runtime's
 #: cost per action, ``{r}`` the tracer's per recorded op).
 PAIRS = {
-    "plain x1": (("--schedule", "none", "--microbatches", "1"),
+    "plain x1": (("none", 1, ()),
                  "pipeline:stages=1,microbatches=1,schedule=gpipe,action_overhead_us=0,recording_us={r}"),
-    "plain x4": (("--schedule", "none", "--microbatches", "4"),
+    "plain x4": (("none", 4, ()),
                  "pipeline:stages=1,microbatches=4,schedule=gpipe,action_overhead_us=0,recording_us={r}"),
-    "gpipe 1-stage": (("--schedule", "gpipe", "--nproc", "1", "--microbatches", "4"),
+    "gpipe 1-stage": (("gpipe", 4, ("--nproc", "1")),
                       "pipeline:stages=1,microbatches=4,schedule=gpipe,action_overhead_us={a},recording_us={r}"),
 }
 
 
-def _iteration_ms(path) -> float:
+def iteration_ms(path) -> float:
+    """Mean recorded iteration of a trace, ms (the turns' waits cut out)."""
     from daydream.analysis import as_trace
 
     b = as_trace([path]).ranks[0].boundaries_ns
@@ -51,20 +52,17 @@ def _iteration_ms(path) -> float:
 
 def pair(tmp: Path, name: str, k: int, spec: str, profile: str) -> tuple:
     """``(real / trace, predicted / trace)`` of one pair run now."""
-    import sys
-
     from daydream.validate import predict_now, trace_beside
-    from daydream.validation.pipeline import MODEL_ARGS, STEPS, WARMUP_STEPS
+    from daydream.validation.pipeline import MODEL_ARGS, STEPS, WARMUP_STEPS, _cmd
 
-    flags = PAIRS[name][0]
-    cmd = [sys.executable, "-m", "daydream.workloads.pipeline", *flags, "--steps", str(WARMUP_STEPS + STEPS),
-           "--warmup", str(WARMUP_STEPS), "--threads", "1", "--pin-cores", *MODEL_ARGS]
+    schedule, microbatches, extra = PAIRS[name][0]
+    cmd = _cmd(schedule, extra, WARMUP_STEPS + STEPS, WARMUP_STEPS, microbatches)
     path, (code, out, err) = trace_beside(("mlp", tmp / f"{name.replace(' ', '_')}.r{k}.json.gz", MODEL_ARGS, 1),
                                           cmd, STEPS)
     line = next((x for x in out.splitlines() if x.startswith("{")), None)
     if line is None:
         raise SystemExit(f"{name}: the job failed (exit {code}): {(err.strip().splitlines() or ['?'])[-1]}")
-    base = _iteration_ms(path)
+    base = iteration_ms(path)
     rep = predict_now(path, [spec], profile)[spec]
     return json.loads(line)["mean_ms"] / base, rep.predicted_ms / base
 

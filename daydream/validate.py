@@ -321,14 +321,15 @@ def run_in_turns(cmds, quantum_s: float = TURN_S, one_core: bool = True) -> list
         procs = [subprocess.Popen(argv, text=True, stdout=out, stderr=err, env=run_env(**turns.env(f"c{i}")))
                  for i, ((argv, _), (out, err)) in enumerate(zip(cmds, files))]
         codes = [p.wait() for p in procs]
-        texts = []
-        for pair in files:
-            for f in pair:
-                f.seek(0)
-            texts.append(tuple(f.read() for f in pair))
-            for f in pair:
-                f.close()
+        texts = [[_read_back(f) for f in pair] for pair in files]
     return [(code, out, err) for code, (out, err) in zip(codes, texts)]
+
+
+def _read_back(f) -> str:
+    """All a run wrote to the file ``f``, which is then closed."""
+    with f:
+        f.seek(0)
+        return f.read()
 
 
 def _rank0(path: Path) -> Path:

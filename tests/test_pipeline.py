@@ -547,3 +547,13 @@ def test_the_pipeline_job_loads_shuffled_batches_in_the_same_order_on_every_rank
     seen = torch.cat([x for x, _ in first[:3]])
     assert len({tuple(r.tolist()) for r in seen}) == 12        # one pass: every sample once
     assert not torch.equal(torch.cat([x for x, _ in first[:3]]), torch.cat([x for x, _ in first[3:6]]))  # reshuffled
+
+
+def test_measuring_the_tracer_s_cost_leaves_no_layer_markers_behind():
+    import torch
+
+    from daydream.overhead import recording_us_per_op
+
+    call = torch.nn.Module.__call__
+    recording_us_per_op(rounds=1, steps=1, blocks=2)
+    assert torch.nn.Module.__call__ is call
