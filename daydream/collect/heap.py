@@ -135,6 +135,9 @@ class HeapReserve:
         self._libc, self.note = _libc()
         self._done = 0            # recorded iterations seen so far
         self._below0 = 0          # where the top chunk started at :meth:`start` (an address)
+        #: per recorded iteration, at its end: bytes taken from the top since :meth:`start`,
+        #: bytes in mmapped chunks, bytes in all arenas (where a page-fault storm came from)
+        self.history: dict[str, list[int]] = {"top_taken_bytes": [], "mmapped_bytes": [], "arena_bytes": []}
 
     def _brk(self) -> int:
         return int(self._libc.sbrk(0) or 0)
@@ -194,7 +197,10 @@ class HeapReserve:
         if self._libc is None:
             return 0
         self._done += 1
-        taken = self._below_top() - self._below0
+        info = self._libc.mallinfo2()
+        taken = self._brk() - int(info.keepcost) - self._below0
+        for key, value in zip(self.history, (taken, info.hblkhd, info.arena)):
+            self.history[key].append(int(value))
         ahead = taken / self._done * (self.iterations - self._done)   # at the rate seen so far
         resident = self.reserved_bytes - taken                          # still free at the top
         if ahead <= resident or self.reserved_bytes >= self.limit_bytes:
@@ -211,4 +217,5 @@ class HeapReserve:
     def as_metadata(self) -> dict:
         """What the trace file records about the reserve."""
         return {"reserved_bytes": self.reserved_bytes, "top_ups": self.top_ups,
-                **({"note": self.note} if self.note else {})}
+                **({"note": self.note} if self.note else {}),
+                **({k: list(v) for k, v in self.history.items()} if self._done else {})}

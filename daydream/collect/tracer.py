@@ -56,6 +56,12 @@ def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def _thread_minor_faults() -> int:
+    """Minor faults of the calling thread alone (0 where the platform cannot tell)."""
+    who = getattr(resource, "RUSAGE_THREAD", None)
+    return 0 if who is None else resource.getrusage(who).ru_minflt
+
+
 def _exported(prof, tmp_dir: Path) -> dict:
     """A finished profiler session's Chrome-trace document (via a temporary file in ``tmp_dir``)."""
     fd, tmp = tempfile.mkstemp(prefix=".daydream-kineto-", suffix=".json", dir=tmp_dir)
@@ -180,6 +186,8 @@ class Tracer:
         self._recorded: list[int] = []
         self._iter_ns: list[int] = []
         self._iter_faults: list[int] = []   # minor page faults of the process per recorded iteration
+        self._iter_thread_faults: list[int] = []   # ... of the training thread alone
+        self._thread_faults0 = 0
         self._faults0 = 0
         self._t_boundary_ns = 0
         # untraced warm-up iterations before any profiler session: (iteration, wall ns, minor faults)
@@ -258,6 +266,7 @@ class Tracer:
             self._recorded.append(b - 1)
             self._iter_ns.append(now - self._t_boundary_ns)
             self._iter_faults.append(_minor_faults() - self._faults0)
+            self._iter_thread_faults.append(_thread_minor_faults() - self._thread_faults0)
         elif self.state is TracerState.WAITING and 1 <= b <= self._first_record - 2:
             # iteration b-1 ran untraced, before the shape session and the profiler's preparation
             self._untraced.append((b - 1, now - self._t_boundary_ns, _minor_faults() - self._faults0))
@@ -284,6 +293,7 @@ class Tracer:
         if self.state is TracerState.RECORDING:
             self._step_range = enter_range(f"ProfilerStep#{b}")
         self._faults0 = _minor_faults()
+        self._thread_faults0 = _thread_minor_faults()
         self._t_boundary_ns = time.perf_counter_ns()
 
     def _between_iterations(self) -> None:
@@ -455,6 +465,7 @@ class Tracer:
             "names": [f"ProfilerStep#{i}" for i in self._recorded],
             "wall_ns": list(self._iter_ns),
             "minor_faults": list(self._iter_faults),
+            "thread_minor_faults": list(self._iter_thread_faults),
             "untraced_steps": [i for i, _, _ in self._untraced],
             "untraced_wall_ns": [ns for _, ns, _ in self._untraced],
             "untraced_minor_faults": [f for _, _, f in self._untraced],
