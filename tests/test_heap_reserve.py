@@ -150,3 +150,27 @@ def test_tracer_reserves_during_warm_up_and_tops_up_inside_a_paused_range(tmp_pa
     names = [e["name"] for e in doc["traceEvents"] if e.get("ph") == "X"]
     assert names.count(PAUSE_NAME) == 1          # the top-up, cut out of the timeline by the loader
     assert doc["daydream"]["heap_reserve"] == {"reserved_bytes": 0, "top_ups": 1}
+
+
+def _faulting_iterations(growth_bytes: list, reserved_bytes: int) -> list:
+    """Iterations whose growth went past the reserve, topped up after each by top_up_bytes."""
+    taken, faulting = [], []
+    for i, step in enumerate(growth_bytes):
+        taken.append((taken[-1] if taken else 0) + step)
+        if taken[-1] > reserved_bytes:
+            faulting.append(i)
+        reserved_bytes += heap.top_up_bytes(taken, reserved_bytes, len(growth_bytes))
+    return faulting
+
+
+def test_top_ups_follow_a_heap_that_starts_growing_by_a_whole_iteration():
+    # the 8-copy HFTA MLP traced: 8 MiB an iteration, then its 32 MiB of buffers every iteration
+    growth = [8 * MiB] * 8 + [32 * MiB] * 12
+    assert _faulting_iterations(growth, 100 * MiB) == []
+    assert _faulting_iterations([40 * MiB] * 20, 20 * MiB) == [0]   # only before any growth was seen
+
+
+def test_no_top_up_while_the_reserve_covers_the_rest_at_the_rate_seen():
+    assert heap.top_up_bytes([MiB, 2 * MiB], 100 * MiB, 20) == 0
+    assert heap.top_up_bytes([0, 0], 0, 20) == 0
+    assert heap.top_up_bytes([MiB], MiB, 3) == int(2 * MiB * heap.TOP_UP_MARGIN)

@@ -32,7 +32,7 @@ import ctypes
 import ctypes.util
 import os
 
-__all__ = ["HeapReserve", "CHUNK_BYTES", "MAX_FRACTION_OF_AVAILABLE", "MAX_BYTES", "TOP_UP_MARGIN", "heap_bytes"]
+__all__ = ["HeapReserve", "CHUNK_BYTES", "MAX_FRACTION_OF_AVAILABLE", "MAX_BYTES", "TOP_UP_MARGIN", "heap_bytes", "top_up_bytes"]
 
 #: allocation unit of the reserve: below glibc's smallest mmap threshold
 #: (128 KiB), so every chunk comes from the heap whatever the threshold is now
@@ -44,8 +44,35 @@ MAX_FRACTION_OF_AVAILABLE = 1 / 8
 #: ... nor this many bytes (a profiler should not double a large host heap)
 MAX_BYTES = 2 * 2**30
 #: when the remaining iterations at the growth rate seen so far would outrun the reserve,
-#: the top-up covers them with this margin
+#: the top-up covers them with this margin (:func:`top_up_bytes`)
 TOP_UP_MARGIN = 1.25
+
+
+def top_up_bytes(taken_bytes, reserved_bytes: int, iterations: int) -> int:
+    """Bytes to add to a reserve of ``reserved_bytes`` after ``len(taken_bytes)`` of ``iterations``.
+
+    ``taken_bytes[i]``: what the heap had taken from its top since the reserve was made, at the end
+    of recorded iteration ``i``.  The remaining iterations are expected to take what the last one
+    took, or the mean so far where that is more: a heap whose freed buffers the records have
+    split grows slowly at first, then by a whole iteration's buffers every iteration (the 8-copy
+    HFTA MLP: 8 MiB an iteration for ten iterations, then 32).  At the mean alone, the top-ups
+    chased that growth and it faulted page by page (``benchmarks/trace_faults.py``).
+
+    Examples
+    --------
+    >>> MiB = 1 << 20
+    >>> top_up_bytes([8 * MiB, 16 * MiB], 100 * MiB, 10)   # 8 MiB an iteration, 84 MiB left: enough
+    0
+    >>> top_up_bytes([8 * MiB, 40 * MiB], 100 * MiB, 10) // MiB   # 32 MiB an iteration from now
+    260
+    """
+    done, taken = len(taken_bytes), taken_bytes[-1]
+    step = taken - (taken_bytes[-2] if done > 1 else 0)
+    ahead = max(taken / done, step) * (iterations - done)
+    resident = reserved_bytes - taken                     # still free at the top
+    if ahead <= resident:
+        return 0
+    return max(int(ahead * TOP_UP_MARGIN - resident), CHUNK_BYTES)
 
 
 class _MallInfo2(ctypes.Structure):
@@ -189,11 +216,7 @@ class HeapReserve:
         self._reserve(int(self._libc.mallinfo2().arena) if nbytes is None else nbytes)
 
     def boundary(self) -> int:
-        """One recorded iteration done: bytes to :meth:`top_up` now (0: none).
-
-        Growth so far is what was taken from the top since :meth:`start`;
-        the reserve must cover the remaining iterations at that rate.
-        """
+        """One recorded iteration done: bytes to :meth:`top_up` now (0: none; see :func:`top_up_bytes`)."""
         if self._libc is None:
             return 0
         self._done += 1
@@ -201,11 +224,9 @@ class HeapReserve:
         taken = self._brk() - int(info.keepcost) - self._below0
         for key, value in zip(self.history, (taken, info.hblkhd, info.arena)):
             self.history[key].append(int(value))
-        ahead = taken / self._done * (self.iterations - self._done)   # at the rate seen so far
-        resident = self.reserved_bytes - taken                          # still free at the top
-        if ahead <= resident or self.reserved_bytes >= self.limit_bytes:
+        if self.reserved_bytes >= self.limit_bytes:
             return 0
-        return max(int(ahead * TOP_UP_MARGIN - resident), CHUNK_BYTES)
+        return top_up_bytes(self.history["top_taken_bytes"], self.reserved_bytes, self.iterations)
 
     def top_up(self, nbytes: int) -> None:
         """Reserve ``nbytes`` more (between iterations: it touches every page)."""
