@@ -6,8 +6,9 @@ iteration's wall time and minor page faults in the trace's ``daydream`` metadata
 reserve's size and top-ups.  For every trace under the given ``daydream validate -o DIR``
 directories (``traces/``) whose name matches ``--match``, this prints those with more than
 ``--faults`` minor faults over their recorded iterations: the faults, the first iteration with
-over 100, the reserve, and the trace's mean iteration over its median (what the storm did to a
-round's measured time).  Then per trace name: how many traces, and how many stormed.
+over 100, the reserve, the trace's mean iteration over its median (what the storm did to a
+round's measured time) and, where the trace records it, what the heap took from its top by
+the end of each iteration.  Then per trace name: how many traces, and how many stormed.
 
 Usage::
 
@@ -56,6 +57,9 @@ def main(argv=None) -> None:
             print(f"{d}/{path.name}: {sum(faults)} faults, from iteration {first}; reserve "
                   f"{heap.get('reserved_bytes', 0) / 2**20:.0f} MiB, {heap.get('top_ups', 0)} top-ups; mean iteration "
                   f"x{sum(walls) / len(walls) / median:.2f} its median")
+            if heap.get("top_taken_bytes"):   # traces since session 62: the heap's growth
+                print("  taken from the heap's top by iteration (MiB):",
+                      " ".join(f"{b / 2**20:.0f}" for b in heap["top_taken_bytes"]))
     for name, (n, storms) in sorted(counts.items()):
         print(f"{name}: {n} traces, {storms} with over {args.faults} faults")
 

@@ -16,7 +16,8 @@ before recording it takes a block of memory from the top of the heap,
 touches it and frees it, so the heap's top is resident and the growth lands
 on touched pages.  It is sized from what the program's heap holds already
 and topped up between iterations (outside the recorded ranges) when the
-growth seen so far would outrun it.  Nothing of the program's own
+remaining iterations, each growing as much as the last one did or by the mean
+so far where that is more, would outrun it (:func:`top_up_bytes`).  Nothing of the program's own
 allocations changes: no malloc parameter is set, buffers above glibc's mmap
 threshold are mapped as they are untraced, and where the program's malloc
 gives the heap's top back (glibc's default trim threshold) the reserve
