@@ -158,11 +158,12 @@ class HeapReserve:
         self.iterations = iterations
         self.limit_bytes = limit_bytes if limit_bytes is not None else int(
             min(MAX_BYTES, MAX_FRACTION_OF_AVAILABLE * _available_bytes()))
-        self.reserved_bytes = 0   # bytes touched at the top so far
+        self.reserved_bytes = 0   # resident bytes at the top: the reserve's end over where the top started
         self.top_ups = 0
         self._libc, self.note = _libc()
         self._done = 0            # recorded iterations seen so far
         self._below0 = 0          # where the top chunk started at :meth:`start` (an address)
+        self._end = 0             # where the resident part of the top ends (an address)
         #: per recorded iteration, at its end: bytes taken from the top since :meth:`start`,
         #: bytes in mmapped chunks, bytes in all arenas (where a page-fault storm came from)
         self.history: dict[str, list[int]] = {"top_taken_bytes": [], "mmapped_bytes": [], "arena_bytes": []}
@@ -179,41 +180,47 @@ class HeapReserve:
         return self._brk() - int(self._libc.mallinfo2().keepcost)
 
     def _reserve(self, nbytes: int) -> None:
-        """Take ``nbytes`` from the heap's top, touch them, free them (they rejoin the top).
+        """Make ``nbytes`` more of the heap's top resident, past the reserve's end (or past the
+        top's start, where the program's growth has gone beyond that end).
 
-        Chunks come as malloc gives them: free holes lower in the heap first
-        (resident already: touching them costs no fault), then the top, until
-        ``nbytes`` came from the top.
+        Chunks come as malloc gives them (free holes lower in the heap first, then the top)
+        until the top's start reaches the new end; all are touched (those from holes or from the
+        reserve at no fault), then freed, and rejoin the top.  (Until session 62 a top-up took
+        ``nbytes`` from the top's start and added them to the count: it touched again the part
+        of the reserve the program had not used yet, counted that part twice, and the reserve
+        ran out before its count said: the transformer's baseline traces faulted 20-34 k times.)
         """
         nbytes = min(nbytes, self.limit_bytes - self.reserved_bytes)
         below = self._below_top()
+        end = max(self._end, below) + nbytes
         chunks: list[int] = []
-        while (left := nbytes - (self._below_top() - below)) >= CHUNK_FOOTPRINT:   # never past nbytes
+        while (left := end - self._below_top()) >= CHUNK_FOOTPRINT:   # never past the end
             batch = [self._libc.malloc(CHUNK_BYTES) for _ in range(min(16, left // CHUNK_FOOTPRINT))]
             chunks += batch
             if not all(batch):
                 break
         if not chunks:
             return
-        taken = self._below_top() - below
+        top = self._below_top()
         for c in chunks:
             if c:                                # None: malloc failed, the rest is freed below
                 ctypes.memset(c, 0, CHUNK_BYTES)
         brk = self._brk()
         for c in chunks:
             self._libc.free(c)
-        if self._brk() < brk - taken // 2:      # the break moved down: glibc trimmed the top
+        if self._brk() < brk - (top - below) // 2:      # the break moved down: glibc trimmed the top
             self._libc = None
             self.note = ("glibc gives the heap's top back (M_TRIM_THRESHOLD): the program refaults "
                          "its buffers untraced as well; heap reserve off")
             return
-        self.reserved_bytes += taken
+        self._end = max(self._end, top)
+        self.reserved_bytes = self._end - self._below0
 
     def start(self, nbytes: int | None = None) -> None:
         """Reserve ``nbytes`` (default: as much as the heap holds now; bounded by the limit)."""
         if self._libc is None:
             return
-        self._below0 = self._below_top()
+        self._below0 = self._end = self._below_top()
         self._reserve(int(self._libc.mallinfo2().arena) if nbytes is None else nbytes)
 
     def boundary(self) -> int:
