@@ -17,8 +17,8 @@ touches it and frees it, so the heap's top is resident and the growth lands
 on touched pages.  It is sized from what the program's heap holds already
 and topped up between iterations (outside the recorded ranges) when the
 remaining iterations, each growing as much as the last one did or by the mean
-so far where that is more, would outrun it (:func:`top_up_bytes`).  Nothing of the program's own
-allocations changes: no malloc parameter is set, buffers above glibc's mmap
+so far where that is more, would outrun it (:func:`top_up_bytes`).  Nothing
+of the program's own allocations changes: no malloc parameter is set, buffers above glibc's mmap
 threshold are mapped as they are untraced, and where the program's malloc
 gives the heap's top back (glibc's default trim threshold) the reserve
 would be given back too, so it turns itself off: that program refaults its
@@ -190,9 +190,8 @@ class HeapReserve:
         of the reserve the program had not used yet, counted that part twice, and the reserve
         ran out before its count said: the transformer's baseline traces faulted 20-34 k times.)
         """
-        nbytes = min(nbytes, self.limit_bytes - self.reserved_bytes)
         below = self._below_top()
-        end = max(self._end, below) + nbytes
+        end = min(max(self._end, below) + nbytes, self._below0 + self.limit_bytes)
         chunks: list[int] = []
         while (left := end - self._below_top()) >= CHUNK_FOOTPRINT:   # never past the end
             batch = [self._libc.malloc(CHUNK_BYTES) for _ in range(min(16, left // CHUNK_FOOTPRINT))]
