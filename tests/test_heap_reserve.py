@@ -42,10 +42,10 @@ print(json.dumps(out))
 """
 
 
-def _run(env_extra: dict) -> dict:
+def _run(env_extra: dict, script: str = SCRIPT) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     env.update(env_extra, PYTHONPATH=str(REPO))
-    res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
@@ -202,11 +202,7 @@ print(json.dumps({"resident": resident, "faults": resource.getrusage(resource.RU
 def test_growth_up_to_what_a_topped_up_reserve_says_it_holds_does_not_fault():
     from daydream.validate import STEADY_MALLOC
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    env.update(STEADY_MALLOC, PYTHONPATH=str(REPO))
-    res = subprocess.run([sys.executable, "-c", TOP_UP_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    got = json.loads(res.stdout)
+    got = _run(STEADY_MALLOC, TOP_UP_SCRIPT)
     # 16 MiB of the first reserve left and 32 more past its end: 48 MiB resident
     assert 46 * MiB <= got["resident"] <= 49 * MiB
     # a top-up that touched 32 MiB from the top's start (before session 62) held 32 MiB and
