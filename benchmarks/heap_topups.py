@@ -21,14 +21,14 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from trace_faults import iterations_meta
 
 __all__ = ["main", "SCRIPT"]
 
@@ -64,11 +64,9 @@ def _run(rule: str, start_mib: int, path: Path, models: int, iterations: int) ->
                          env=env, capture_output=True, text=True, timeout=600)
     if res.returncode != 0:
         raise SystemExit(f"heap_topups: the {rule} run failed: {(res.stderr.strip().splitlines() or ['?'])[-1]}")
-    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
-        meta = json.load(f)["daydream"]
-    its = meta["iterations"]
+    its, heap = iterations_meta(path)
     walls = its["wall_ns"]
-    return {"faults": sum(its["minor_faults"]), "top_ups": meta["heap_reserve"]["top_ups"],
+    return {"faults": sum(its["minor_faults"]), "top_ups": heap["top_ups"],
             "stretch": statistics.fmean(walls) / statistics.median(walls)}
 
 
