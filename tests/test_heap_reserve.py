@@ -95,10 +95,16 @@ def test_trace_records_the_reserve_and_the_flag_turns_it_off(tmp_path, train_scr
     assert meta["iterations"]["recorded"] == 2
     faults = meta["iterations"]["minor_faults"]
     assert len(faults) == 2 and all(isinstance(n, int) and n >= 0 for n in faults)
+    own = meta["iterations"]["thread_minor_faults"]     # the training thread's share of them
+    assert len(own) == 2 and all(0 <= n <= m for n, m in zip(own, faults))
     if flag:
         assert "heap_reserve" not in meta
     else:
         assert meta["heap_reserve"]["reserved_bytes"] > 0 and "note" not in meta["heap_reserve"]
+        # the heap's state at the end of each recorded iteration but the last
+        for key in ("top_taken_bytes", "mmapped_bytes", "arena_bytes"):
+            assert len(meta["heap_reserve"][key]) == 1
+        assert meta["heap_reserve"]["arena_bytes"][0] > 0
 
 
 class _FakeReserve:
