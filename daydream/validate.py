@@ -25,7 +25,7 @@ from .errors import DaydreamError
 from .heapmode import STEADY_MALLOC
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_beside", "run_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "REAL_PROCESSES", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_beside", "run_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -360,6 +360,16 @@ def fastest_run(repeat: int, name: str, path: Path, args=(), iterations: int = 5
 #: them: the data-parallel rows' rounds read 10-15 % apart (sd) in the runs of 2026-11-24, so
 #: their means need more rounds for the same precision.
 SEQUENTIAL_ROUNDS = 2
+
+
+#: Fresh processes of a multi-process real job (the pipeline, Tessel and Hydra rows) per round;
+#: the round measures their mean.  Such a job's speed is partly the process's own: in 14
+#: consecutive 2-process 1F1B runs of 30 steps, each run's three blocks of 10 steps correlated
+#: 0.44-0.79 with each other and the runs' means spread by 9.8 % (sd); a round of one
+#: process read as far from the next round's as from a run a minute away, and the mean of three
+#: consecutive runs spread 7.5 % against 12.1 % for one (docs/validation-log.md, "Session 63").
+#: Process start-up dominates a run's cost, so more processes, not more steps.
+REAL_PROCESSES = 3
 
 
 def _in_turns(configs, turns: bool = True) -> bool:

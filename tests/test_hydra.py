@@ -415,7 +415,8 @@ def test_validation_rows_are_medians_over_rounds_bracketed_by_traces_with_the_fi
     traced, real_calls, specs = [], [], []
     monkeypatch.setattr(vh, "trace_workload", lambda w, p, args, iterations: traced.append(p) or p)
 
-    def run_real(k, shard0):
+    def run_real(k, shard0, processes):
+        assert processes == validate.REAL_PROCESSES
         real_calls.append((k, shard0))
         r = len(real_calls)                                   # 1, 2, ... : one per (round, K)
         slow = 50.0 if r >= 5 else 0.0                        # the last round's runs are slow

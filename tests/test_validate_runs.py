@@ -266,6 +266,35 @@ def test_pipeline_action_cost_is_the_median_over_probes_measured_once(monkeypatc
     vp.action_overhead_us.cache_clear()
 
 
+def test_a_pipeline_round_measures_the_mean_of_runs_in_fresh_processes(monkeypatch):
+    from daydream.validation import pipeline as vp
+
+    means = iter([30.0, 42.0, 33.0])
+    calls = []
+
+    def run(sched, extra=(), steps=None, warmup=None, microbatches=None, model=None):
+        calls.append((sched, extra, steps, warmup))
+        return {"mean_ms": next(means)}
+
+    monkeypatch.setattr(vp, "_run", run)
+    assert vp.measure_pipeline("1f1b", steps=10, processes=3) == pytest.approx(35.0)
+    assert calls == [("1f1b", (), vp.WARMUP_STEPS + 10, vp.WARMUP_STEPS)] * 3
+    means = iter([29.0])
+    assert vp.measure_pipeline("gpipe") == 29.0 and len(calls) == 4           # one run by default
+
+
+def test_a_hydra_round_measures_each_schedule_s_mean_over_runs_in_fresh_processes(monkeypatch):
+    from daydream.validation import hydra as vh
+
+    runs = iter([{"model-parallel": 20.0, "shard-parallel": 14.0}, {"model-parallel": 26.0, "shard-parallel": 15.0},
+                 {"model-parallel": 23.0, "shard-parallel": 19.0}])
+    calls = []
+    monkeypatch.setattr(vh, "_run_real_once", lambda k, shard0, rounds: calls.append((k, shard0, rounds)) or next(runs))
+    got = vh.run_real(4, 3, processes=3)
+    assert got == {"model-parallel": pytest.approx(23.0), "shard-parallel": pytest.approx(16.0)}
+    assert calls == [(4, 3, 6)] * 3
+
+
 def test_the_probe_runs_and_reports_four_medians():
     from daydream.validation import pipeline as vp
 
@@ -422,7 +451,8 @@ def test_the_one_stage_row_is_predicted_from_the_trace_taken_in_turns_with_it(mo
 
     monkeypatch.setattr(pipeline, "action_overhead_us", lambda repeat, progress: 70.0)
     monkeypatch.setattr(pipeline, "recording_us", lambda progress: 1.0)
-    monkeypatch.setattr(pipeline, "measure_pipeline", lambda s, steps: {"gpipe": 40.0, "1f1b": 38.0}[s])
+    monkeypatch.setattr(pipeline, "measure_pipeline",
+                        lambda s, steps, processes: {"gpipe": 40.0, "1f1b": 38.0}[s] + processes - validate.REAL_PROCESSES)
     paired = iter([(tmp_path / "pair0", 50.0), (tmp_path / "pair1", 54.0)])
     monkeypatch.setattr(pipeline, "one_stage_in_turns", lambda path, iterations: next(paired))
     brackets = [tmp_path / f"base{k}" for k in range(3)]

@@ -6,7 +6,9 @@ trains K copies of that MLP, each split into the two shards the what-if
 chose, over two gloo processes with one thread each, and measures the
 makespan of one training step of all K models, one model at a time
 (model-parallel) and shard-parallel, in alternating rounds (median over
-rounds).  Baseline traces and real runs alternate, ``repeat`` rounds, all
+rounds); a round of the validation measures the mean of
+:data:`daydream.validate.REAL_PROCESSES` such runs, each in fresh processes
+(since session 63).  Baseline traces and real runs alternate, ``repeat`` rounds, all
 with the split chosen from the first trace, each round's runs between a
 trace before and one after them (:func:`daydream.validate.bracketed`); a row
 holds the medians over the rounds of the prediction from each round's two
@@ -27,6 +29,7 @@ Run with ``daydream validate --workload "" --opt hydra -o DIR --no-public``.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -34,7 +37,7 @@ from pathlib import Path
 
 from ..corelink import probed
 from ..errors import DaydreamError
-from ..validate import WORKLOAD_ARGS, bracketed, median_row, predict_now, run_env, trace_workload
+from ..validate import REAL_PROCESSES, WORKLOAD_ARGS, bracketed, median_row, predict_now, run_env, trace_workload
 from ..whatif import predict
 
 __all__ = ["MODELS", "DEVICES", "SCHEDULES", "validate_rows", "run_real"]
@@ -50,8 +53,15 @@ ITERATIONS = 5
 SIZES = tuple(WORKLOAD_ARGS["mlp"])
 
 
-def run_real(models: int, shard0_layers: int, rounds: int = 6) -> dict:
-    """Run the real K-model, 2-process job once; per schedule the median makespan (ms)."""
+def run_real(models: int, shard0_layers: int, rounds: int = 6, processes: int = 1) -> dict:
+    """Run the real K-model, 2-process job; per schedule the median makespan (ms) over its
+    ``rounds``, and with ``processes`` > 1 the mean of that over as many runs, one after the
+    other, each in fresh processes (:data:`daydream.validate.REAL_PROCESSES`)."""
+    runs = [_run_real_once(models, shard0_layers, rounds) for _ in range(max(processes, 1))]
+    return {s: statistics.fmean(run[s] for run in runs) for s in SCHEDULES}
+
+
+def _run_real_once(models: int, shard0_layers: int, rounds: int) -> dict:
     cmd = [sys.executable, "-m", "daydream.workloads.hydra", "--models", str(models), "--devices", str(DEVICES),
            "--shard0-layers", str(shard0_layers), "--rounds", str(rounds), "--pin-cores", *SIZES]
     with probed():
@@ -92,7 +102,7 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
             for k in MODELS:
                 progress(f"hydra: run {r + 1}/{repeat}: {k} models x {DEVICES} shards for real "
                          f"(first shard: {split[0]} layers)")
-                for s, v in run_real(k, split[0]).items():
+                for s, v in run_real(k, split[0], processes=REAL_PROCESSES).items():
                     measured[k][s].append(v)
         trace(repeat, "after the last run")
     except DaydreamError as exc:

@@ -5,7 +5,10 @@ Prediction: ``pipeline:stages=2,microbatches=M,schedule=S,partition=MLP.blocks.2
 action_overhead_us=X`` (the split the workload makes: hidden blocks 0-1 on
 stage 0, blocks 2-3 and the head on stage 1; ``X`` the pipelining runtime's
 own cost per action, measured on this machine by :func:`action_overhead_us`).  Measurement: ``python -m daydream.workloads.pipeline
---schedule S`` (ScheduleGPipe / Schedule1F1B), mean step time after warm-up.
+--schedule S`` (ScheduleGPipe / Schedule1F1B), mean step time after warm-up, and
+a round's measurement the mean over :data:`daydream.validate.REAL_PROCESSES` such
+runs, each in fresh processes (since session 63: a run's speed is partly its
+processes' own).
 A third row runs the whole model as one stage on one process with the same
 micro-batches (``ScheduleGPipe``, ``--nproc 1``): the micro-batch cost model
 checked without cross-process effects; its steps take turns with a baseline
@@ -33,7 +36,7 @@ from pathlib import Path
 
 from ..corelink import probed
 from ..errors import DaydreamError
-from ..validate import THREADS, bracketed, median_row, predict_now, run_env
+from ..validate import REAL_PROCESSES, THREADS, bracketed, median_row, predict_now, run_env
 
 __all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us",
            "alternate", "recording_us", "one_stage_in_turns"]
@@ -74,10 +77,14 @@ def _run(schedule: str, extra=(), steps: int = 14, warmup: int = 4, microbatches
 WARMUP_STEPS, STEPS = 4, 10
 
 
-def measure_pipeline(schedule: str, extra=(), steps: int = STEPS, microbatches: int = MICROBATCHES) -> float:
-    """Mean time (ms) of ``steps`` steps of one run of the pipeline workload, after
-    :data:`WARMUP_STEPS` (2 processes unless ``extra`` says)."""
-    return float(_run(schedule, extra, WARMUP_STEPS + steps, WARMUP_STEPS, microbatches)["mean_ms"])
+def measure_pipeline(schedule: str, extra=(), steps: int = STEPS, microbatches: int = MICROBATCHES,
+                     processes: int = 1) -> float:
+    """Mean time (ms) of ``steps`` steps of a run of the pipeline workload, after
+    :data:`WARMUP_STEPS` (2 processes unless ``extra`` says); with ``processes`` > 1 the mean
+    over that many runs, one after the other, each in fresh processes
+    (:data:`daydream.validate.REAL_PROCESSES`)."""
+    return statistics.fmean(float(_run(schedule, extra, WARMUP_STEPS + steps, WARMUP_STEPS, microbatches)["mean_ms"])
+                            for _ in range(max(processes, 1)))
 
 
 def one_stage_in_turns(path: Path, iterations: int = STEPS) -> tuple:
@@ -207,7 +214,7 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
         paired.append((path,))
         return ms
 
-    runs = {s: (lambda s=s: measure_pipeline(s, steps=iterations)) for s in SCHEDULES}
+    runs = {s: (lambda s=s: measure_pipeline(s, steps=iterations, processes=REAL_PROCESSES)) for s in SCHEDULES}
     runs["1-stage"] = one_stage
     _, rounds, got = alternate(repeat, tdir, runs, progress, iterations=iterations,
                                on_trace=lambda p: done.update({p: predict_now(p, specs.values(), profile_path)}))

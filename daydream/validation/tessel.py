@@ -11,7 +11,8 @@ runs then alternate (:func:`daydream.validation.pipeline.alternate`: a trace
 before and after each round) and the median of the predictions of the
 schedule that ran (``schedule_csv=``), one from each round's baselines, is
 compared with the median run (each trace predicted right after it is taken, the
-ranks' co-run rate measured then: :func:`daydream.validate.predict_now`).  Until session 16 the
+ranks' co-run rate measured then: :func:`daydream.validate.predict_now`; a round's run is
+the mean of :data:`daydream.validate.REAL_PROCESSES` runs in fresh processes, since session 63).  Until session 16 the
 row predicted what a new search on the median baseline found, another
 schedule than the one measured in three of five runs in session 16 (marked "other
 schedule"); whether the search there would pick another is now only said.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..validate import median_row, predict_now
+from ..validate import REAL_PROCESSES, median_row, predict_now
 from ..whatif import predict
 from .pipeline import (MICROBATCHES, MODEL_ARGS, PARTITION, STEPS, action_overhead_us, alternate, measure_pipeline,
                        recording_us)
@@ -54,7 +55,7 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
         progress(f"tessel: {tag}: best schedule {rep.metrics.get('schedule')} (predicted {rep.predicted_ms:.2f} ms, "
                  f"{ref})")
     runs = {tag: (lambda tag=tag: measure_pipeline("csv", ("--csv", str(out_dir / f"tessel-{tag}.csv")),
-                                                   steps=iterations))
+                                                   steps=iterations, processes=REAL_PROCESSES))
             for tag in specs}
     executed = {tag: f"{spec},schedule_csv={out_dir / f'tessel-{tag}.csv'}" for tag, spec in specs.items()}
     done = {}
