@@ -6,7 +6,8 @@ real rounds).  For the ``daydream validate`` results given (rows in the same ord
 file, as the figures' command writes them), this prints per row the mean and standard deviation
 of its signed error over the runs (:func:`rounds_subsample.rows_at` with ``--rounds``), how many
 runs it missed, and ``t``: the mean over its standard error (far beyond 2: a lean the noise does
-not explain).
+not explain); and the spread of its rounds within a run (standard deviation over mean of the
+real rounds and of the predicted ones, averaged over the runs): how noisy one round is.
 
 Usage::
 
@@ -20,7 +21,7 @@ import statistics
 
 from rounds_subsample import results_rows, rows_at
 
-__all__ = ["main", "row_names", "summary"]
+__all__ = ["main", "row_names", "summary", "rounds_spread_pct"]
 
 
 def _label(spec: str) -> str:
@@ -46,6 +47,16 @@ def summary(errors) -> tuple:
     return mean, sd, sum(abs(e) > 10.0 for e in errors), t
 
 
+def rounds_spread_pct(path) -> list:
+    """Per row of a results file: ``(real, predicted)`` spread of its rounds (sd over mean, %; nan
+    where fewer than two rounds are recorded)."""
+    def spread(text: str) -> float:
+        v = [float(x) for x in (text or "").split()]
+        return 100.0 * statistics.stdev(v) / statistics.fmean(v) if len(v) > 1 else float("nan")
+
+    return [(spread(r["measured_rounds_ms"]), spread(r.get("predicted_rounds_ms", ""))) for r in results_rows(path)]
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="+", help="results.csv files of `daydream validate`, same rows in each")
@@ -56,11 +67,14 @@ def main(argv=None) -> None:
     for path, errs in zip(args.results, runs):
         if len(errs) != len(names):
             raise SystemExit(f"{path}: {len(errs)} rows, not the {len(names)} of {args.results[0]}")
+    spreads = [rounds_spread_pct(path) for path in args.results]
     print(f"{len(runs)} runs; per row: mean signed error, its standard deviation over the runs, runs missed "
-          "(|error| > 10 %), t = mean / standard error")
+          "(|error| > 10 %), t = mean / standard error; the rounds' spread in a run, real / predicted (mean sd %)")
     for i, name in enumerate(names):
         mean, sd, misses, t = summary([r[i] for r in runs])
-        print(f"{name[:60]:60s} {mean:+6.1f} % sd {sd:5.1f}  missed {misses:2d} of {len(runs)}  t {t:+6.1f}")
+        real, pred = (statistics.fmean(s[i][j] for s in spreads) for j in (0, 1))
+        print(f"{name[:60]:60s} {mean:+6.1f} % sd {sd:5.1f}  missed {misses:2d} of {len(runs)}  t {t:+6.1f}  "
+              f"rounds {real:4.1f} / {pred:4.1f} %")
 
 
 if __name__ == "__main__":
