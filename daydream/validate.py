@@ -363,12 +363,12 @@ SEQUENTIAL_ROUNDS = 2
 
 
 #: Fresh processes of a multi-process real job (the pipeline, Tessel and Hydra rows) per round;
-#: the round measures their mean.  Such a job's speed is partly the process's own: in 14
-#: consecutive 2-process 1F1B runs of 30 steps, each run's three blocks of 10 steps correlated
-#: 0.44-0.79 with each other and the runs' means spread by 9.8 % (sd); a round of one
-#: process read as far from the next round's as from a run a minute away, and the mean of three
-#: consecutive runs spread 7.5 % against 12.1 % for one (docs/validation-log.md, "Session 63").
-#: Process start-up dominates a run's cost, so more processes, not more steps.
+#: the round measures their mean.  Such a job keeps much of its speed for its whole life: in 24
+#: consecutive 2-process 1F1B runs of 30 steps, a run's three blocks of 10 steps correlated
+#: 0.56-0.69; single runs spread 13.5 % (sd, first 10 steps), 10.2 % over all 30, and the mean of
+#: three consecutive runs 8.5 % (``python benchmarks/real_processes.py --runs 24 --schedule 1f1b
+#: --steps 30``; docs/validation-log.md, "Session 63").  Process start-up dominates a run's cost,
+#: so more processes, not more steps.
 REAL_PROCESSES = 3
 
 
