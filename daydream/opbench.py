@@ -201,8 +201,7 @@ def dtype_time_pairs(signatures, dtype: str, threads: int | None = None) -> dict
     return _pairs(signatures, lambda sig: time_signature_ns(sig, dtype), threads, typical=True)
 
 
-def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None, chained: bool = False,
-                       settle: bool = False) -> dict:
+def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None, chained: bool = False) -> dict:
     """Per signature: ``t(at to_threads intra-op threads) / t(at threads)``, measured now in turns.
 
     ``sequence``: the signatures of one traced iteration in order; the ops are
@@ -214,7 +213,7 @@ def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None,
     import torch
 
     got = _in_sequence(signatures, sequence, lambda sig: sig, threads, variant_threads=to_threads, chained=chained,
-                       by_time=chained, settle=settle)
+                       by_time=chained)
     if got is not None:
         return got
 

@@ -42,8 +42,7 @@ def _operand_bytes(signature: str) -> int:
 
 def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int = SEQUENCE_ROUNDS,
                     span_s: float | None = None, variant_threads: int | None = None,
-                    variant_repeats: int = 1, chained: bool = False, by_time: bool = False,
-                    settle: bool = False) -> dict | None:
+                    variant_repeats: int = 1, chained: bool = False, by_time: bool = False) -> dict | None:
     """Per signature of ``sequence`` with a variant: ``t(variant(sig)) / t(sig)``, re-run as one iteration.
 
     A compute op in training finds its operands where the rest of the
@@ -75,9 +74,7 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     its mean over them: micro-batches pass over the same weights one after
     another, and the later passes find them where the earlier left them (a
     16-row pass over four 1024 x 1024 weights cost 0.39 of the 64-row pass
-    alone here, 0.34 a pass in four back to back).  ``settle``: each side's timed
-    pass follows an untimed pass of its own (at its own thread count), as a
-    training step follows the step before it rather than the other side's.  ``chained``: each side's
+    alone here, 0.34 a pass in four back to back).  ``chained``: each side's
     occurrences read the outputs of the ones before them where the layouts
     match (:func:`chain_calls`), as the iteration's data flows.  ``by_time``:
     each signature's ratio is the sum over its occurrences of their median
@@ -103,8 +100,6 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
         for side, repeats in ((2, 1), (3, max(variant_repeats, 1))):
             if variant_threads and threads:
                 torch.set_num_threads(variant_threads if side == 3 else threads)
-            if settle:
-                _pass_times([c[side] for c in calls])
             times.append(_pass_times([c[side] for c in calls], repeats))
         if r:                                   # the first round warms up
             for g, a, b in zip(got, *times):

@@ -147,9 +147,7 @@ class Device(Optimization):
               Param("in_sequence", True, "re-run the ops as one traced iteration's sequence (each finds the caches "
                     "as the rest of the iteration leaves them), not each alone in a loop", bool),
               Param("chained", True, "in sequence, each op reads the output of a recent op of its layout (the "
-                    "data flow: on two threads part of it was written by the other core)", bool),
-              Param("settle", False, "in sequence, each thread count's timed pass follows an untimed pass at "
-                    "the same count (as a training step follows one at its own thread count)", bool))
+                    "data flow: on two threads part of it was written by the other core)", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -189,8 +187,7 @@ class Device(Optimization):
             return {}
         tasks = np.flatnonzero(np.isin(cls, (Boundness.COMPUTE, Boundness.MEMORY)))
         seq = iteration_sequence(ctx, tasks, shared=True) if self.in_sequence else None
-        return rerun_ratios(ctx, tasks, lambda sigs: thread_time_ratios(sigs, threads, dst.threads, seq, self.chained,
-                                                                    self.settle),
+        return rerun_ratios(ctx, tasks, lambda sigs: thread_time_ratios(sigs, threads, dst.threads, seq, self.chained),
                             f"device: {{n}} distinct ops re-run here at {threads} and {dst.threads} threads")
 
     @staticmethod

@@ -142,23 +142,6 @@ def test_sequence_reruns_repeat_the_variant_back_to_back_for_micro_batches(monke
     assert opseq.sequence_ratios(["mm"], lambda s: "mm/4", rounds=3, span_s=0) == {"mm": 0.6}
 
 
-def test_sequence_reruns_settle_each_side_with_an_untimed_pass(monkeypatch):
-    """``settle``: each side's timed pass follows an untimed pass of its own, exact: the variant
-    costs 60 right after itself and 100 right after the traced side (a worker woken from idle),
-    so its timed pass reads 0.6 settled and 1.0 straight after the traced pass."""
-    last = []
-
-    def variant_cost(k):
-        cost = 60 if last and last[-1] == "mm/2" else 100
-        last.append("mm/2")
-        return cost
-
-    costs = {"mm": lambda k: last.append("mm") or 100, "mm/2": variant_cost}
-    opseq = _sequence_fixture(monkeypatch, costs)
-    assert opseq.sequence_ratios(["mm"], lambda s: "mm/2", rounds=3, span_s=0) == {"mm": 1.0}
-    assert opseq.sequence_ratios(["mm"], lambda s: "mm/2", rounds=3, span_s=0, settle=True) == {"mm": 0.6}
-
-
 def test_sequence_reruns_at_another_thread_count(monkeypatch):
     """``variant_threads``: the variant's side of every round runs at that many intra-op threads
     (here the same op costs 60 instead of 100 at 2 threads); the caller's count is restored."""
