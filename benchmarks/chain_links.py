@@ -1,0 +1,67 @@
+"""Which earlier op's output each op reads in the ``device`` what-if's chained re-run.
+
+The trace does not say which tensor an op read, so the in-sequence re-run guesses it
+(:func:`daydream.opseq.chain_calls`: the latest output of the argument's layout, a layer's
+weights by name, the optimizer's gradients by key).  This builds the re-run of one traced
+iteration as the ``device`` what-if does (the ops it re-runs,
+:func:`optimizations._sequence.iteration_sequence` with shared weights) and prints, per call in
+order, the op and, per linked argument, the call whose output it reads.  Nothing is timed.
+
+Usage::
+
+    python benchmarks/chain_links.py DIR/traces/mlp.dev1t.r0.json.gz DIR/device-cpu-1t-nocomm.json
+
+with the files of a ``daydream validate --opt device`` output directory ``DIR``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+__all__ = ["main", "guessed_links"]
+
+
+def guessed_links(trace_path: str, profile_path: str) -> list:
+    """``[(op name, [(argument position, producing call index), ...]), ...]`` per call of the
+    chained re-run of one iteration of the trace, in order (calls that cannot be rebuilt left out)."""
+    import numpy as np
+
+    from daydream import opseq
+    from daydream.analysis import trace_and_graph
+    from daydream.optimizations import WhatIfContext
+    from daydream.optimizations._sequence import iteration_sequence
+    from daydream.optimizations.device import Boundness, Device
+    from daydream.whatif import device_for
+
+    trace, g = trace_and_graph(trace_path)
+    ctx = WhatIfContext(graph=g.copy(), trace=trace, device=device_for(trace, None, profile_path))
+    cls, _, _ = Device.classify(ctx)
+    seq = iteration_sequence(ctx, np.flatnonzero(np.isin(cls, (Boundness.COMPUTE, Boundness.MEMORY))), shared=True)
+    seen, real = [], opseq._chained
+
+    def spy(op, pos, kw, links, box, slot):
+        seen.append([(k, i) for k, i, _ in links])
+        return real(op, pos, kw, links, box, slot)
+
+    opseq._chained = spy
+    try:
+        items = [(e, None, None) if isinstance(e, str) else (*e, None)[:3] for e in seq]
+        calls = opseq._side_calls([(s, k, gr, s) for s, k, gr in items], True)
+    finally:
+        opseq._chained = real
+    return [(json.loads(c[0])[0], links) for c, links in zip(calls, seen)]
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace", help="a 1-thread CPU trace with shapes")
+    ap.add_argument("profile", help="the 1-thread device profile it was predicted with")
+    a = ap.parse_args(argv)
+    links = guessed_links(a.trace, a.profile)
+    for j, (name, lk) in enumerate(links):
+        reads = ", ".join(f"arg {k} <- {i} {links[i][0]}" for k, i in lk)
+        print(f"{j:4d} {name:32s} {reads}")
+
+
+if __name__ == "__main__":
+    main()
