@@ -45,8 +45,7 @@ def guessed_links(trace_path: str, profile_path: str) -> list:
 
     opseq._chained = spy
     try:
-        items = [(e, None, None) if isinstance(e, str) else (*e, None)[:3] for e in seq]
-        calls = opseq._side_calls([(s, k, gr, s) for s, k, gr in items], True)
+        calls = opseq._side_calls([(s, k, gr, s) for s, k, gr in seq], True)   # the variant: the op as traced
     finally:
         opseq._chained = real
     return [(json.loads(c[0])[0], links) for c, links in zip(calls, seen)]
