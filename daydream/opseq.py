@@ -138,11 +138,26 @@ def _side_calls(pairs, chained: bool) -> list:
     if not chained:
         return [b[:2] + b[4:] for b in built]
     keyed = [dict(enumerate(b[2] or ())) for b in built]
-    reads = [{i: k for i, k in ks.items() if k is not None and k.endswith(GRAD_SUFFIX)} for ks in keyed]
-    fixed = [{i for i, k in ks.items() if k is not None} - set(r) for ks, r in zip(keyed, reads)]
     produces = [b[3] or () for b in built]
+    reads = [_gradient_reads(ks, {key for _, key in p}) for ks, p in zip(keyed, produces)]
+    fixed = [{i for i, k in ks.items() if k is not None} - set(r) for ks, r in zip(keyed, reads)]
     ours, theirs = (chain_calls([b[side] for b in built], fixed, reads, produces) for side in (4, 5))
     return [(b[0], b[1], a, v) for b, a, v in zip(built, ours, theirs)]
+
+
+def _gradient_reads(keys: dict, grads: set) -> dict:
+    """``{position: gradient key}`` of one call's arguments (``keys``: ``{position: key}``) that read a
+    parameter's gradient: those keyed as one (the optimizer's), and, in a backward op of the
+    parameter's layer (``grads``: the gradient keys it may produce), those keyed as the parameter:
+    once the gradient is computed a tensor of the parameter's shape there is the gradient (the
+    ``t`` calls that turn a linear layer's weight-gradient ``mm`` output into its ``.grad``),
+    before that the parameter itself (the ``t`` of the weight that the input gradient reads).
+
+    >>> _gradient_reads({0: "L#0", 1: None, 2: "L#1.grad"}, {"L#0.grad"})
+    {0: 'L#0.grad', 2: 'L#1.grad'}
+    """
+    return {i: k if k.endswith(GRAD_SUFFIX) else k + GRAD_SUFFIX for i, k in keys.items()
+            if k is not None and (k.endswith(GRAD_SUFFIX) or k + GRAD_SUFFIX in grads)}
 
 
 #: The key suffix of a parameter's gradient (:func:`optimizations._sequence.optimizer_keys` names them).
@@ -178,8 +193,12 @@ def chain_calls(bound, fixed=(), reads=(), produces=()) -> list:
     the outputs of call ``j`` that are a parameter's gradient (those of that
     shape: a backward op of the parameter's layer), and ``reads[j]``,
     ``{position: key}``, the arguments of call ``j`` that read one (the
-    optimizer's; the latest output under that key, of the argument's shape
-    and dtype, strides as produced).
+    optimizer's, and a backward op's reads of its layer's parameter:
+    :func:`_gradient_reads`): the latest output under that key, of the
+    argument's shape and dtype, strides as produced; where the latest is of
+    another shape (the transpose of a non-square weight's gradient), the
+    latest of the argument's layout; until one is produced, the argument's
+    own operand (the parameter, shared by name).
 
     >>> import torch
     >>> a = torch.ones(2, 2)
@@ -202,9 +221,10 @@ def chain_calls(bound, fixed=(), reads=(), produces=()) -> list:
     for j, (op, pos, kw) in enumerate(bound):
         pos = list(pos)
         mine = reads[j] if j < len(reads) else {}
-        linked = _links(pos, set(fixed[j] if j < len(fixed) else ()) | set(mine), by_layout)
-        linked += [(k, *by_key[key]) for k, key in mine.items()
+        by_name = [(k, *by_key[key]) for k, key in mine.items()
                    if key in by_key and k < len(pos) and _same_shape(pos[k], by_key[key][2])]
+        held = {k for k, key in mine.items() if key not in by_key} | {k for k, *_ in by_name}
+        linked = _links(pos, set(fixed[j] if j < len(fixed) else ()) | held, by_layout) + by_name
         own = list(pos)
         for k, i, o, t in linked:
             pos[k] = t
