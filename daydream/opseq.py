@@ -138,26 +138,11 @@ def _side_calls(pairs, chained: bool) -> list:
     if not chained:
         return [b[:2] + b[4:] for b in built]
     keyed = [dict(enumerate(b[2] or ())) for b in built]
-    produces = [b[3] or () for b in built]
-    reads = [_gradient_reads(ks, {key for _, key in p}) for ks, p in zip(keyed, produces)]
+    reads = [{i: k for i, k in ks.items() if k is not None and k.endswith(GRAD_SUFFIX)} for ks in keyed]
     fixed = [{i for i, k in ks.items() if k is not None} - set(r) for ks, r in zip(keyed, reads)]
+    produces = [b[3] or () for b in built]
     ours, theirs = (chain_calls([b[side] for b in built], fixed, reads, produces) for side in (4, 5))
     return [(b[0], b[1], a, v) for b, a, v in zip(built, ours, theirs)]
-
-
-def _gradient_reads(keys: dict, grads: set) -> dict:
-    """``{position: gradient key}`` of one call's arguments (``keys``: ``{position: key}``) that read a
-    parameter's gradient: those keyed as one (the optimizer's), and, in a backward op of the
-    parameter's layer (``grads``: the gradient keys it may produce), those keyed as the parameter:
-    once the gradient is computed a tensor of the parameter's shape there is the gradient (the
-    ``t`` calls that turn a linear layer's weight-gradient ``mm`` output into its ``.grad``),
-    before that the parameter itself (the ``t`` of the weight that the input gradient reads).
-
-    >>> _gradient_reads({0: "L#0", 1: None, 2: "L#1.grad"}, {"L#0.grad"})
-    {0: 'L#0.grad', 2: 'L#1.grad'}
-    """
-    return {i: k if k.endswith(GRAD_SUFFIX) else k + GRAD_SUFFIX for i, k in keys.items()
-            if k is not None and (k.endswith(GRAD_SUFFIX) or k + GRAD_SUFFIX in grads)}
 
 
 #: The key suffix of a parameter's gradient (:func:`optimizations._sequence.optimizer_keys` names them).
@@ -191,14 +176,16 @@ def chain_calls(bound, fixed=(), reads=(), produces=()) -> list:
 
     Gradients go by name: ``produces[j]``, ``((shape, key), ...)``, names
     the outputs of call ``j`` that are a parameter's gradient (those of that
-    shape: a backward op of the parameter's layer), and ``reads[j]``,
+    shape: a backward op of the parameter's layer; but no view of a tensor
+    that ``fixed[j]`` names: a linear layer's backward turns its
+    weight-gradient ``mm`` output into ``.grad`` by ``t`` calls of the
+    weight's shape, keyed as the weight, and until session 65 the update read
+    the weight itself as its gradient, found it in this core's cache at 1
+    thread, 30 us against 47-53 traced, and re-ran x8-9.6 at 2 threads with
+    the cores far apart against x3.5-5.3 real), and ``reads[j]``,
     ``{position: key}``, the arguments of call ``j`` that read one (the
-    optimizer's, and a backward op's reads of its layer's parameter:
-    :func:`_gradient_reads`): the latest output under that key, of the
-    argument's shape and dtype, strides as produced; where the latest is of
-    another shape (the transpose of a non-square weight's gradient), the
-    latest of the argument's layout; until one is produced, the argument's
-    own operand (the parameter, shared by name).
+    optimizer's; the latest output under that key, of the argument's shape
+    and dtype, strides as produced).
 
     >>> import torch
     >>> a = torch.ones(2, 2)
@@ -221,10 +208,9 @@ def chain_calls(bound, fixed=(), reads=(), produces=()) -> list:
     for j, (op, pos, kw) in enumerate(bound):
         pos = list(pos)
         mine = reads[j] if j < len(reads) else {}
-        by_name = [(k, *by_key[key]) for k, key in mine.items()
+        linked = _links(pos, set(fixed[j] if j < len(fixed) else ()) | set(mine), by_layout)
+        linked += [(k, *by_key[key]) for k, key in mine.items()
                    if key in by_key and k < len(pos) and _same_shape(pos[k], by_key[key][2])]
-        held = {k for k, key in mine.items() if key not in by_key} | {k for k, *_ in by_name}
-        linked = _links(pos, set(fixed[j] if j < len(fixed) else ()) | held, by_layout) + by_name
         own = list(pos)
         for k, i, o, t in linked:
             pos[k] = t
@@ -235,10 +221,11 @@ def chain_calls(bound, fixed=(), reads=(), produces=()) -> list:
             out = op(*pos, **kw)
         many = out if isinstance(out, (tuple, list)) else ()
         outs = [(None, out)] if _is_tensor(out) else [(o, t) for o, t in enumerate(many) if _is_tensor(t)]
+        weights = {_storage(pos[k]) for k in (fixed[j] if j < len(fixed) else ()) if k < len(pos) and _is_tensor(pos[k])}
         for o, t in outs:
             kept = by_layout.setdefault(_layout(t), [])
             kept[:] = [e for e in kept if _storage(e[2]) != _storage(t)][-(CHAIN_WINDOW - 1):] + [(j, o, t)]
-            for shape, key in (produces[j] if j < len(produces) else ()) or ():
+            for shape, key in (produces[j] if j < len(produces) and _storage(t) not in weights else ()) or ():
                 if tuple(t.shape) == tuple(shape):
                     by_key[key] = (j, o, t)
         links.append((op, pos, kw, [(k, i, o) for k, i, o, _ in linked]))

@@ -104,20 +104,17 @@ def test_two_views_of_one_output_are_one_output():
     assert out[3].tolist() == [[7.0, 7.0], [7.0, 7.0]]            # 2s (the view) + 5s, not 2s + 2s
 
 
-def test_a_backward_op_reads_its_weight_until_the_weight_gradient_is_computed():
-    """A linear layer's backward: the ``t`` of the weight that the input gradient reads is the
-    weight; after the weight-gradient ``mm`` the ``t`` calls keyed as the weight read its output,
-    by name where the shape is the weight's and, transposed (another shape), by layout."""
+def test_a_view_of_the_weight_is_not_its_gradient():
+    """A linear layer's backward: the weight-gradient ``mm`` writes the gradient, and the ``t``
+    after it, keyed as the weight (fixed), is a view of the weight, not a newer gradient: the
+    update reads the ``mm``'s output."""
     T = torch.ops.aten.t.default
-    w = torch.full((2, 3), 7.0)                                       # the weight (shared by name)
-    bound = [(T, [w], {}),                                            # t(W): the input gradient's
-             (MM, [torch.ones(2, 2), torch.ones(2, 3)], {}),          # the weight gradient: 2s
-             (T, [w], {}),                                            # keyed as W: reads the 2s
-             (T, [w.t()], {})]                                        # keyed as W (transposed)
-    produces = [(((2, 3), "W#0.grad"),)] * 4
-    keys = {0: "W#0"}
-    reads = [opseq._gradient_reads(keys, {"W#0.grad"})] * 4
-    out = [r() for r in opseq.chain_calls(bound, fixed=[set()] * 4, reads=reads, produces=produces)]
-    assert out[0].tolist() == [[7.0, 7.0]] * 3                       # the weight itself
-    assert out[2].tolist() == [[2.0, 2.0]] * 3                       # the gradient, transposed
-    assert out[3].tolist() == [[2.0, 2.0, 2.0]] * 2                  # and back
+    w = torch.full((2, 2), 7.0)                                       # the weight (shared by name)
+    bound = [(MM, [torch.ones(2, 2), torch.ones(2, 2)], {}),          # the weight gradient: 2s
+             (T, [w], {}),                                            # keyed as the weight
+             (torch.ops.aten.add.Tensor, [torch.zeros(2, 2), torch.zeros(2, 2)], {})]
+    produces = [(((2, 2), "W#0.grad"),)] * 2 + [()]
+    reads = [{}, {}, {1: "W#0.grad"}]
+    out = [r() for r in opseq.chain_calls(bound, fixed=[set(), {0}, {0}], reads=reads, produces=produces)]
+    assert out[1].tolist() == [[7.0, 7.0], [7.0, 7.0]]               # t read the weight
+    assert out[2].tolist() == [[2.0, 2.0], [2.0, 2.0]]               # the update, the mm's 2s
