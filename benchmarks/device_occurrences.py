@@ -8,8 +8,8 @@ side, the median time at 1 and at 2 threads and their ratio: in the real runs (t
 optimizer step of each trace's second recorded iteration, matched in order) and in a re-run of
 the first round's 1-thread trace built as the what-if builds it (``--rerun`` rounds, each a pass
 at 1 thread and one at 2).  Which occurrence a re-run gets wrong, and on which side: session 65
-found the update of each MLP weight re-run at 30 us at 1 thread against 47-53 traced (it read
-the weight itself as its gradient), x8-9.6 at 2 threads against x3.5-5.3 real.
+found the update of each MLP weight re-run at 30 us at 1 thread against 46-53 traced (it read
+the weight itself as its gradient), x7.9-9.6 at 2 threads against x3.5-5.4 real.
 
 Usage::
 

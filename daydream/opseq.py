@@ -181,8 +181,8 @@ def chain_calls(bound, fixed=(), reads=(), produces=()) -> list:
     weight-gradient ``mm`` output into ``.grad`` by ``t`` calls of the
     weight's shape, keyed as the weight, and until session 65 the update read
     the weight itself as its gradient, found it in this core's cache at 1
-    thread, 30 us against 47-53 traced, and re-ran x8-9.6 at 2 threads with
-    the cores far apart against x3.5-5.3 real), and ``reads[j]``,
+    thread, 30 us against 46-53 traced, and re-ran x7.9-9.6 at 2 threads in
+    the slow state against x3.5-5.4 real), and ``reads[j]``,
     ``{position: key}``, the arguments of call ``j`` that read one (the
     optimizer's; the latest output under that key, of the argument's shape
     and dtype, strides as produced).
