@@ -208,7 +208,8 @@ def chain_calls(bound, fixed=(), reads=(), produces=()) -> list:
     for j, (op, pos, kw) in enumerate(bound):
         pos = list(pos)
         mine = reads[j] if j < len(reads) else {}
-        linked = _links(pos, set(fixed[j] if j < len(fixed) else ()) | set(mine), by_layout)
+        fixed_j = set(fixed[j] if j < len(fixed) else ())
+        linked = _links(pos, fixed_j | set(mine), by_layout)
         linked += [(k, *by_key[key]) for k, key in mine.items()
                    if key in by_key and k < len(pos) and _same_shape(pos[k], by_key[key][2])]
         own = list(pos)
@@ -221,11 +222,14 @@ def chain_calls(bound, fixed=(), reads=(), produces=()) -> list:
             out = op(*pos, **kw)
         many = out if isinstance(out, (tuple, list)) else ()
         outs = [(None, out)] if _is_tensor(out) else [(o, t) for o, t in enumerate(many) if _is_tensor(t)]
-        weights = {_storage(pos[k]) for k in (fixed[j] if j < len(fixed) else ()) if k < len(pos) and _is_tensor(pos[k])}
+        grads = (produces[j] if j < len(produces) else ()) or ()
+        weights = {_storage(pos[k]) for k in fixed_j if k < len(pos) and _is_tensor(pos[k])}
         for o, t in outs:
             kept = by_layout.setdefault(_layout(t), [])
             kept[:] = [e for e in kept if _storage(e[2]) != _storage(t)][-(CHAIN_WINDOW - 1):] + [(j, o, t)]
-            for shape, key in (produces[j] if j < len(produces) and _storage(t) not in weights else ()) or ():
+            if _storage(t) in weights:           # a view of a keyed weight (its ``t``): no gradient
+                continue
+            for shape, key in grads:
                 if tuple(t.shape) == tuple(shape):
                     by_key[key] = (j, o, t)
         links.append((op, pos, kw, [(k, i, o) for k, i, o, _ in linked]))
