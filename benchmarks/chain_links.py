@@ -18,15 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 
-__all__ = ["main", "guessed_links"]
+__all__ = ["main", "guessed_links", "device_sequence"]
 
 
-def guessed_links(trace_path: str, profile_path: str) -> list:
-    """``[(op name, [(argument position, producing call index), ...]), ...]`` per call of the
-    chained re-run of one iteration of the trace, in order (calls that cannot be rebuilt left out)."""
+def device_sequence(trace_path: str, profile_path: str) -> list:
+    """The ``(signature, keys, grads)`` triples the ``device`` what-if re-runs for one iteration of
+    the trace (:func:`optimizations._sequence.iteration_sequence` with shared weights)."""
     import numpy as np
 
-    from daydream import opseq
     from daydream.analysis import trace_and_graph
     from daydream.optimizations import WhatIfContext
     from daydream.optimizations._sequence import iteration_sequence
@@ -36,7 +35,15 @@ def guessed_links(trace_path: str, profile_path: str) -> list:
     trace, g = trace_and_graph(trace_path)
     ctx = WhatIfContext(graph=g.copy(), trace=trace, device=device_for(trace, None, profile_path))
     cls, _, _ = Device.classify(ctx)
-    seq = iteration_sequence(ctx, np.flatnonzero(np.isin(cls, (Boundness.COMPUTE, Boundness.MEMORY))), shared=True)
+    return iteration_sequence(ctx, np.flatnonzero(np.isin(cls, (Boundness.COMPUTE, Boundness.MEMORY))), shared=True)
+
+
+def guessed_links(trace_path: str, profile_path: str) -> list:
+    """``[(op name, [(argument position, producing call index), ...]), ...]`` per call of the
+    chained re-run of one iteration of the trace, in order (calls that cannot be rebuilt left out)."""
+    from daydream import opseq
+
+    seq = device_sequence(trace_path, profile_path)
     seen, real = [], opseq._chained
 
     def spy(op, pos, kw, links, box, slot):

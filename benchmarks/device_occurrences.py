@@ -49,21 +49,13 @@ def real_step_ops(path: str) -> list:
 def rerun_occurrences(trace_path: str, profile_path: str, rounds: int) -> list:
     """``[(op name, first input's dims, median us at 1 thread, at 2), ...]`` per call of the
     ``device`` what-if's chained re-run of ``trace_path``'s iteration, in order."""
-    import numpy as np
     import torch
+    from chain_links import device_sequence
 
     from daydream import opseq
-    from daydream.analysis import trace_and_graph
     from daydream.heapmode import steady_heap
-    from daydream.optimizations import WhatIfContext
-    from daydream.optimizations._sequence import iteration_sequence
-    from daydream.optimizations.device import Boundness, Device
-    from daydream.whatif import device_for
 
-    trace, g = trace_and_graph(trace_path)
-    ctx = WhatIfContext(graph=g.copy(), trace=trace, device=device_for(trace, None, profile_path))
-    cls, _, _ = Device.classify(ctx)
-    seq = iteration_sequence(ctx, np.flatnonzero(np.isin(cls, (Boundness.COMPUTE, Boundness.MEMORY))), shared=True)
+    seq = device_sequence(trace_path, profile_path)
     with steady_heap():
         calls = opseq._side_calls([(s, k, gr, s) for s, k, gr in seq], True)
         got = [[] for _ in calls]
@@ -96,11 +88,11 @@ def main(argv=None) -> None:
     pairs = [(real_step_ops(f"{base}1t.r{k}.json.gz"), real_step_ops(f"{base}2t.r{k}.json.gz")) for k in rounds]
     print(f"real runs, optimizer step, rounds {a.rounds}: us at 1 thread, at 2, ratio (medians)")
     for i, (name, dims, _) in enumerate(pairs[0][0]):
-        one = [p[0][i][2] for p in pairs if i < min(len(p[0]), len(p[1]))]
-        two = [p[1][i][2] for p in pairs if i < min(len(p[0]), len(p[1]))]
-        if one and max(statistics.median(one), statistics.median(two)) >= a.min_us:
-            print(f"  {i:3d} {name:<14} {str(dims):<12} {statistics.median(one):8.1f} {statistics.median(two):8.1f}"
-                  f"   x{statistics.median(b / a for a, b in zip(one, two)):.2f}")
+        both = [(p[0][i][2], p[1][i][2]) for p in pairs if i < min(len(p[0]), len(p[1]))]
+        one, two = (statistics.median(x) for x in zip(*both)) if both else (0.0, 0.0)
+        if max(one, two) >= a.min_us:
+            print(f"  {i:3d} {name:<14} {str(dims):<12} {one:8.1f} {two:8.1f}"
+                  f"   x{statistics.median(y / x for x, y in both):.2f}")
     if a.rerun <= 0:
         return
     from daydream.corelink import try_probe

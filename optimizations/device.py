@@ -53,12 +53,9 @@ then update each parameter's state and last the parameter itself, which two
 threads have read, reading its gradient as a backward op of its layer wrote
 it (:func:`optimizations._sequence.optimizer_keys`; the MLP's update ``add_``
 re-ran x1.04 where it had read x0.69, real x2.81 with the cores 330 ns
-apart; the gradient is the weight-gradient op's output, not the ``t`` of
-the weight after it, which until session 65 the update read as its
-gradient: it found the weight in this core's cache at 1 thread, 30 us
-against 46-53 traced, and re-ran x7.9-9.6 at 2 threads in the slow
-state against x3.5-5.4 real), and each signature's ratio weighs its
-occurrences by their time:
+apart; the gradient is the weight-gradient op's output, not a view of the
+weight after it: :func:`daydream.opseq.chain_calls`), and each signature's
+ratio weighs its occurrences by their time:
 with the cores 330 ns apart the first update of each weight took x5 at 2
 threads and the others x0.9.
 
