@@ -1,8 +1,11 @@
 """Which earlier op's output each op reads in the ``device`` what-if's chained re-run.
 
-The trace does not say which tensor an op read, so the in-sequence re-run guesses it
-(:func:`daydream.opseq.chain_calls`: the latest output of the argument's layout, a layer's
-weights by name, the optimizer's gradients by key).  This builds the re-run of one traced
+Where the trace recorded its data flow (``daydream trace`` since session 66: the shape
+iteration's execution trace, :mod:`daydream.collect.flow`), each op reads the output that it
+read in training (:func:`daydream.opseq.flow_calls`; only outputs of re-run calls count as
+links: a weight read by several ops is one tensor, not a link).  Otherwise, or with
+``--guess``, the re-run guesses it (:func:`daydream.opseq.chain_calls`: the latest output of
+the argument's layout, a layer's weights by name, the optimizer's gradients by key).  This builds the re-run of one traced
 iteration as the ``device`` what-if does (the ops it re-runs,
 :func:`optimizations._sequence.iteration_sequence` with shared weights) and prints, per call in
 order, the op and, per linked argument, the call whose output it reads.  Nothing is timed.
@@ -38,21 +41,23 @@ def device_sequence(trace_path: str, profile_path: str) -> list:
     return iteration_sequence(ctx, np.flatnonzero(np.isin(cls, (Boundness.COMPUTE, Boundness.MEMORY))), shared=True)
 
 
-def guessed_links(trace_path: str, profile_path: str) -> list:
+def guessed_links(trace_path: str, profile_path: str, guess: bool = False) -> list:
     """``[(op name, [(argument position, producing call index), ...]), ...]`` per call of the
-    chained re-run of one iteration of the trace, in order (calls that cannot be rebuilt left out)."""
+    chained re-run of one iteration of the trace, in order (calls that cannot be rebuilt left out):
+    along the trace's recorded data flow where it has one, unless ``guess`` (then by layouts)."""
     from daydream import opseq
 
     seq = device_sequence(trace_path, profile_path)
     seen, real = [], opseq._chained
 
     def spy(op, pos, kw, links, box, slot):
-        seen.append([(k, i) for k, i, _ in links])
+        seen.append([(k, i) for k, i, *_ in links])
         return real(op, pos, kw, links, box, slot)
 
     opseq._chained = spy
     try:
-        calls = opseq._side_calls([(s, k, gr, s) for s, k, gr in seq], True)   # the variant: the op as traced
+        calls = opseq._side_calls([(s, k, gr, None if guess else fl, s) for s, k, gr, fl in seq],
+                                  True)   # the variant: the op as traced
     finally:
         opseq._chained = real
     return [(json.loads(c[0])[0], links) for c, links in zip(calls, seen)]
@@ -62,8 +67,9 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", help="a 1-thread CPU trace with shapes")
     ap.add_argument("profile", help="the 1-thread device profile it was predicted with")
+    ap.add_argument("--guess", action="store_true", help="link by layouts even where the trace recorded its data flow")
     a = ap.parse_args(argv)
-    links = guessed_links(a.trace, a.profile)
+    links = guessed_links(a.trace, a.profile, a.guess)
     for j, (name, lk) in enumerate(links):
         reads = ", ".join(f"arg {k} <- {i} {links[i][0]}" for k, i in lk)
         print(f"{j:4d} {name:32s} {reads}")

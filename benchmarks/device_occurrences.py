@@ -57,7 +57,7 @@ def rerun_occurrences(trace_path: str, profile_path: str, rounds: int) -> list:
 
     seq = device_sequence(trace_path, profile_path)
     with steady_heap():
-        calls = opseq._side_calls([(s, k, gr, s) for s, k, gr in seq], True)
+        calls = opseq._side_calls([(s, k, gr, fl, s) for s, k, gr, fl in seq], True)
         got = [[] for _ in calls]
         for r in range(rounds + 1):                       # the first round warms up
             row = []

@@ -19,7 +19,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-__all__ = ["main", "hfta_spec"]
+__all__ = ["main", "hfta_spec", "in_turns"]
 
 
 def hfta_spec(models: int, options: str) -> str:
@@ -45,20 +45,30 @@ def main(argv=None) -> None:
     d = Path(args.dir)
     specs = args.spec if args.spec is not None else ["chained=false", ""]
     profile = str(d / "device-cpu-1t.json")
-    errors = {(s, n): [] for s in specs for n in MODELS[args.workload]}
-    for r in range(args.rounds):
-        base = d / "traces" / f"hfta.{args.workload}.n0.r{r}.json.gz"
-        for n in MODELS[args.workload]:
-            real = replay(str(d / "traces" / f"hfta.{args.workload}.n{n}.r{r}.json.gz"))[0].measured_ms
-            cells = []
-            for s in specs:
-                got = predict(str(base), [hfta_spec(n, s)], profile_path=profile)[0].predicted_ms
-                errors[(s, n)].append(100.0 * (got / real - 1.0))
-                cells.append(f"[{s or 'defaults'}] {got:7.2f} ({errors[(s, n)][-1]:+5.1f} %)")
-            print(f"round {r} N={n}: real {real:7.2f} ms  " + "  ".join(cells), flush=True)
-    for (s, n), v in errors.items():
-        print(f"[{s or 'defaults'}] N={n}: mean {statistics.fmean(v):+.1f} %  ({' '.join(f'{x:+.1f}' for x in v)})")
+    cases = [(f"round {r} N={n}", n, d / "traces" / f"hfta.{args.workload}.n0.r{r}.json.gz",
+              replay(str(d / "traces" / f"hfta.{args.workload}.n{n}.r{r}.json.gz"))[0].measured_ms)
+             for r in range(args.rounds) for n in MODELS[args.workload]]
+    in_turns(cases, specs, lambda base, n, s: predict(str(base), [hfta_spec(n, s)], profile_path=profile)[0],
+             "N={}")
 
+
+def in_turns(cases, specs, predict_one, group: str = "{}") -> dict:
+    """Each case predicted with every spec in turns: ``cases`` ``(label, key, baseline trace, real
+    ms)``, ``predict_one(baseline, key, spec)`` a :class:`daydream.whatif.WhatIfReport`; prints each
+    prediction's signed error against the real figure, then per spec and key (``group`` formats
+    it) the mean over the cases.  Returns ``{(spec, key): [error %, ...]}``."""
+    errors: dict = {}
+    for label, key, base, real in cases:
+        cells = []
+        for s in specs:
+            got = predict_one(base, key, s).predicted_ms
+            errors.setdefault((s, key), []).append(100.0 * (got / real - 1.0))
+            cells.append(f"[{s or 'defaults'}] {got:7.2f} ({errors[(s, key)][-1]:+5.1f} %)")
+        print(f"{label}: real {real:7.2f} ms  " + "  ".join(cells), flush=True)
+    for (s, key), v in errors.items():
+        print(f"[{s or 'defaults'}] {group.format(key)}: mean {statistics.fmean(v):+.1f} %  "
+              f"({' '.join(f'{x:+.1f}' for x in v)})")
+    return errors
 
 if __name__ == "__main__":
     main()

@@ -18,7 +18,7 @@ from .errors import DaydreamError
 from .heapmode import STEADY_MALLOC
 from .opbench import _TENSOR_TYPES, _bind, _overload, call_for
 
-__all__ = ["sequence_ratios", "sequence_corun", "shared_args", "chain_calls", "CHAIN_WINDOW", "corun_rounds",
+__all__ = ["sequence_ratios", "sequence_corun", "shared_args", "chain_calls", "flow_calls", "CHAIN_WINDOW", "corun_rounds",
            "corun_ratios", "pooled_rate",
            "SEQUENCE_ROUNDS", "SEQUENCE_SPAN_S", "SEQUENCE_MAX_BYTES", "CORUN_ROUNDS", "CORUN_SIDE_S", "CORUN_SPAN_S"]
 
@@ -63,12 +63,14 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     both.  ``None`` when the operands of both sequences exceed
     :data:`SEQUENCE_MAX_BYTES` (then time each op alone).
 
-    An element of ``sequence`` may be a ``(signature, keys, grads)`` triple
+    An element of ``sequence`` may be a ``(signature, keys, grads, flow)`` tuple
     (:func:`optimizations._sequence.iteration_sequence` with ``shared``): the
     arguments ``keys`` names are one tensor per name on each side
     (:func:`shared_args`), as a layer's weight is for its forward and backward
     ops; chained, an argument keyed as a gradient reads the output that a
-    backward op named by ``grads`` produced (:func:`chain_calls`).
+    backward op named by ``grads`` produced (:func:`chain_calls`).  Where the
+    trace recorded its data flow (``flow``) and the variant is the op as
+    traced, chained goes by the storages instead (:func:`flow_calls`).
     ``variant_repeats``: the variant's side runs its whole sequence that
     many times back to back on the same operands, and each occurrence counts
     its mean over them: micro-batches pass over the same weights one after
@@ -88,8 +90,8 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
 
     if threads:
         torch.set_num_threads(threads)
-    items = [(e, None, None) if isinstance(e, str) else (*e, None)[:3] for e in sequence]
-    pairs = [(sig, keys, grads, variant(sig)) for sig, keys, grads in items]
+    items = [(e, None, None, None) if isinstance(e, str) else (*e, None, None)[:4] for e in sequence]
+    pairs = [(sig, keys, grads, flow, variant(sig)) for sig, keys, grads, flow in items]
     if sum(_operand_bytes(a) + _operand_bytes(b or a) for a, *_, b in pairs) > SEQUENCE_MAX_BYTES:
         return None
     calls = _side_calls(pairs, chained)
@@ -126,22 +128,30 @@ def _per_signature(calls, got, by_time: bool) -> dict:
 
 
 def _side_calls(pairs, chained: bool) -> list:
-    """``(signature, has a variant, traced call, variant call)`` per ``(sig, keys, grads, variant)`` of
-    :func:`sequence_ratios` that both sides can rebuild; each side chained where asked."""
+    """``(signature, has a variant, traced call, variant call)`` per ``(sig, keys, grads, flow, variant)``
+    of :func:`sequence_ratios` that both sides can rebuild; each side chained where asked: by the
+    recorded storages (:func:`flow_calls`) where the sequence has them and each variant is the op
+    as traced, else by layouts and keys (:func:`chain_calls`)."""
+    by_flow = chained and any(p[3] for p in pairs) and all(p[4] in (None, p[0]) for p in pairs)
     built, pools = [], ({}, {})
-    for sig, keys, grads, var in pairs:
+    for sig, keys, grads, flow, var in pairs:
+        keys = None if by_flow else keys
         try:
             sides = [shared_args(call_for(s), keys, pool) for s, pool in ((sig, pools[0]), (var or sig, pools[1]))]
-            built.append((sig, var is not None, keys, grads, *(_overload(*c) if chained else _bind(*c) for c in sides)))
+            built.append((sig, var is not None, keys, grads, flow,
+                          *(_overload(*c) if chained else _bind(*c) for c in sides)))
         except DaydreamError:
             continue
     if not chained:
-        return [b[:2] + b[4:] for b in built]
+        return [b[:2] + b[5:] for b in built]
+    if by_flow:
+        ours, theirs = (flow_calls([b[side] for b in built], [b[4] for b in built]) for side in (5, 6))
+        return [(b[0], b[1], a, v) for b, a, v in zip(built, ours, theirs)]
     keyed = [dict(enumerate(b[2] or ())) for b in built]
     reads = [{i: k for i, k in ks.items() if k is not None and k.endswith(GRAD_SUFFIX)} for ks in keyed]
     fixed = [{i for i, k in ks.items() if k is not None} - set(r) for ks, r in zip(keyed, reads)]
     produces = [b[3] or () for b in built]
-    ours, theirs = (chain_calls([b[side] for b in built], fixed, reads, produces) for side in (4, 5))
+    ours, theirs = (chain_calls([b[side] for b in built], fixed, reads, produces) for side in (5, 6))
     return [(b[0], b[1], a, v) for b, a, v in zip(built, ours, theirs)]
 
 
@@ -238,6 +248,120 @@ def chain_calls(bound, fixed=(), reads=(), produces=()) -> list:
             for j, (op, pos, kw, lk) in enumerate(links)]
 
 
+def flow_calls(bound, flows) -> list:
+    """Callables re-running ``bound`` (``(op, positional args, keyword args)`` per call, in order)
+    with the data flow the trace recorded: ``flows[j]``, ``(input refs, output refs)`` of call
+    ``j`` (:mod:`daydream.collect.flow`: ``[storage id, offset]`` per argument or output that
+    is one tensor, else ``None``; ``None`` for a call without them).
+
+    Each tensor argument whose storage an earlier call's output holds reads that output
+    afresh each pass (the latest of the storage's outputs with the argument's shape, strides
+    and offset, else a view of the latest with them); one whose storage no earlier call wrote
+    (a weight, an optimizer's state, an input) is a view of one tensor per storage, made at
+    its first read large enough for every read of it, so that every op reading one weight
+    reads the same tensor and in-place updates write it.  An argument that fits neither, and
+    every argument of a call the links break, keeps its own operand.  Unlike
+    :func:`chain_calls` nothing is guessed: an op reads what it read in training.
+
+    >>> import torch
+    >>> a = torch.ones(2, 2)
+    >>> mm, relu, t = torch.ops.aten.mm.default, torch.ops.aten.relu.default, torch.ops.aten.t.default
+    >>> run = flow_calls([(mm, [a, a], {}), (t, [torch.zeros(2, 2)], {}), (relu, [torch.zeros(2, 2)], {})],
+    ...                  [([[1, 0], [1, 0]], [[2, 0]]), ([[2, 0]], [[2, 0]]), ([[2, 0]], [[3, 0]])])
+    >>> x = run[0](); _ = run[1]()
+    >>> torch.equal(run[2](), x.relu())          # relu reads mm's output, not its zeros
+    True
+    """
+    need = _storage_needs(bound, flows)
+    box, pools, made, links = {}, {}, {}, []
+    for j, (op, pos, kw) in enumerate(bound):
+        ins, outs = (flows[j] if j < len(flows) else None) or ((), ())
+        own, pos = list(pos), list(pos)
+        linked = []
+        for k, ref in enumerate(list(ins)[:len(pos)]):
+            if ref is None or not _is_tensor(pos[k]):
+                continue
+            s, off = ref
+            if s in made:
+                got = _made_link(made[s], pos[k], off)
+                if got is not None:
+                    linked.append((k, *got))
+                    i, o, t, view = got
+                    pos[k] = t if view is None else t.as_strided(*view)
+                continue
+            base = pools.setdefault(s, _pool_base(pos[k], need.get(s, 0)))
+            if base is not None and base.dtype == pos[k].dtype and off + _extent(pos[k]) <= base.numel():
+                pos[k] = base.as_strided(pos[k].shape, pos[k].stride(), off)
+        try:
+            out = op(*pos, **kw)
+        except (RuntimeError, TypeError, ValueError, IndexError):
+            linked, pos = [], own
+            out = op(*pos, **kw)
+        _register(out, list(outs), j, made, pools)
+        links.append((op, pos, kw, [(k, i, o, view) for k, i, o, _, view in linked]))
+    producers = {i for *_, lk in links for _, i, _, _ in lk}
+    return [_chained(op, pos, kw, lk, box, j if j in producers else None)
+            for j, (op, pos, kw, lk) in enumerate(links)]
+
+
+def _extent(t) -> int:
+    """Elements of storage that ``t``'s layout spans from its offset."""
+    if any(d == 0 for d in t.shape):
+        return 0
+    return 1 + sum((d - 1) * abs(st) for d, st in zip(t.shape, t.stride()))
+
+
+def _storage_needs(bound, flows) -> dict:
+    """Per storage: the elements its reads span (offset + extent), at most."""
+    need: dict = {}
+    for (_, pos, _), flow in zip(bound, flows):
+        for ref, a in zip((flow or ((),))[0], pos):
+            if ref is not None and _is_tensor(a):
+                need[ref[0]] = max(need.get(ref[0], 0), ref[1] + _extent(a))
+    return need
+
+
+def _pool_base(a, n: int):
+    """A flat tensor of ``n`` elements of ``a``'s dtype, filled as :func:`daydream.opbench.call_for` fills."""
+    import torch
+
+    if not a.dtype.is_floating_point:
+        return torch.zeros(n, dtype=a.dtype)
+    return torch.randn(n).to(a.dtype)
+
+
+def _made_link(outputs, a, off: int):
+    """``(call, output index, tensor, view)`` for an argument ``a`` at ``off`` of a storage whose
+    outputs so far are ``outputs`` (``(call, output index, tensor, offset)``, latest last):
+    the latest with ``a``'s layout and offset as it is (``view`` None), else the latest as a
+    view ``(shape, strides, offset)`` where it spans them; None where none fits."""
+    for i, o, t, t_off in reversed(outputs):
+        if t_off == off and _layout(t) == _layout(a):
+            return i, o, t, None
+    i, o, t, _ = outputs[-1]
+    if t.dtype != a.dtype or off + _extent(a) > t.untyped_storage().nbytes() // max(t.element_size(), 1):
+        return None
+    return i, o, t, (tuple(a.shape), a.stride(), off)
+
+
+def _register(out, outs: list, j: int, made: dict, pools: dict) -> None:
+    """Call ``j``'s outputs (``out``) as the latest of their recorded storages (``outs``)."""
+    many = out if isinstance(out, (tuple, list)) else ()
+    tensors = [(None, out)] if _is_tensor(out) else [(o, t) for o, t in enumerate(many) if _is_tensor(t)]
+    for o, t in tensors:
+        ref = outs[o or 0] if (o or 0) < len(outs) else None
+        if ref is None:
+            continue
+        s, off = ref
+        if s in pools and pools[s] is not None and _storage(t) == _storage(pools[s]):
+            continue                               # an in-place write or a view of a pooled tensor
+        if s in made and _storage(t) == _storage(made[s][-1][2]):
+            made[s].append((j, o, t, off))
+        else:                                      # a new allocation under this storage id
+            made[s] = [(j, o, t, off)]
+            pools.pop(s, None)
+
+
 def _same_shape(a, t) -> bool:
     return _is_tensor(a) and _is_tensor(t) and tuple(a.shape) == tuple(t.shape) and a.dtype == t.dtype
 
@@ -275,14 +399,16 @@ def _links(pos, fixed, by_layout) -> list:
 
 
 def _chained(op, pos, kw, links, box: dict, slot):
-    """One call of :func:`chain_calls`: its linked arguments read from ``box``, its output kept
-    there under ``slot`` (None: not read by a later call)."""
+    """One call of :func:`chain_calls` or :func:`flow_calls`: its linked arguments read from
+    ``box`` (``(argument, call, output index[, view])``: a view ``(shape, strides, offset)`` of
+    the output where given), its output kept there under ``slot`` (None: not read by a later call)."""
     if not links and slot is None:
         return lambda: op(*pos, **kw)
 
     def call():
-        for k, i, o in links:
-            pos[k] = box[i] if o is None else box[i][o]
+        for k, i, o, *view in links:
+            t = box[i] if o is None else box[i][o]
+            pos[k] = t.as_strided(*view[0]) if view and view[0] is not None else t
         out = op(*pos, **kw)
         if slot is not None:
             box[slot] = out

@@ -29,7 +29,7 @@ from .base import NotApplicable
 
 __all__ = ["meta", "gpu_ranks", "ALLREDUCE_RE", "allreduce_tasks", "require_allreduce", "FAMILIES", "Instance", "op_figures",
            "layer_instances", "world_size", "work_mask", "add_edges_checked", "lane_position", "signatures_of",
-           "rerun_ratios", "work_slice", "spread_to_slices"]
+           "flows_of", "rerun_ratios", "work_slice", "spread_to_slices"]
 
 #: Layer families: regexes matched against layer names (op names of both the
 #: forward op and its autograd node, e.g. ``aten::relu_`` / ``ReluBackward1``)
@@ -320,6 +320,24 @@ def signatures_of(ctx, tasks) -> dict:
             ev = _portable_parent(r, ev)
             if r.cols["sig"][ev] >= 0:
                 out[t] = r.signatures[int(r.cols["sig"][ev])]
+    return out
+
+
+def flows_of(ctx, tasks) -> dict:
+    """task -> ``(input storages, output storages)`` of its op as the trace's ``flow`` metadata
+    records them (:mod:`daydream.collect.flow`; the op :func:`signatures_of` takes the signature
+    of), for the tasks that have them."""
+    T = ctx.graph.tasks
+    ranks = {r.rank: r for r in getattr(ctx.trace, "ranks", None) or []}
+    flow = {k: ((r.meta.get("daydream") or {}).get("flow") or {}).get("ops") or {} for k, r in ranks.items()}
+    out = {}
+    for t in tasks.tolist():
+        r = ranks.get(int(T["rank"][t]))
+        ev = int(T["event"][t])
+        if r is not None and ev >= 0 and T["kind"][t] == EventKind.CPU_OP and flow[r.rank]:
+            got = flow[r.rank].get(str(int(r.cols["ext"][_portable_parent(r, ev)])))
+            if got is not None:
+                out[t] = (got[0], got[1])
     return out
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from daydream.model import EventKind, Phase
 from daydream.opseq import GRAD_SUFFIX
 
-from ._layers import meta, signatures_of
+from ._layers import flows_of, meta, signatures_of
 
 __all__ = ["op_calls", "iteration_sequence", "optimizer_keys", "parameter_keys", "STATE_SUFFIX"]
 
@@ -108,13 +108,15 @@ def iteration_sequence(ctx, tasks, shared: bool = False) -> list:
     """Signatures of ``tasks`` in one iteration (the lowest rank's first), in traced order,
     one per call (:func:`op_calls`).
 
-    ``shared``: each element a ``(signature, keys, grads)`` triple instead: ``keys`` names the
+    ``shared``: each element a ``(signature, keys, grads, flow)`` tuple instead: ``keys`` names the
     layer parameter (or its optimizer state or gradient) each argument is
     (:func:`parameter_keys`, :func:`optimizer_keys`, from the trace's module table), so that a
     re-run hands one tensor to every op that reads the same weight; ``grads``, for a backward
     op of a layer with parameters, ``((shape, "LAYER#i.grad"), ...)``: an output of the
     parameter's shape is taken as its gradient, which the optimizer's ops then read
-    (:func:`daydream.opseq.chain_calls`), else ``None``.
+    (:func:`daydream.opseq.chain_calls`), else ``None``; ``flow``, where the trace recorded its
+    data flow (:mod:`daydream.collect.flow`), ``(input storages, output storages)`` of the call,
+    by which a re-run hands each op the tensor it read (:func:`daydream.opseq.flow_calls`), else ``None``.
     """
     T = ctx.graph.tasks
     tasks = np.asarray(tasks)[T["iteration"][tasks] >= 0]
@@ -137,7 +139,8 @@ def iteration_sequence(ctx, tasks, shared: bool = False) -> list:
         keys[k] = keys[k] or key
     grads = [tuple((tuple(p), f"{lay}#{i}{GRAD_SUFFIX}") for i, p in enumerate(shapes.get(lay) or []) if p) or None
              if T["phase"][t] == Phase.BACKWARD else None for t, lay in zip(kept, layer)]
-    return [(sig_of[t], key, grad) for t, key, grad in zip(kept, keys, grads)]
+    flow = flows_of(ctx, np.asarray(kept, dtype=np.int64))
+    return [(sig_of[t], key, grad, flow.get(t)) for t, key, grad in zip(kept, keys, grads)]
 
 
 #: Key suffix of a parameter's optimizer state (:func:`optimizer_keys`; its gradient's is

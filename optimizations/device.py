@@ -149,7 +149,9 @@ class Device(Optimization):
               Param("in_sequence", True, "re-run the ops as one traced iteration's sequence (each finds the caches "
                     "as the rest of the iteration leaves them), not each alone in a loop", bool),
               Param("chained", True, "in sequence, each op reads the output of a recent op of its layout (the "
-                    "data flow: on two threads part of it was written by the other core)", bool))
+                    "data flow: on two threads part of it was written by the other core)", bool),
+              Param("flow", True, "chained, each op reads the tensor it read in training where the trace "
+                    "recorded its data flow (`daydream trace`); false: the latest output of its layout", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -189,6 +191,8 @@ class Device(Optimization):
             return {}
         tasks = np.flatnonzero(np.isin(cls, (Boundness.COMPUTE, Boundness.MEMORY)))
         seq = iteration_sequence(ctx, tasks, shared=True) if self.in_sequence else None
+        if seq and not self.flow:
+            seq = [(sig, keys, grads, None) for sig, keys, grads, _ in seq]
         return rerun_ratios(ctx, tasks, lambda sigs: thread_time_ratios(sigs, threads, dst.threads, seq, self.chained),
                             f"device: {{n}} distinct ops re-run here at {threads} and {dst.threads} threads")
 

@@ -196,7 +196,7 @@ def test_a_layers_ops_share_its_weight_in_the_rerun_sequence(tmp_path, profile):
     tr, g = trace_and_graph(_tiny_trace(tmp_path))
     ctx = WhatIfContext(graph=g, trace=tr, device=profile)
     seq = iteration_sequence(ctx, rerun_tasks(ctx), shared=True)
-    named = [(json.loads(s)[0], keys) for s, keys, _ in seq]
+    named = [(json.loads(s)[0], keys) for s, keys, *_ in seq]
     assert named[1] == ("aten::addmm", ("Sequential.2#1", None, "Sequential.2#0", None, None))   # bias, x, W.t()
     assert named[2] == ("aten::mm", (None, "Sequential.2#0"))             # its grad-input: grad @ W
     assert named[3][1] is None                                            # grad-weight: no parameter read

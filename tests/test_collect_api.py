@@ -382,3 +382,32 @@ def test_a_module_that_raises_keeps_ranges_nested_and_tracing_on(tmp_path):
     assert len(inner) == 4 and len(outer) == 4
     assert all(a0 <= b0 and b1 <= a1 for (a0, a1), (b0, b1) in zip(outer, inner))    # nested
     assert "_daydream_markers" not in vars(torch.nn.Module.__call__)   # the wrapper was removed
+
+
+def test_the_shape_iteration_records_which_storage_each_op_read_and_wrote(tmp_path, capfd):
+    """The execution trace beside the shape session: per recorded op (by External id) its inputs'
+    and outputs' storages, in which each linear's output is what the next op reads; the
+    observer's start and stop lines do not reach the user's stderr."""
+    out = tmp_path / "t.json"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace(out, warmup=2, iterations=2):
+        _train(model, opt, 6)
+    doc, events = _events(out)
+    flow = doc["daydream"]["flow"]
+    assert flow["source"] == "execution trace of warm-up iteration 0" and flow["ops_linked"] > 0
+    ops = sorted((e for e in events if e.get("cat") == "cpu_op" and str(e["args"].get("External id")) in flow["ops"]),
+                 key=lambda e: e["ts"])
+    assert all("Input Storages" not in e["args"] for e in ops)
+    written = {}
+    for e in ops:
+        ins, outs = flow["ops"][str(e["args"]["External id"])]
+        for ref in outs:
+            if ref:
+                written.setdefault(ref[0], e["name"])
+        if e["name"] == "aten::native_batch_norm":       # reads the first linear's addmm output
+            assert written.get(ins[0][0]) in ("aten::addmm", "aten::linear")
+            break
+    else:
+        pytest.fail("no batch norm op with a recorded flow")
+    assert "Execution Trace Observer" not in capfd.readouterr().err

@@ -199,11 +199,11 @@ def test_the_optimizers_in_place_updates_rerun_on_the_weights_the_forward_reads(
     src = dataclasses.replace(flat_profile(), threads=2)
     here = dataclasses.replace(src, threads=1, source=f"{measured_on()} 2026-11-22 09:22")
     predict(trace, [f"device:target={save_profile(here, str(tmp_path / 'here.json'))}"], device=src)
-    forward = {k for s, keys, _ in seen if json.loads(s)[0] == "aten::addmm" for k in keys or () if k}
-    written = {keys[0] for s, keys, _ in seen if json.loads(s)[0].endswith("_") and keys and keys[0]}
+    forward = {k for s, keys, *_ in seen if json.loads(s)[0] == "aten::addmm" for k in keys or () if k}
+    written = {keys[0] for s, keys, *_ in seen if json.loads(s)[0].endswith("_") and keys and keys[0]}
     updates = {k for k in written if not k.endswith((".state", ".grad"))}
     assert "MLP.blocks.0.0#0" in forward and "MLP.blocks.0.0#0" in updates and updates <= forward
     # the updates read each parameter's gradient, which a backward op of its layer produces
-    read = {k for _, keys, _ in seen for k in (keys or ())[1:] if k and k.endswith(".grad")}
-    produced = {key for _, _, grads in seen for _, key in grads or ()}
+    read = {k for _, keys, *_ in seen for k in (keys or ())[1:] if k and k.endswith(".grad")}
+    produced = {key for _, _, grads, _ in seen for _, key in grads or ()}
     assert "MLP.blocks.0.0#0.grad" in read and read <= produced

@@ -26,6 +26,8 @@ import enum
 from collections import defaultdict
 from dataclasses import dataclass
 
+from .flow import FLOW_ARGS
+
 __all__ = ["SHAPE_ARGS", "ShapeSource", "ShapeCopy", "copy_shapes", "iteration_windows"]
 
 #: the arguments ``record_shapes`` adds to a CPU op
@@ -153,7 +155,7 @@ def copy_shapes(events: list, shape_events: list, shape_iteration: int,
             if step not in skip:
                 for s, d in _pairs(src.get(key, []), ops):
                     args = s.get("args") or {}
-                    d.setdefault("args", {}).update((k, args[k]) for k in SHAPE_ARGS if k in args)
+                    d.setdefault("args", {}).update((k, args[k]) for k in SHAPE_ARGS + FLOW_ARGS if k in args)
                     done += 1
             with_ += done
             without += len(ops) - done

@@ -30,6 +30,7 @@ from . import metadata as md
 from .activities import ActivityPlan, plan_activities
 from ..errors import one_line
 from .errors import CollectionError
+from .flow import FlowRecorder, attach_flow, take_flow
 from .heap import HeapReserve
 from .settle import SETTLE_TIMEOUT_S, settle_threads
 from .hooks import LayerMarkers, enter_range, exit_range
@@ -180,6 +181,8 @@ class Tracer:
         self._shape_prof = None     # the shape iteration's profiler session (see .shapes)
         self._shape_file: str | None = None   # ... exported when it stops
         self._shapes = ShapeCopy(ShapeSource.NONE)
+        self._flow_rec = FlowRecorder()   # which tensor each op read, beside the shape session (see .flow)
+        self._flow: dict = {}
         self._root_inputs: dict[int, list] = {}   # iteration -> its root modules' input shapes
         self._prepared = False
         self._step_range = None
@@ -350,6 +353,7 @@ class Tracer:
         self._shape_prof = self._profiler(True, cpu_only=True)
         self._shape_prof.prepare_trace()
         self._shape_prof.start_trace()
+        self._flow_rec.start()
         self.markers.install()
         self.markers.enabled = True     # the model's input shapes, to check the recorded ones against
 
@@ -363,6 +367,7 @@ class Tracer:
         if prof is None:
             return
         self.markers.enabled = False
+        self._flow_rec.stop()
         self._stop_session(prof)
         fd, path = tempfile.mkstemp(prefix="daydream-shapes-", suffix=".json")
         os.close(fd)
@@ -436,6 +441,7 @@ class Tracer:
             self._prof = None
             if self._shape_file is not None:
                 _quietly(os.unlink, self._shape_file)
+            _quietly(self._flow_rec.close)
             self.result = TraceResult(
                 path=path,
                 iterations_recorded=len(self._recorded),
@@ -505,7 +511,13 @@ class Tracer:
         normalize_marker_events(shape_events)
         ref = self._first_record - 2
         differ = [k for k in self._recorded if self._root_inputs.get(k) != self._root_inputs.get(ref)]
+        linked = attach_flow(shape_events, self._flow_rec.flows())
         self._shapes = copy_shapes(events, shape_events, ref, differ)
+        ops = take_flow(events)
+        if ops:
+            self._flow = {"source": f"execution trace of warm-up iteration {ref}", "ops_linked": linked, "ops": ops}
+        elif self._flow_rec.problem:
+            self._notes.append(f"no data flow recorded (the execution trace failed: {self._flow_rec.problem})")
 
     def _activities_metadata(self) -> dict:
         meta = self._plan.as_metadata()
@@ -546,6 +558,7 @@ class Tracer:
             "layer_markers": {"forward_prefix": "daydream.fwd:", "backward_prefix": "daydream.bwd:"},
             "record_shapes": self.options.record_shapes,
             "shapes": self._shapes.as_metadata(),
+            **({"flow": self._flow} if self._flow else {}),
             "backward_ranges": self.options.backward_ranges,
             **({"heap_reserve": self._heap.as_metadata()} if self._heap is not None else {}),
         }

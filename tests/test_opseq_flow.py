@@ -1,0 +1,86 @@
+"""Re-runs along the recorded data flow (:func:`daydream.opseq.flow_calls`) and its recording
+(:mod:`daydream.collect.flow`)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from daydream import opseq
+from daydream.collect.flow import attach_flow, read_execution_trace, take_flow
+
+torch = pytest.importorskip("torch")
+
+FILL_, ADD, ADD_ = torch.ops.aten.fill_.Scalar, torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor
+RELU, MM = torch.ops.aten.relu.default, torch.ops.aten.mm.default
+
+
+def _z(*shape):
+    return torch.zeros(*shape)
+
+
+def test_ops_read_what_the_flow_says_and_write_in_place_into_shared_tensors():
+    """Storage 1 is written in place (fill_ 2, then add_), read twice by an add (4) whose output,
+    storage 3, relu reads; each pass reads afresh, so the second pass repeats the first."""
+    runs = opseq.flow_calls(
+        [(FILL_, [_z(2, 2), 2.0], {}), (ADD, [_z(2, 2), _z(2, 2)], {}), (RELU, [_z(2, 2)], {}),
+         (ADD_, [_z(2, 2), _z(2, 2)], {})],
+        [([[1, 0], None], [[1, 0]]), ([[1, 0], [1, 0]], [[3, 0]]), ([[3, 0]], [[4, 0]]),
+         ([[1, 0], [3, 0]], [[1, 0]])])
+    for _ in range(2):
+        out = [r()[0, 0].item() for r in runs]
+        assert out == [2.0, 4.0, 4.0, 6.0]
+
+
+def test_a_read_at_an_offset_is_a_view_of_the_output_and_one_out_of_range_keeps_its_operand():
+    a = torch.arange(6.0)
+    runs = opseq.flow_calls([(ADD, [a, a], {}), (RELU, [_z(2)], {}), (RELU, [_z(2)], {})],
+                            [([[1, 0], [1, 0]], [[3, 0]]), ([[3, 2]], [[4, 0]]), ([[3, 5]], [[5, 0]])])
+    out = [r() for r in runs]
+    assert torch.equal(out[1], out[0][2:4].relu())
+    assert out[2].tolist() == [0.0, 0.0]                 # 5 + 2 elements overrun 6: its own zeros
+
+
+def test_a_storage_id_allocated_again_is_read_from_its_new_writer():
+    """Storage 3 freed and allocated again (execution traces reuse ids): the later read follows
+    the later writer."""
+    runs = opseq.flow_calls(
+        [(FILL_, [_z(2), 1.0], {}), (ADD, [_z(2), _z(2)], {}), (ADD, [_z(2), _z(2)], {}), (RELU, [_z(2)], {})],
+        [([[1, 0], None], [[1, 0]]), ([[1, 0], [1, 0]], [[3, 0]]), ([[3, 0], [3, 0]], [[3, 0]]),
+         ([[3, 0]], [[4, 0]])])
+    assert [r()[0].item() for r in runs] == [1.0, 2.0, 4.0, 4.0]
+
+
+def test_sequence_reruns_chain_by_the_flow_where_the_trace_has_one():
+    """With flows and the op as its own variant (``device``), both sides read along the flow: two
+    ``neg`` of the mm's input (storage 1) give one result; without flows the layouts decide
+    (:func:`opseq.chain_calls`): the first reads the mm's output, the second the first's."""
+    mm = json.dumps(["aten::mm", [[2, 2], [2, 2]], ["float", "float"], [[2, 1], [2, 1]], ["", ""]])
+    neg = json.dumps(["aten::neg", [[2, 2]], ["float"], [[2, 1]], [""]])
+    seq = [(mm, None, None, ([[1, 0], [2, 0]], [[3, 0]])), (neg, None, None, ([[1, 0]], [[4, 0]])),
+           (neg, None, None, ([[1, 0]], [[5, 0]]))]
+    calls = opseq._side_calls([(*e, e[0]) for e in seq], True)
+    for side in (2, 3):
+        out = [c[side]() for c in calls]
+        assert torch.equal(out[1], out[2]) and not torch.equal(out[1], -out[0])
+    guessed = opseq._side_calls([(s, k, g, None, s) for s, k, g, _ in seq], True)
+    out = [c[2]() for c in guessed]
+    assert torch.equal(out[1], -out[0]) and torch.equal(out[2], out[0])
+
+
+def test_the_execution_trace_is_joined_to_the_ops_and_kept_by_external_id(tmp_path):
+    """:func:`read_execution_trace` keeps each node's storages by record function id; the shape
+    session's ops take them, and :func:`take_flow` moves them off the recorded ops."""
+    et = {"nodes": [{"name": "aten::mm", "attrs": [{"name": "rf_id", "value": 11}],
+                     "inputs": {"values": [[5, 1, 0, 4, 4, "cpu"], [6, 2, 0, 4, 4, "cpu"]]},
+                     "outputs": {"values": [[7, 3, 0, 4, 4, "cpu"]]}},
+                    {"name": "[pytorch|profiler|execution_trace|thread]", "attrs": []}]}
+    path = tmp_path / "et.json"
+    path.write_text(json.dumps(et))
+    flows = read_execution_trace(str(path))
+    assert flows == {11: ([[1, 0], [2, 0]], [[3, 0]])}
+    shape_op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "args": {"Record function id": 11}}
+    assert attach_flow([shape_op, {"ph": "X", "cat": "cpu_op", "args": {"Record function id": 12}}], flows) == 1
+    recorded = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "args": {"External id": 40, **shape_op["args"]}}
+    assert take_flow([recorded]) == {"40": [[[1, 0], [2, 0]], [[3, 0]]]}
+    assert "Input Storages" not in recorded["args"]
