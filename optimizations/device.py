@@ -43,12 +43,17 @@ the order of one traced iteration, at one thread count and then at the other
 (:func:`daydream.opseq.sequence_ratios`), so each finds the caches as its
 iteration leaves them: an op timed alone in a loop finds its operands in
 cache and divides over threads better than it does in training.  With
-``chained`` (the default) each op of the sequence reads the output of a recent
-op of its layout (:func:`daydream.opseq.chain_calls`): on two threads part of
-what an op reads was written by the other core, and how much that costs
-follows where the host puts the two vCPUs (the transformer's
-``gelu_backward`` after its 2-thread ``mm``: x0.56-0.57 on operands of its
-own, x0.70 and x1.27 chained, minutes apart).  The optimizer's in-place ops
+``chained`` (the default) each op of the sequence reads what it read in
+training: on two threads part of what an op reads was written by the other
+core, and how much that costs follows where the host puts the two vCPUs (the
+transformer's ``gelu_backward`` after its 2-thread ``mm``: x0.56-0.57 on
+operands of its own, x0.70 and x1.27 chained, minutes apart).  Where the trace
+recorded its data flow (``daydream trace``'s shape iteration,
+:mod:`daydream.collect.flow`; ``flow``, the default) each argument is the
+tensor the trace names (:func:`daydream.opseq.flow_calls`); otherwise it is
+the output of a recent op of its layout (:func:`daydream.opseq.chain_calls`),
+a guess that went wrong for the backward's reads of saved activations and
+weights (session 66).  The optimizer's in-place ops
 then update each parameter's state and last the parameter itself, which two
 threads have read, reading its gradient as a backward op of its layer wrote
 it (:func:`optimizations._sequence.optimizer_keys`; the MLP's update ``add_``
