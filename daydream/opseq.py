@@ -289,8 +289,10 @@ def flow_calls(bound, flows) -> list:
                     i, o, t, view = got
                     pos[k] = t if view is None else t.as_strided(*view)
                 continue
-            base = pools.setdefault(s, _pool_base(pos[k], need.get(s, 0)))
-            if base is not None and base.dtype == pos[k].dtype and off + _extent(pos[k]) <= base.numel():
+            base = pools.get(s)
+            if base is None:
+                base = pools[s] = _pool_base(pos[k], need.get(s, 0))
+            if base.dtype == pos[k].dtype and off + _extent(pos[k]) <= base.numel():
                 pos[k] = base.as_strided(pos[k].shape, pos[k].stride(), off)
         try:
             out = op(*pos, **kw)
@@ -353,7 +355,7 @@ def _register(out, outs: list, j: int, made: dict, pools: dict) -> None:
         if ref is None:
             continue
         s, off = ref
-        if s in pools and pools[s] is not None and _storage(t) == _storage(pools[s]):
+        if s in pools and _storage(t) == _storage(pools[s]):
             continue                               # an in-place write or a view of a pooled tensor
         if s in made and _storage(t) == _storage(made[s][-1][2]):
             made[s].append((j, o, t, off))
