@@ -1,18 +1,19 @@
 """Which tensor each op read and wrote: the shape iteration's execution trace, kept per recorded op.
 
-A re-run of the traced ops (:mod:`daydream.opseq`) should hand each op the
-tensor the traced op read: on two threads, an element-wise op reading the
-output that a matmul just wrote, half of it from the other core's cache, ran
-x3 where the same op on operands of its own ran x0.7 (validation-log.md,
-sessions 41-65).  Kineto's ``record_shapes`` says each input's shape, not
-which tensor it is; torch's execution trace (:class:`torch.profiler.ExecutionTraceObserver`)
-names each input's and output's storage and offset.  The tracer records one
-beside the shape session (:mod:`.shapes`); :func:`attach_flow` gives each
-shape-session op its inputs' and outputs' storages (joined on Kineto's
-``Record function id``), :func:`.shapes.copy_shapes` copies them to the
-recorded ops with the shapes, and :func:`take_flow` moves them into the
-trace metadata's ``flow`` object, keyed by each recorded op's
-``External id``.
+A re-run of the traced ops (:mod:`daydream.opseq`) hands each op operands,
+and in a chained re-run the outputs of the ops before it: on two threads part
+of what an op reads was written by the other core.  Kineto's
+``record_shapes`` says each input's shape, not which tensor it is, so the
+re-run had to guess from layouts (:func:`daydream.opseq.chain_calls`), and
+guessed wrong for a backward op's saved activations and for weights.  torch's
+execution trace (:class:`torch.profiler.ExecutionTraceObserver`) names each
+input's and output's storage and offset.  The tracer records one beside the
+shape session (:mod:`.shapes`); :func:`attach_flow` gives each shape-session
+op its inputs' and outputs' storages (joined on Kineto's ``Record function
+id``), :func:`.shapes.copy_shapes` copies them to the recorded ops with the
+shapes, and :func:`take_flow` moves them into the trace metadata's ``flow``
+object, keyed by each recorded op's ``External id``
+(:func:`daydream.opseq.flow_calls` re-runs along it).
 
 A storage reference is ``[storage id, offset in elements]``; ``None`` where
 the input or output is not a single tensor (a scalar, a tensor list, none).
@@ -160,7 +161,8 @@ class FlowRecorder:
 
 @contextlib.contextmanager
 def quiet_stderr():
-    """Process-level stderr silenced (the execution trace observer logs each start and stop there)."""
+    """Process-level stderr silenced (the execution trace observer logs each start and stop there;
+    anything another thread writes to stderr in that moment is lost with it)."""
     saved = None
     try:
         saved = os.dup(2)
