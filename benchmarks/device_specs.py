@@ -11,7 +11,7 @@ per spec the mean over the rounds.  The re-runs are measured now, not in the
 minute the round was traced, so a round's error here says less than the
 difference between specs, which meet the machine's drift alike.
 
-    python benchmarks/device_specs.py DIR --workload transformer --spec chained=false --spec ""
+    python benchmarks/device_specs.py DIR --workload transformer --spec flow=false --spec ""
 """
 from __future__ import annotations
 
