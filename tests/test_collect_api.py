@@ -36,6 +36,16 @@ def _train(model, opt, n, explicit=False):
             step()
 
 
+def _sgd_trace(tmp_path, warmup, iterations, steps):
+    """The test model trained ``steps`` steps with plain SGD under ``trace``; the trace's path."""
+    out = tmp_path / "t.json"
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with trace(out, warmup=warmup, iterations=iterations):
+        _train(model, opt, steps)
+    return out
+
+
 def _events(path):
     with open(path) as fh:
         doc = json.load(fh)
@@ -145,11 +155,7 @@ def test_backward_ops_take_their_module_from_forward_without_backward_ranges(tmp
     from daydream.analysis import trace_and_graph
     from daydream.model import Phase
 
-    out = tmp_path / "t.json"
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with trace(out, warmup=1, iterations=2):
-        _train(model, opt, 4)
+    out = _sgd_trace(tmp_path, 1, 2, 4)
     _, events = _events(out)
     assert not _names(events, "daydream.bwd:") and _names(events, "daydream.fwd:")
     _, g = trace_and_graph([out])
@@ -388,12 +394,7 @@ def test_the_shape_iteration_records_which_storage_each_op_read_and_wrote(tmp_pa
     """The execution trace beside the shape session: per recorded op (by External id) its inputs'
     and outputs' storages, in which each linear's output is what the next op reads; the
     observer's start and stop lines do not reach the user's stderr."""
-    out = tmp_path / "t.json"
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with trace(out, warmup=2, iterations=2):
-        _train(model, opt, 6)
-    doc, events = _events(out)
+    doc, events = _events(_sgd_trace(tmp_path, 2, 2, 6))
     flow = doc["daydream"]["flow"]
     assert flow["source"] == "execution trace of warm-up iteration 0" and flow["ops_linked"] > 0
     ops = sorted((e for e in events if e.get("cat") == "cpu_op" and str(e["args"].get("External id")) in flow["ops"]),
