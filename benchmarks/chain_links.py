@@ -25,7 +25,7 @@ __all__ = ["main", "guessed_links", "device_sequence"]
 
 
 def device_sequence(trace_path: str, profile_path: str) -> list:
-    """The ``(signature, keys, grads)`` triples the ``device`` what-if re-runs for one iteration of
+    """The ``(signature, keys, grads, flow)`` tuples the ``device`` what-if re-runs for one iteration of
     the trace (:func:`optimizations._sequence.iteration_sequence` with shared weights)."""
     import numpy as np
 

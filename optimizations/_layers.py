@@ -310,35 +310,36 @@ def signatures_of(ctx, tasks) -> dict:
     A backend-specific op (:data:`BACKEND_OPS`) gets the signature of the
     portable op that encloses it on its thread, when there is one.
     """
-    T = ctx.graph.tasks
-    ranks = {r.rank: r for r in getattr(ctx.trace, "ranks", None) or []}
-    out = {}
-    for t in tasks.tolist():
-        r = ranks.get(int(T["rank"][t]))
-        ev = int(T["event"][t])
-        if r is not None and ev >= 0 and T["kind"][t] == EventKind.CPU_OP and r.cols.get("sig") is not None:
-            ev = _portable_parent(r, ev)
-            if r.cols["sig"][ev] >= 0:
-                out[t] = r.signatures[int(r.cols["sig"][ev])]
-    return out
+    return {t: r.signatures[int(r.cols["sig"][ev])] for t, r, ev in _portable_ops(ctx, tasks)
+            if r.cols.get("sig") is not None and r.cols["sig"][ev] >= 0}
 
 
 def flows_of(ctx, tasks) -> dict:
     """task -> ``(input storages, output storages)`` of its op as the trace's ``flow`` metadata
     records them (:mod:`daydream.collect.flow`; the op :func:`signatures_of` takes the signature
     of), for the tasks that have them."""
+    flow = {r.rank: ((r.meta.get("daydream") or {}).get("flow") or {}).get("ops") or {}
+            for r in getattr(ctx.trace, "ranks", None) or []}
+    if not any(flow.values()):
+        return {}
+    out = {}
+    for t, r, ev in _portable_ops(ctx, tasks):
+        got = flow[r.rank].get(str(int(r.cols["ext"][ev])))
+        if got is not None:
+            out[t] = (got[0], got[1])
+    return out
+
+
+def _portable_ops(ctx, tasks):
+    """``(task, its rank's trace, event row of its portable op)`` per CPU-op task of ``tasks``
+    (:func:`_portable_parent`)."""
     T = ctx.graph.tasks
     ranks = {r.rank: r for r in getattr(ctx.trace, "ranks", None) or []}
-    flow = {k: ((r.meta.get("daydream") or {}).get("flow") or {}).get("ops") or {} for k, r in ranks.items()}
-    out = {}
     for t in tasks.tolist():
         r = ranks.get(int(T["rank"][t]))
         ev = int(T["event"][t])
-        if r is not None and ev >= 0 and T["kind"][t] == EventKind.CPU_OP and flow[r.rank]:
-            got = flow[r.rank].get(str(int(r.cols["ext"][_portable_parent(r, ev)])))
-            if got is not None:
-                out[t] = (got[0], got[1])
-    return out
+        if r is not None and ev >= 0 and T["kind"][t] == EventKind.CPU_OP:
+            yield t, r, _portable_parent(r, ev)
 
 
 def _portable_parent(r, ev: int) -> int:

@@ -84,3 +84,43 @@ def test_the_execution_trace_is_joined_to_the_ops_and_kept_by_external_id(tmp_pa
     recorded = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "args": {"External id": 40, **shape_op["args"]}}
     assert take_flow([recorded]) == {"40": [[[1, 0], [2, 0]], [[3, 0]]]}
     assert "Input Storages" not in recorded["args"]
+
+
+def test_a_traced_iterations_flow_reaches_the_device_rerun_unless_turned_off(monkeypatch, tmp_path):
+    """A trace with a shape iteration carries its data flow to the ``device`` re-run's sequence
+    (the forward ``addmm`` and the backward ``mm`` read one storage: the second layer's weight);
+    ``flow=false`` hands the re-run none."""
+    import dataclasses
+
+    import daydream.optimizations.device as device_opt
+    from conftest import flat_profile
+    from daydream.collect import trace
+    from daydream.device import measured_on, save_profile
+    from daydream.whatif import predict
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 40), torch.nn.ReLU(), torch.nn.Linear(40, 24))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    out, before = tmp_path / "t.json", torch.get_num_threads()
+    torch.set_num_threads(2)                   # the trace's thread count, re-run against the target's 1
+    try:
+        with trace(out, warmup=2, iterations=2):
+            for _ in range(5):
+                opt.zero_grad()
+                model(torch.randn(12, 16)).sum().backward()
+                opt.step()
+    finally:
+        torch.set_num_threads(before)
+    seen = []
+    monkeypatch.setattr(device_opt, "thread_time_ratios",
+                        lambda sigs, threads, to_threads, sequence=None, chained=False: seen.append(sequence) or {})
+    src = dataclasses.replace(flat_profile(), threads=2)
+    here = save_profile(dataclasses.replace(src, threads=1, source=f"{measured_on()} 2026-12-04 21:50"),
+                        str(tmp_path / "here.json"))
+    for spec in (f"device:target={here}", f"device:target={here},flow=false"):
+        predict(out, [spec], device=src)
+    on, off = seen
+    addmm = [flow for sig, *_, flow in on if json.loads(sig)[0] == "aten::addmm"]
+    mm = [flow for sig, *_, flow in on if json.loads(sig)[0] == "aten::mm"]
+    assert addmm[1][0][2][0] == mm[0][0][1][0]                 # W.t() forward, W backward: one storage
+    assert all(flow is None for *_, flow in off)
