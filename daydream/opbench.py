@@ -201,19 +201,21 @@ def dtype_time_pairs(signatures, dtype: str, threads: int | None = None) -> dict
     return _pairs(signatures, lambda sig: time_signature_ns(sig, dtype), threads, typical=True)
 
 
-def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None, chained: bool = False) -> dict:
+def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None, chained: bool = False,
+                       recycle: bool = True) -> dict:
     """Per signature: ``t(at to_threads intra-op threads) / t(at threads)``, measured now in turns.
 
     ``sequence``: the signatures of one traced iteration in order; the ops are
     then re-run as that sequence, at one thread count and then the other
     (:func:`daydream.opseq.sequence_ratios`), ``chained`` along the data flow
     the layouts imply where asked (and then each signature's ratio weighs its
-    occurrences by their time: ``by_time``).
+    occurrences by their time: ``by_time``); ``recycle``: as for
+    :func:`daydream.opseq.flow_calls`.
     """
     import torch
 
     got = _in_sequence(signatures, sequence, lambda sig: sig, threads, variant_threads=to_threads, chained=chained,
-                       by_time=chained)
+                       by_time=chained, recycle=recycle)
     if got is not None:
         return got
 

@@ -18,7 +18,7 @@ from .errors import DaydreamError
 from .heapmode import STEADY_MALLOC
 from .opbench import _TENSOR_TYPES, _bind, _overload, call_for
 
-__all__ = ["sequence_ratios", "sequence_corun", "shared_args", "chain_calls", "flow_calls", "CHAIN_WINDOW", "corun_rounds",
+__all__ = ["sequence_ratios", "sequence_corun", "shared_args", "chain_calls", "flow_calls", "out_overload", "CHAIN_WINDOW", "corun_rounds",
            "corun_ratios", "pooled_rate",
            "SEQUENCE_ROUNDS", "SEQUENCE_SPAN_S", "SEQUENCE_MAX_BYTES", "CORUN_ROUNDS", "CORUN_SIDE_S", "CORUN_SPAN_S"]
 
@@ -42,7 +42,8 @@ def _operand_bytes(signature: str) -> int:
 
 def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int = SEQUENCE_ROUNDS,
                     span_s: float | None = None, variant_threads: int | None = None,
-                    variant_repeats: int = 1, chained: bool = False, by_time: bool = False) -> dict | None:
+                    variant_repeats: int = 1, chained: bool = False, by_time: bool = False,
+                    recycle: bool = True) -> dict | None:
     """Per signature of ``sequence`` with a variant: ``t(variant(sig)) / t(sig)``, re-run as one iteration.
 
     A compute op in training finds its operands where the rest of the
@@ -70,7 +71,8 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     ops; chained, an argument keyed as a gradient reads the output that a
     backward op named by ``grads`` produced (:func:`chain_calls`).  Where the
     trace recorded its data flow (``flow``) and the variant is the op as
-    traced, chained goes by the storages instead (:func:`flow_calls`).
+    traced, chained goes by the storages instead (:func:`flow_calls`, its
+    outputs in one buffer per recorded storage unless ``recycle`` is false).
     ``variant_repeats``: the variant's side runs its whole sequence that
     many times back to back on the same operands, and each occurrence counts
     its mean over them: micro-batches pass over the same weights one after
@@ -94,7 +96,7 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     pairs = [(sig, keys, grads, flow, variant(sig)) for sig, keys, grads, flow in items]
     if sum(_operand_bytes(a) + _operand_bytes(b or a) for a, *_, b in pairs) > SEQUENCE_MAX_BYTES:
         return None
-    calls = _side_calls(pairs, chained)
+    calls = _side_calls(pairs, chained, recycle)
     got = [[] for _ in calls]
     r, t_end = 0, None
     while r <= rounds or time.perf_counter() < t_end:
@@ -127,7 +129,7 @@ def _per_signature(calls, got, by_time: bool) -> dict:
             for sig, occ in by_sig.items()}
 
 
-def _side_calls(pairs, chained: bool) -> list:
+def _side_calls(pairs, chained: bool, recycle: bool = True) -> list:
     """``(signature, has a variant, traced call, variant call)`` per ``(sig, keys, grads, flow, variant)``
     of :func:`sequence_ratios` that both sides can rebuild; each side chained where asked: by the
     recorded storages (:func:`flow_calls`) where the sequence has them and each variant is the op
@@ -145,7 +147,7 @@ def _side_calls(pairs, chained: bool) -> list:
     if not chained:
         return [b[:2] + b[5:] for b in built]
     if by_flow:
-        ours, theirs = (flow_calls([b[side] for b in built], [b[4] for b in built]) for side in (5, 6))
+        ours, theirs = (flow_calls([b[side] for b in built], [b[4] for b in built], recycle) for side in (5, 6))
         return [(b[0], b[1], a, v) for b, a, v in zip(built, ours, theirs)]
     keyed = [dict(enumerate(b[2] or ())) for b in built]
     reads = [{i: k for i, k in ks.items() if k is not None and k.endswith(GRAD_SUFFIX)} for ks in keyed]
@@ -248,7 +250,7 @@ def chain_calls(bound, fixed=(), reads=(), produces=()) -> list:
             for j, (op, pos, kw, lk) in enumerate(links)]
 
 
-def flow_calls(bound, flows) -> list:
+def flow_calls(bound, flows, recycle: bool = True) -> list:
     """Callables re-running ``bound`` (``(op, positional args, keyword args)`` per call, in order)
     with the data flow the trace recorded: ``flows[j]``, ``(input refs, output refs)`` of call
     ``j`` (:mod:`daydream.collect.flow`: ``[storage id, offset]`` per argument or output that
@@ -263,6 +265,13 @@ def flow_calls(bound, flows) -> list:
     every argument of a call the links break, keeps its own operand.  Unlike
     :func:`chain_calls` nothing is guessed: an op reads what it read in training.
 
+    ``recycle``: each output a call allocated is written (through the op's ``out=`` overload,
+    where it has one) into one buffer per recorded storage, so that outputs training placed at
+    one address share memory here too, and each finds its memory as the previous writer of
+    that address left it (an execution trace's storage ids follow the data's address: a
+    freed block allocated again keeps its id).  On two threads a chunk that the other core
+    wrote last costs the writer its lines (session 44: ``benchmarks/output_memory.py``).
+
     >>> import torch
     >>> a = torch.ones(2, 2)
     >>> mm, relu, t = torch.ops.aten.mm.default, torch.ops.aten.relu.default, torch.ops.aten.t.default
@@ -273,7 +282,7 @@ def flow_calls(bound, flows) -> list:
     True
     """
     need = _storage_needs(bound, flows)
-    box, pools, made, links = {}, {}, {}, []
+    box, pools, made, links, allocs = {}, {}, {}, [], []
     for j, (op, pos, kw) in enumerate(bound):
         ins, outs = (flows[j] if j < len(flows) else None) or ((), ())
         own, pos = list(pos), list(pos)
@@ -299,8 +308,12 @@ def flow_calls(bound, flows) -> list:
         except (RuntimeError, TypeError, ValueError, IndexError):
             linked, pos = [], own
             out = op(*pos, **kw)
-        _register(out, list(outs), j, made, pools)
+        fresh = _register(out, list(outs), j, made, pools)
+        if recycle and not ({r[0] for r in ins if r is not None} & {s for _, s, _ in fresh}):
+            allocs.append((j, out, fresh))
         links.append((op, pos, kw, [(k, i, o, view) for k, i, o, _, view in linked]))
+    for j, op in _recycled(allocs, links):
+        links[j] = (op, *links[j][1:])
     producers = {i for *_, lk in links for _, i, _, _ in lk}
     return [_chained(op, pos, kw, lk, box, j if j in producers else None)
             for j, (op, pos, kw, lk) in enumerate(links)]
@@ -346,10 +359,12 @@ def _made_link(outputs, a, off: int):
     return i, o, t, (tuple(a.shape), a.stride(), off)
 
 
-def _register(out, outs: list, j: int, made: dict, pools: dict) -> None:
-    """Call ``j``'s outputs (``out``) as the latest of their recorded storages (``outs``)."""
+def _register(out, outs: list, j: int, made: dict, pools: dict) -> list:
+    """Call ``j``'s outputs (``out``) as the latest of their recorded storages (``outs``); returns
+    ``(output index, storage, offset)`` of those that are new allocations."""
     many = out if isinstance(out, (tuple, list)) else ()
     tensors = [(None, out)] if _is_tensor(out) else [(o, t) for o, t in enumerate(many) if _is_tensor(t)]
+    fresh = []
     for o, t in tensors:
         ref = outs[o or 0] if (o or 0) < len(outs) else None
         if ref is None:
@@ -362,6 +377,59 @@ def _register(out, outs: list, j: int, made: dict, pools: dict) -> None:
         else:                                      # a new allocation under this storage id
             made[s] = [(j, o, t, off)]
             pools.pop(s, None)
+            fresh.append((o, s, off))
+    return fresh
+
+
+def out_overload(op):
+    """``(overload, names of its out= arguments)`` of ``op``'s out= form (its arguments and one
+    out= argument per result) where that form is a CPU kernel of its own, else None: the
+    generated out= wrappers (``native_layer_norm.out``, ``clone.out``) compute into a temporary
+    and copy it, a different op from the one traced.
+
+    >>> import torch
+    >>> out_overload(torch.ops.aten.gelu_backward.default)
+    (<OpOverload(op='aten.gelu_backward', overload='grad_input')>, ['grad_input'])
+    >>> out_overload(torch.ops.aten.native_layer_norm.default) is None
+    True
+    """
+    import torch
+
+    packet, schema = getattr(op, "overloadpacket", None), getattr(op, "_schema", None)
+    if packet is None or schema is None:
+        return None
+    names = [a.name for a in schema.arguments]
+    for name in packet.overloads():
+        args = getattr(packet, name)._schema.arguments
+        outs = [a.name for a in args if a.is_out]
+        if outs and len(outs) == len(schema.returns) and [a.name for a in args if not a.is_out] == names:
+            form = getattr(packet, name)
+            return (form, outs) if torch._C._dispatch_has_kernel_for_dispatch_key(form.name(), "CPU") else None
+    return None
+
+
+def _recycled(allocs, links) -> list:
+    """``(call, op writing into its storages' buffers)`` for each ``(call, trial output, fresh
+    allocations)`` of ``allocs`` whose every output is a new allocation under a recorded storage
+    and whose op has an out= form (:func:`flow_calls`'s ``recycle``)."""
+    import functools
+
+    import torch
+
+    usable = []
+    for j, out, fresh in allocs:
+        tensors = list(out) if isinstance(out, (tuple, list)) else [out]
+        form = out_overload(links[j][0])
+        if form and len(fresh) == len(tensors) == len(form[1]) and all(map(_is_tensor, tensors)):
+            usable.append((j, form, [(t, s, off) for t, (_, s, off) in zip(tensors, fresh)]))
+    nbytes: dict = {}
+    for _, _, outs in usable:
+        for t, s, off in outs:
+            nbytes[s] = max(nbytes.get(s, 0), -(-(off + _extent(t)) * t.element_size() // 8) * 8)
+    homes = {s: torch.zeros(n, dtype=torch.uint8) for s, n in nbytes.items()}
+    return [(j, functools.partial(op, **{name: homes[s].view(t.dtype).as_strided(t.shape, t.stride(), off)
+                                         for name, (t, s, off) in zip(names, outs)}))
+            for j, (op, names), outs in usable]
 
 
 def _same_shape(a, t) -> bool:

@@ -156,7 +156,9 @@ class Device(Optimization):
               Param("chained", True, "in sequence, each op reads the output of a recent op of its layout (the "
                     "data flow: on two threads part of it was written by the other core)", bool),
               Param("flow", True, "chained, each op reads the tensor it read in training where the trace "
-                    "recorded its data flow (`daydream trace`); false: the latest output of its layout", bool))
+                    "recorded its data flow (`daydream trace`); false: the latest output of its layout", bool),
+              Param("recycle", True, "along the flow, outputs that training placed at one address share one "
+                    "buffer (each finds its memory as its previous writer left it); false: each its own", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -198,7 +200,8 @@ class Device(Optimization):
         seq = iteration_sequence(ctx, tasks, shared=True) if self.in_sequence else None
         if seq and not self.flow:
             seq = [(sig, keys, grads, None) for sig, keys, grads, _ in seq]
-        return rerun_ratios(ctx, tasks, lambda sigs: thread_time_ratios(sigs, threads, dst.threads, seq, self.chained),
+        return rerun_ratios(ctx, tasks,
+                            lambda sigs: thread_time_ratios(sigs, threads, dst.threads, seq, self.chained, self.recycle),
                             f"device: {{n}} distinct ops re-run here at {threads} and {dst.threads} threads")
 
     @staticmethod

@@ -113,14 +113,46 @@ def test_a_traced_iterations_flow_reaches_the_device_rerun_unless_turned_off(mon
         torch.set_num_threads(before)
     seen = []
     monkeypatch.setattr(device_opt, "thread_time_ratios",
-                        lambda sigs, threads, to_threads, sequence=None, chained=False: seen.append(sequence) or {})
+                        lambda sigs, threads, to_threads, sequence=None, chained=False, recycle=True:
+                        seen.append((sequence, recycle)) or {})
     src = dataclasses.replace(flat_profile(), threads=2)
     here = save_profile(dataclasses.replace(src, threads=1, source=f"{measured_on()} 2026-12-04 21:50"),
                         str(tmp_path / "here.json"))
-    for spec in (f"device:target={here}", f"device:target={here},flow=false"):
+    for spec in (f"device:target={here}", f"device:target={here},flow=false", f"device:target={here},recycle=false"):
         predict(out, [spec], device=src)
-    on, off = seen
+    (on, recycled), (off, _), (_, kept) = seen
+    assert recycled and not kept
     addmm = [flow for sig, *_, flow in on if json.loads(sig)[0] == "aten::addmm"]
     mm = [flow for sig, *_, flow in on if json.loads(sig)[0] == "aten::mm"]
     assert addmm[1][0][2][0] == mm[0][0][1][0]                 # W.t() forward, W backward: one storage
     assert all(flow is None for *_, flow in off)
+
+
+NEG = torch.ops.aten.neg.default
+
+
+def test_outputs_training_placed_at_one_address_share_one_buffer_and_still_compute_the_flow():
+    """Storage 3 holds the add's output, then (freed after relu read it) the neg's: recycled, the
+    two share memory as they did in training, and every call still computes what it did."""
+    bound = [(ADD, [torch.ones(4), torch.ones(4)], {}), (RELU, [_z(4)], {}), (NEG, [_z(4)], {})]
+    flows = [([[1, 0], [1, 0]], [[3, 0]]), ([[3, 0]], [[4, 0]]), ([[4, 0]], [[3, 0]])]
+    for recycle in (True, False):
+        runs = opseq.flow_calls(bound, flows, recycle=recycle)
+        for _ in range(2):
+            out = [r() for r in runs[:2]]
+            x, y = out[0].clone(), out[1].clone()          # the add: storage 1 (pooled, random) doubled
+            assert not torch.equal(x, torch.zeros(4)) and torch.equal(y, x.relu())
+            z = runs[2]()
+            assert torch.equal(z, -y)
+        assert (out[0].data_ptr() == z.data_ptr()) is recycle
+
+
+def test_an_op_without_an_out_form_or_reading_its_own_storage_allocates_as_before():
+    assert opseq.out_overload(torch.ops.aten.t.default) is None
+    assert opseq.out_overload(torch.ops.aten.native_dropout.default) is None      # a generated wrapper
+    assert opseq.out_overload(torch.ops.aten.nll_loss_forward.default)[1] == ["output", "total_weight"]
+    runs = opseq.flow_calls([(ADD, [torch.ones(4), torch.ones(4)], {}), (ADD, [_z(4), _z(4)], {})],
+                            [([[1, 0], [1, 0]], [[3, 0]]), ([[3, 0], [3, 0]], [[3, 0]])])
+    a = runs[0]().clone()
+    b = runs[1]()
+    assert torch.equal(b, a * 2) and runs[0]().data_ptr() != b.data_ptr()
