@@ -53,7 +53,12 @@ recorded its data flow (``daydream trace``'s shape iteration,
 tensor the trace names (:func:`daydream.opseq.flow_calls`); otherwise it is
 the output of a recent op of its layout (:func:`daydream.opseq.chain_calls`),
 a guess that went wrong for the backward's reads of saved activations and
-weights (session 66).  The optimizer's in-place ops
+weights (session 66).  Along the flow, with ``recycle`` (the default), the
+outputs that training placed at one address are written into one buffer
+(through each op's ``out=`` kernel), so that an output finds its memory as its
+previous occupant left it: on two threads a recycled chunk the other core
+wrote last costs the writer its lines (session 44), and a fresh allocation in
+the re-run did not reproduce that.  The optimizer's in-place ops
 then update each parameter's state and last the parameter itself, which two
 threads have read, reading its gradient as a backward op of its layer wrote
 it (:func:`optimizations._sequence.optimizer_keys`; the MLP's update ``add_``

@@ -86,6 +86,30 @@ def test_the_execution_trace_is_joined_to_the_ops_and_kept_by_external_id(tmp_pa
     assert "Input Storages" not in recorded["args"]
 
 
+def test_the_execution_traces_storage_ids_follow_the_datas_address():
+    """What ``recycle`` rests on: an output allocated where a freed one was keeps its storage id,
+    one at a new address gets a new id (torch's observer, recorded by :class:`FlowRecorder`)."""
+    from daydream.collect.flow import FlowRecorder
+
+    a, ptrs, rec = torch.randn(50_000), [], FlowRecorder()
+    rec.start()
+    try:
+        for _ in range(4):
+            b = a.neg()
+            c = b.exp()
+            ptrs += [b.data_ptr(), c.data_ptr()]
+            del b, c
+    finally:
+        rec.stop()
+    try:
+        flows = rec.flows()
+    finally:
+        rec.close()
+    outs = [f[1][0][0] for _, f in sorted(flows.items()) if len(f[0]) == len(f[1]) == 1 and f[1][0]]
+    assert len(outs) == 8 and len(set(ptrs)) < 8                  # glibc reused some address
+    assert all((outs[i] == outs[j]) == (ptrs[i] == ptrs[j]) for i in range(8) for j in range(8))
+
+
 def test_a_traced_iterations_flow_reaches_the_device_rerun_unless_turned_off(monkeypatch, tmp_path):
     """A trace with a shape iteration carries its data flow to the ``device`` re-run's sequence
     (the forward ``addmm`` and the backward ``mm`` read one storage: the second layer's weight);

@@ -17,6 +17,10 @@ object, keyed by each recorded op's ``External id``
 
 A storage reference is ``[storage id, offset in elements]``; ``None`` where
 the input or output is not a single tensor (a scalar, a tensor list, none).
+The observer keys storage ids by the data's address: a block freed and
+allocated again at the same address keeps its id, so the ids also say which
+outputs shared memory in training (:func:`daydream.opseq.flow_calls`'s
+``recycle``).
 """
 from __future__ import annotations
 
