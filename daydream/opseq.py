@@ -411,7 +411,8 @@ def out_overload(op):
 def _recycled(allocs, links) -> list:
     """``(call, op writing into its storages' buffers)`` for each ``(call, trial output, fresh
     allocations)`` of ``allocs`` whose every output is a new allocation under a recorded storage
-    and whose op has an out= form (:func:`flow_calls`'s ``recycle``)."""
+    and whose op has an out= form that runs on the call's arguments (:func:`flow_calls`'s
+    ``recycle``).  A storage's buffer spans the bytes of every output placed in it."""
     import functools
 
     import torch
@@ -425,11 +426,18 @@ def _recycled(allocs, links) -> list:
     nbytes: dict = {}
     for _, _, outs in usable:
         for t, s, off in outs:
-            nbytes[s] = max(nbytes.get(s, 0), -(-(off + _extent(t)) * t.element_size() // 8) * 8)
+            nbytes[s] = max(nbytes.get(s, 0), 8 * math.ceil((off + _extent(t)) * t.element_size() / 8))
     homes = {s: torch.zeros(n, dtype=torch.uint8) for s, n in nbytes.items()}
-    return [(j, functools.partial(op, **{name: homes[s].view(t.dtype).as_strided(t.shape, t.stride(), off)
-                                         for name, (t, s, off) in zip(names, outs)}))
-            for j, (op, names), outs in usable]
+    got = []
+    for j, (op, names), outs in usable:
+        call = functools.partial(op, **{name: homes[s].view(t.dtype).as_strided(t.shape, t.stride(), off)
+                                        for name, (t, s, off) in zip(names, outs)})
+        try:
+            call(*links[j][1], **links[j][2])
+        except (RuntimeError, TypeError, ValueError, IndexError):
+            continue                               # e.g. an out= form refusing an operand: as traced
+        got.append((j, call))
+    return got
 
 
 def _same_shape(a, t) -> bool:

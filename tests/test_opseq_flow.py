@@ -180,3 +180,11 @@ def test_an_op_without_an_out_form_or_reading_its_own_storage_allocates_as_befor
     a = runs[0]().clone()
     b = runs[1]()
     assert torch.equal(b, a * 2) and runs[0]().data_ptr() != b.data_ptr()
+
+
+def test_an_out_form_that_refuses_the_calls_operands_leaves_the_call_as_traced():
+    """An out= form does not take operands that need gradients: the call allocates as before."""
+    a = torch.ones(4, requires_grad=True)
+    runs = opseq.flow_calls([(ADD, [a, torch.ones(4)], {})], [([None, None], [[3, 0]])])
+    got = runs[0]()
+    assert got.tolist() == [2.0] * 4 and got.requires_grad
