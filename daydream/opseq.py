@@ -265,8 +265,9 @@ def flow_calls(bound, flows, recycle: bool = True) -> list:
     every argument of a call the links break, keeps its own operand.  Unlike
     :func:`chain_calls` nothing is guessed: an op reads what it read in training.
 
-    ``recycle``: each output a call allocated is written (through the op's ``out=`` overload,
-    where it has one) into one buffer per recorded storage, so that outputs training placed at
+    ``recycle``: each output a call allocated is written (through the op's ``out=`` form where
+    that is a CPU kernel of its own that takes the call's operands, :func:`out_overload`; other
+    calls allocate as before) into one buffer per recorded storage, so that outputs training placed at
     one address share memory here too, and each finds its memory as the previous writer of
     that address left it (an execution trace's storage ids follow the data's address: a
     freed block allocated again keeps its id).  On two threads a chunk that the other core

@@ -94,11 +94,13 @@ def test_the_execution_traces_storage_ids_follow_the_datas_address():
     a, ptrs, rec = torch.randn(50_000), [], FlowRecorder()
     rec.start()
     try:
-        for _ in range(4):
+        for _ in range(4):                        # each output freed before the next is made
             b = a.neg()
-            c = b.exp()
-            ptrs += [b.data_ptr(), c.data_ptr()]
-            del b, c
+            ptrs.append(b.data_ptr())
+            del b
+            c = a.exp()
+            ptrs.append(c.data_ptr())
+            del c
     finally:
         rec.stop()
     try:
@@ -106,8 +108,10 @@ def test_the_execution_traces_storage_ids_follow_the_datas_address():
     finally:
         rec.close()
     outs = [f[1][0][0] for _, f in sorted(flows.items()) if len(f[0]) == len(f[1]) == 1 and f[1][0]]
-    assert len(outs) == 8 and len(set(ptrs)) < 8                  # glibc reused some address
+    assert len(outs) == 8
     assert all((outs[i] == outs[j]) == (ptrs[i] == ptrs[j]) for i in range(8) for j in range(8))
+    if len(set(ptrs)) == 8:        # the observer does not always let a freed block go at once
+        pytest.skip("no address was allocated twice under the observer in this process")
 
 
 def test_a_traced_iterations_flow_reaches_the_device_rerun_unless_turned_off(monkeypatch, tmp_path):
@@ -169,6 +173,16 @@ def test_outputs_training_placed_at_one_address_share_one_buffer_and_still_compu
             z = runs[2]()
             assert torch.equal(z, -y)
         assert (out[0].data_ptr() == z.data_ptr()) is recycle
+
+
+def test_a_storages_buffer_spans_the_largest_output_placed_in_it():
+    """Storage 3 holds 4 elements, then (freed) 8: both outputs fit its one buffer."""
+    runs = opseq.flow_calls([(ADD, [torch.ones(4), torch.ones(4)], {}), (ADD, [torch.ones(8), torch.ones(8)], {})],
+                            [([None, None], [[3, 0]]), ([None, None], [[3, 0]])])
+    small = runs[0]().clone()
+    big = runs[1]()
+    assert small.tolist() == [2.0] * 4 and big.tolist() == [2.0] * 8
+    assert runs[0]().data_ptr() == big.data_ptr()
 
 
 def test_an_op_without_an_out_form_or_reading_its_own_storage_allocates_as_before():
