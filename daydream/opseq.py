@@ -538,15 +538,17 @@ def _pass_times(calls, repeats: int = 1) -> list:
     return [x / repeats for x in row]
 
 
-def _sequence_calls(sequence) -> list:
-    """Callables re-running ``sequence``, each occurrence with operands of its own (failures left out)."""
-    calls = []
-    for sig in sequence:
+def _sequence_calls(sequence, kept: bool = False) -> list | tuple:
+    """Callables re-running ``sequence``, each occurrence with operands of its own (failures left
+    out); with ``kept``, also the index in ``sequence`` of each call's signature."""
+    calls, index = [], []
+    for i, sig in enumerate(sequence):
         try:
             calls.append(_bind(*call_for(sig)))
         except DaydreamError:
             continue
-    return calls
+        index.append(i)
+    return (calls, index) if kept else calls
 
 
 def _pass_ns(calls) -> int:
@@ -614,7 +616,8 @@ def corun_ratios(pid: int, alone, beside, rounds: int = CORUN_ROUNDS, span_s: fl
         _wait_stopped(pid)
         a = alone()
         os.kill(pid, signal.SIGCONT)
-        ratios.append(a / max(beside(), 1))
+        b = beside()
+        ratios.append(a / (b.clip(min=1) if hasattr(b, "clip") else max(b, 1)))
         rest = gap_s - (time.perf_counter() - t0)
         if rest > 0:
             os.kill(pid, signal.SIGSTOP)
@@ -637,7 +640,8 @@ def corun_rounds(pid: int, alone, beside, rounds: int = CORUN_ROUNDS, span_s: fl
     return pooled_rate(corun_ratios(pid, alone, beside, rounds, span_s))
 
 
-def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROUNDS) -> float | None:
+def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROUNDS,
+                   labels=None) -> float | dict | None:
     """Speed of a traced iteration's op sequence beside a twin replaying it on another core, relative to alone.
 
     Processes of one job on one host's cores (pipeline stages, data-parallel
@@ -655,6 +659,11 @@ def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROU
     MLP's 2 ms sequence per side gave rounds from 0.66 to 1.38, and once a
     median of 0.56.)  ``None`` where this process has a single core, the
     operands exceed :data:`SEQUENCE_MAX_BYTES`, or the twin does not start.
+
+    ``labels``: one label per element of ``sequence`` (its training phase, say); then the
+    result is ``{label: rate}``, each over its label's calls timed within the same passes,
+    and ``{None: rate}`` over the whole pass: memory-bound work (an optimizer step's
+    element-wise updates) can slow beside a twin more than matmuls do.
     """
     import os
     import subprocess
@@ -667,7 +676,7 @@ def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROU
         return None
     if threads:
         torch.set_num_threads(threads)
-    calls = _sequence_calls(sequence)
+    calls, kept = _sequence_calls(sequence, kept=True)
     env = {**os.environ, **STEADY_MALLOC, "DAYDREAM_TWIN_THREADS": str(torch.get_num_threads())}
     twin = subprocess.Popen([sys.executable, "-c", "from daydream.opseq import _twin_main; _twin_main()"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -680,15 +689,51 @@ def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROU
         if twin.stdout.readline().strip() != "ready":
             return None
         passes = math.ceil(CORUN_SIDE_S * 1e9 / max(_pass_ns(calls), 1))
+        if labels is None:
+            def beside():
+                _pass_ns(calls)                       # the twin back in its loop
+                return sum(_pass_ns(calls) for _ in range(passes))
 
-        def beside():
-            _pass_ns(calls)                       # the twin back in its loop
-            return sum(_pass_ns(calls) for _ in range(passes))
+            return corun_rounds(twin.pid, lambda: sum(_pass_ns(calls) for _ in range(passes)), beside, rounds)
+        index, names = _label_slots([labels[i] for i in kept])
 
-        return corun_rounds(twin.pid, lambda: sum(_pass_ns(calls) for _ in range(passes)), beside, rounds)
+        def labelled():
+            return sum(_labelled_pass_ns(calls, index, len(names)) for _ in range(passes))
+
+        def beside_labelled():
+            _pass_ns(calls)
+            return labelled()
+
+        ratios = corun_ratios(twin.pid, labelled, beside_labelled, rounds)
+        return {name: pooled_rate([float(r[i]) for r in ratios]) for i, name in enumerate(names)}
     except (OSError, BrokenPipeError):
         return None
     finally:
         os.sched_setaffinity(0, cores)
         twin.kill()
         twin.wait()
+
+
+def _label_slots(labels) -> tuple:
+    """``(slot of each call, names)``: each distinct label a slot in first-seen order, and a last
+    slot, ``None``, for the whole pass.
+
+    >>> _label_slots(["fwd", "bwd", "fwd"])
+    ([0, 1, 0], ['fwd', 'bwd', None])
+    """
+    names = list(dict.fromkeys(labels))
+    return [names.index(x) for x in labels], [*names, None]
+
+
+def _labelled_pass_ns(calls, index, n: int):
+    """One pass of ``calls``: an array of the ns of each slot's calls (:func:`_label_slots`) and,
+    in the last, of them all."""
+    import numpy as np
+
+    row = np.zeros(n, np.float64)
+    for c, i in zip(calls, index):
+        t0 = time.perf_counter_ns()
+        c()
+        row[i] += time.perf_counter_ns() - t0
+    row[-1] = row[:-1].sum()
+    return row

@@ -14,6 +14,17 @@ from one of two measurements (``source``):
   matmul, measured by ``daydream calibrate``);
 * ``"off"``: 1.
 
+:func:`corun_rates` gives one rate per training phase instead, for a schedule whose tasks
+are phases of the step (``hydra``'s forward, backward and optimizer shards): ``"trace"``
+there re-runs every compute- and memory-bound op of the traced iteration, each phase's
+calls timed within the same passes (:func:`daydream.opseq.sequence_corun` with
+``labels``); ``"compute"`` takes :func:`corun_rate`'s one rate of the compute ops for every
+phase.  On this project's Zen 4 host (2026-12-05; a ``/tmp`` one-off, three sittings) whole
+training steps of the validation MLP beside a twin doing the same ran forward / backward /
+optimizer at 0.93-1.02 / 0.90-1.03 / 0.76-0.98 of their speed alone, the iteration's
+re-run ops per phase at 0.91-0.96 / 0.92-0.95 / 0.84-0.92, and its matmuls alone (what
+``"trace"`` measures for :func:`corun_rate`) at 0.93-1.00.
+
 On this VM the matmul probe read 0.99 while the pipeline validation's
 micro-batch sequence ran at 0.93-0.96 beside its twin (0.81-0.93 in a noisier
 hour), the size of the 2-process rows' under-prediction.  The VM also has
@@ -35,17 +46,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from daydream.model import LaneKind
+from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import scale
 from daydream.sim import simulate
 
-__all__ = ["corun_rate", "corun_stretch", "slow_thread_work", "forget_measured", "SOURCES", "CORUN_ROUNDS"]
+__all__ = ["corun_rate", "corun_rates", "corun_stretch", "slow_thread_work", "forget_measured", "SOURCES",
+           "PHASE_SOURCES", "CORUN_ROUNDS"]
 
 #: Simulations of :func:`corun_stretch` (each stretches the tasks by the last one's schedule).
 CORUN_ROUNDS = 6
 
 #: Where :func:`corun_rate` takes the rate from.
 SOURCES = ("trace", "profile", "off")
+#: Where :func:`corun_rates` takes its rates from.
+PHASE_SOURCES = ("trace", "compute", "profile", "off")
 _MEASURED: dict = {}
 
 
@@ -80,6 +94,46 @@ def _measured(ctx, batch_factor: float):
                 _MEASURED[key] = sequence_corun(list(key[0]), key[1])
         except ImportError:          # no torch here
             _MEASURED[key] = None
+    return _MEASURED[key]
+
+
+def corun_rates(ctx, source: str = "trace") -> dict:
+    """Per training phase, the speed of the traced work beside a second busy process on another
+    core, relative to alone: ``{Phase: rate}`` and ``{None: rate}`` for the rest (each <= 1).
+
+    ``source``: ``"trace"``, the iteration's compute- and memory-bound ops re-run beside a twin,
+    timed per phase (:func:`daydream.opseq.sequence_corun`), where that can be measured;
+    ``"compute"``, :func:`corun_rate`'s one rate of its compute ops for every phase; else
+    :func:`corun_rate` of ``source``.
+    """
+    if ctx.device.kind == "cpu" and source == "trace":
+        measured = _measured_phases(ctx)
+        if measured:
+            return measured
+    return {None: corun_rate(ctx, 1.0, "trace" if source == "compute" else source)}
+
+
+def _measured_phases(ctx):
+    from daydream.heapmode import steady_heap
+    from daydream.opseq import sequence_corun
+
+    from ._layers import op_figures, work_mask
+    from ._sequence import iteration_calls
+
+    g = ctx.graph
+    flops, nbytes = op_figures(ctx)[:2]
+    kept, sig_of = iteration_calls(ctx, np.flatnonzero(work_mask(g) & (g.tasks["kind"] == EventKind.CPU_OP)
+                                                      & ((flops > 0) | (nbytes > 0))))
+    key = (tuple(sig_of[t] for t in kept), tuple(int(g.tasks["phase"][t]) for t in kept), ctx.device.threads or None)
+    if not key[0]:
+        return None
+    if key not in _MEASURED:
+        try:
+            with steady_heap():
+                got = sequence_corun(list(key[0]), key[2], labels=list(key[1]))
+        except ImportError:          # no torch here
+            got = None
+        _MEASURED[key] = got and {(None if p is None else Phase(p)): r for p, r in got.items()}
     return _MEASURED[key]
 
 
@@ -126,12 +180,14 @@ def _union(start, end) -> tuple:
     return np.asarray(s_out, np.int64), np.asarray(e_out, np.int64)
 
 
-def corun_stretch(g, lanes, rate: float, rounds: int = CORUN_ROUNDS):
+def corun_stretch(g, lanes, rate, rounds: int = CORUN_ROUNDS):
     """Simulate ``g`` with the work on ``lanes`` (processes on one host's cores) slowed to
     ``rate`` while another of them is busy; returns the last :class:`SimResult`.
 
-    Each task's work (its duration in ``g``) runs at full speed while the
-    other lanes are idle and at ``rate`` while one of them is busy, from the
+    ``rate``: one for every task, or ``{Phase: rate}`` with ``{None: rate}`` for the other
+    phases (:func:`corun_rates`), each task at its phase's.  Each task's work (its duration
+    in ``g``) runs at full speed while the
+    other lanes are idle and at its rate while one of them is busy, from the
     task's start on (:func:`_stretched_ns`); who is busy when depends on the
     stretched schedule, so the graph is simulated ``rounds`` times, each
     round's durations from the last round's schedule.  Durations in ``g``
@@ -139,19 +195,27 @@ def corun_stretch(g, lanes, rate: float, rounds: int = CORUN_ROUNDS):
     one whose peer waits runs at full speed.
     """
     res = simulate(g)
-    if rate >= 1.0 or len(lanes) < 2:
+    rates = rate if isinstance(rate, dict) else {None: rate}
+    if all(r >= 1.0 for r in rates.values()) or len(lanes) < 2:
         return res
-    work = {ln: g.tasks["dur_ns"][np.asarray(g.lane_tasks[ln], np.int64)].astype(float) for ln in lanes}
+    mine = {ln: np.asarray(g.lane_tasks[ln], np.int64) for ln in lanes}
+    work = {ln: g.tasks["dur_ns"][mine[ln]].astype(float) for ln in lanes}
+    rate_of = {ln: [rates.get(Phase(p) if p in _PHASES else None, rates.get(None, 1.0))
+                    for p in g.tasks["phase"][mine[ln]].tolist()] for ln in lanes}
     for _ in range(rounds):
-        busy = {ln: _union(res.start_ns[g.lane_tasks[ln]], res.end_ns[g.lane_tasks[ln]]) for ln in lanes}
+        busy = {ln: _union(res.start_ns[mine[ln]], res.end_ns[mine[ln]]) for ln in lanes}
         for ln in lanes:
             starts, ends = _union(np.concatenate([busy[o][0] for o in lanes if o != ln]),
                                   np.concatenate([busy[o][1] for o in lanes if o != ln]))
-            mine = np.asarray(g.lane_tasks[ln], np.int64)
-            g.tasks["dur_ns"][mine] = [round(_stretched_ns(float(t0), w, starts, ends, rate))
-                                       for t0, w in zip(res.start_ns[mine].tolist(), work[ln].tolist())]
+            g.tasks["dur_ns"][mine[ln]] = [round(_stretched_ns(float(t0), w, starts, ends, r))
+                                           for t0, w, r in zip(res.start_ns[mine[ln]].tolist(), work[ln].tolist(),
+                                                               rate_of[ln])]
         res = simulate(g)
     return res
+
+
+#: Phase values a task's ``phase`` column may hold.
+_PHASES = {int(p) for p in Phase}
 
 
 def _stretched_ns(t0: float, work: float, starts, ends, rate: float) -> float:

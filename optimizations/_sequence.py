@@ -18,7 +18,7 @@ from daydream.opseq import GRAD_SUFFIX
 
 from ._layers import flows_of, meta, signatures_of
 
-__all__ = ["op_calls", "iteration_sequence", "optimizer_keys", "parameter_keys", "STATE_SUFFIX"]
+__all__ = ["op_calls", "iteration_calls", "iteration_sequence", "optimizer_keys", "parameter_keys", "STATE_SUFFIX"]
 
 
 def op_calls(ctx, tasks, rerunnable=None) -> list:
@@ -104,6 +104,21 @@ def _nesting(ranks, calls) -> tuple:
     return [x[:3] for x in opened], parent
 
 
+def iteration_calls(ctx, tasks) -> tuple:
+    """``(calls, signatures)``: the tasks of ``tasks`` in one iteration (the lowest rank's first)
+    that a re-run makes a call of (:func:`op_calls`), in traced order, and ``{task: signature}``."""
+    T = ctx.graph.tasks
+    tasks = np.asarray(tasks)[T["iteration"][tasks] >= 0]
+    if not len(tasks):
+        return [], {}
+    rank = T["rank"][tasks].min()
+    tasks = tasks[T["rank"][tasks] == rank]
+    tasks = tasks[T["iteration"][tasks] == T["iteration"][tasks].min()]
+    tasks = tasks[np.argsort(T["traced_start_ns"][tasks], kind="stable")]
+    sig_of = signatures_of(ctx, tasks)
+    return [t for t in op_calls(ctx, tasks, set(sig_of)) if t in sig_of], sig_of
+
+
 def iteration_sequence(ctx, tasks, shared: bool = False) -> list:
     """Signatures of ``tasks`` in one iteration (the lowest rank's first), in traced order,
     one per call (:func:`op_calls`).
@@ -118,18 +133,10 @@ def iteration_sequence(ctx, tasks, shared: bool = False) -> list:
     data flow (:mod:`daydream.collect.flow`), ``(input storages, output storages)`` of the call,
     by which a re-run hands each op the tensor it read (:func:`daydream.opseq.flow_calls`), else ``None``.
     """
-    T = ctx.graph.tasks
-    tasks = np.asarray(tasks)[T["iteration"][tasks] >= 0]
-    if not len(tasks):
-        return []
-    rank = T["rank"][tasks].min()
-    tasks = tasks[T["rank"][tasks] == rank]
-    tasks = tasks[T["iteration"][tasks] == T["iteration"][tasks].min()]
-    tasks = tasks[np.argsort(T["traced_start_ns"][tasks], kind="stable")]
-    sig_of = signatures_of(ctx, tasks)
-    kept = [t for t in op_calls(ctx, tasks, set(sig_of)) if t in sig_of]
+    kept, sig_of = iteration_calls(ctx, tasks)
     if not shared:
         return [sig_of[t] for t in kept]
+    T = ctx.graph.tasks
     shapes = {m["path"]: m.get("param_shapes") or [] for m in meta(ctx).get("modules") or [] if isinstance(m, dict)}
     layers = ctx.graph.layers.strings
     layer = [layers[T["layer"][t]] if T["layer"][t] >= 0 else "" for t in kept]

@@ -73,8 +73,10 @@ cycle factor (``shardS_cycle_factor``, where ``cycle`` applies).
 
 On a CPU the devices are one host's cores, which share its caches and
 memory bandwidth: while another device is busy a shard runs at the co-run
-rate (``corun``, :func:`optimizations._corun.corun_rate`: by default the
-traced iteration's ops re-run beside a twin on the other core), and only
+rate of its phase (``corun``, :func:`optimizations._corun.corun_rates`: by
+default the traced iteration's compute- and memory-bound ops re-run beside a
+twin on the other core, each phase's timed apart: an optimizer step's
+element-wise updates slow more than matmuls), and only
 for the time it overlaps the other's work
 (:func:`optimizations._corun.corun_stretch`): shard-parallel keeps both
 cores busy, model-parallel mostly one.
@@ -98,7 +100,7 @@ from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.primitives import LanePolicy, set_policy
 
 from ._common import cycle_ratio, module_table
-from ._corun import SOURCES, corun_rate, corun_stretch
+from ._corun import PHASE_SOURCES, corun_rates, corun_stretch
 from ._landing import add_landing_costs
 from ._optstep import split_step_ns, step_fixed_ns
 from ._resume import add_resume_costs
@@ -370,6 +372,19 @@ def schedule_graph(costs: ShardCosts, models: int, transfer_ns, schedule: str,
     return g
 
 
+def _rates_text(rates: dict) -> str:
+    """``{Phase: rate}`` (:func:`optimizations._corun.corun_rates`) in words.
+
+    >>> _rates_text({None: 0.95})
+    '0.95x'
+    >>> _rates_text({Phase.FORWARD: 0.97, Phase.OPTIMIZER: 0.9, None: 0.95})
+    'forward 0.97x / optimizer 0.90x / the rest 0.95x'
+    """
+    if list(rates) == [None]:
+        return f"{rates[None]:.2f}x"
+    return " / ".join(f"{'the rest' if p is None else p.label} {r:.2f}x" for p, r in rates.items())
+
+
 def device_lanes(g) -> list:
     """The device lanes of a :func:`schedule_graph`."""
     return [i for i, ln in enumerate(g.lanes) if ln.kind == LaneKind.CPU_THREAD]
@@ -399,8 +414,9 @@ class Hydra(Optimization):
               Param("layers", "", "layers per shard, one count per device (e.g. 4:2); default: the split that "
                     "balances the shards' forward + backward time", str),
               Param("corun", "trace", "CPU: devices that are one host's cores run their shards at the co-run rate "
-                    "of the trace's ops while another is busy (trace: measured beside a twin; profile: the device "
-                    "profile's; off)", str, SOURCES),
+                    "of the trace's ops while another is busy (trace: its ops re-run beside a twin, a rate per "
+                    "phase; compute: one rate, of its compute ops only; profile: the device profile's; off)", str,
+                    PHASE_SOURCES),
               Param("cycle", CYCLE_AUTO, "CPU: a device runs its K models' steps in turn, so each step finds the "
                     "caches as K copies of the device's shard (parameters and optimizer state) leave them, not "
                     "one's as in the trace (true: the profile's cycle figures; false: leave it out; auto: on one "
@@ -428,7 +444,7 @@ class Hydra(Optimization):
             raise NotApplicable(f"hydra: device profile {dev.name!r} has no transfer figures; run daydream calibrate")
         transfer_ns, (send_post_ns, _) = dev.p2p_preposted_ns, dev.p2p_post_ns()
         notify_ns = dev.p2p_notify_ns() if D > 1 else 0.0
-        rate = corun_rate(ctx, 1.0, self.corun) if D > 1 else 1.0
+        rate = corun_rates(ctx, self.corun) if D > 1 else {None: 1.0}
         graphs, results, resumed, landed = {}, {}, {}, {}
         for sched in (Schedule.MODEL_PARALLEL, Schedule.SHARD_PARALLEL):
             extra_ns = notify_ns if sched == Schedule.SHARD_PARALLEL else 0.0
@@ -466,9 +482,9 @@ class Hydra(Optimization):
             ctx.note(f"hydra: the profile's cycle factor is left out over {D} devices (`cycle=auto`: each step "
                      "follows a wait for another device, and measured steps took as long with several models "
                      "taking turns as with one; `cycle=true` applies it)")
-        if rate < 1.0:
-            ctx.note(f"hydra: a device's shard runs at {rate:.2f}x its speed alone while another device is busy "
-                     f"(corun={self.corun}; `corun=off` leaves it out)")
+        if any(r < 1.0 for r in rate.values()):
+            ctx.note(f"hydra: a device's shard runs at {_rates_text(rate)} its speed alone while another device is "
+                     f"busy (corun={self.corun}; `corun=off` leaves it out)")
         if notify_ns and self.schedule == Schedule.SHARD_PARALLEL:
             ctx.note(f"hydra: shard-parallel learns of each arrival through a waiter thread: +{notify_ns / 1e3:.0f} us "
                      "a transfer (the profile's p2p_notified)")

@@ -316,6 +316,60 @@ def test_corun_stretch_exact():
     assert int(res.end_ns[b]) == 350 and int(res.end_ns[c]) == 300
 
 
+def test_corun_stretch_takes_each_tasks_phase_rate_exact():
+    """A forward task (100 ns) beside an optimizer task (100 ns) on the other lane, at forward 1.0
+    and optimizer 0.5: the forward keeps its time; the step does 50 ns of work in the forward's
+    100 ns, then its last 50 alone -> 150."""
+    from daydream.graph.graph import DependencyGraph
+    from daydream.model import Lane, LaneKind, Phase
+    from daydream.optimizations._corun import corun_stretch
+
+    g = DependencyGraph()
+    one, two = (g.add_lane(Lane(0, LaneKind.CPU_THREAD, 1, i)) for i in range(2))
+    f, o = (int(t) for t in g.add_tasks(lane=[one, two], dur_ns=[100, 100],
+                                        phase=[int(Phase.FORWARD), int(Phase.OPTIMIZER)]))
+    g.lane_tasks[one].append(f)
+    g.lane_tasks[two].append(o)
+    res = corun_stretch(g, [one, two], {Phase.FORWARD: 1.0, Phase.OPTIMIZER: 0.5, None: 1.0})
+    assert g.tasks["dur_ns"].tolist() == [100, 150] and int(res.end_ns[o]) == 150
+
+
+def test_corun_rates_time_every_compute_and_memory_op_per_phase(own_trace, monkeypatch):
+    """corun=trace: the iteration's ops with FLOPs and the memory-bound ones (the optimizer's updates)
+    re-run beside a twin, labelled with their phases; each shard task then takes its phase's rate."""
+    import dataclasses
+
+    from daydream import opseq
+    from daydream.model import Phase
+    from daydream.optimizations._corun import corun_rates, forget_measured
+    from daydream.optimizations import WhatIfContext
+
+    seen = {}
+
+    def fake(sequence, threads=None, rounds=9, labels=None):
+        seen.update(sequence=sequence, labels=labels)
+        return {int(Phase.FORWARD): 1.0, int(Phase.BACKWARD): 0.95, int(Phase.OPTIMIZER): 0.5, None: 0.9}
+
+    monkeypatch.setattr(opseq, "sequence_corun", fake)
+    forget_measured()
+    dev = dataclasses.replace(flat_profile(allreduce=(1e9, 10_000.0)), corun=0.8)
+    trace = own_trace("mlp")
+    from daydream.whatif import trace_and_graph
+    tr, g = trace_and_graph(trace, None)
+    rates = corun_rates(WhatIfContext(graph=g, trace=tr, device=dev))
+    assert rates == {Phase.FORWARD: 1.0, Phase.BACKWARD: 0.95, Phase.OPTIMIZER: 0.5, None: 0.9}
+    names = [json.loads(s)[0] for s in seen["sequence"]]
+    assert "aten::addmm" in names and any(n in names for n in ("aten::add_", "aten::mul_", "aten::_foreach_add_"))
+    assert len(seen["labels"]) == len(names) and set(seen["labels"]) >= {int(Phase.FORWARD), int(Phase.OPTIMIZER)}
+    assert corun_rates(WhatIfContext(graph=g, trace=tr, device=dev), "profile") == {None: 0.8}
+    assert corun_rates(WhatIfContext(graph=g, trace=tr, device=dev), "off") == {None: 1.0}
+    off, _ = predict(trace, ["hydra:models=4,devices=2,corun=off"], device=dev)
+    on, _ = predict(trace, ["hydra:models=4,devices=2"], device=dev)
+    assert any("optimizer 0.50x" in n and "forward 1.00x" in n for n in on.notes)
+    assert on.metrics["shard_parallel_makespan_ms"] > off.metrics["shard_parallel_makespan_ms"]
+    forget_measured()
+
+
 def test_bad_input_is_refused_with_the_reason(own_trace):
     trace = own_trace("mlp")
     with pytest.raises(OptionError, match="more shards than the model's 9 layer"):

@@ -534,6 +534,20 @@ def test_a_sequence_beside_its_twin_runs_at_most_as_fast_as_alone():
     assert os.sched_getaffinity(0) == before
 
 
+def test_a_labelled_sequence_beside_its_twin_gives_a_rate_per_label_and_one_for_the_pass():
+    """Real: each label's calls are timed within the same passes; every rate is in (0, 1]."""
+    import os
+
+    from daydream import opseq
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    mm = '["aten::mm", [[64, 256], [256, 256]], ["float", "float"], null, null]'
+    add = '["aten::add", [[256, 256], [256, 256]], ["float", "float"], null, null]'
+    rates = opseq.sequence_corun([mm, add, mm, add], threads=1, rounds=2, labels=["f", "o", "f", "o"])
+    assert set(rates) == {"f", "o", None} and all(0 < r <= 1 for r in rates.values())
+
+
 def test_the_pipeline_job_loads_shuffled_batches_in_the_same_order_on_every_rank():
     import torch
 

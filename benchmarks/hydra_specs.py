@@ -1,0 +1,94 @@
+"""``hydra`` variants predicted again from a validation's rounds, against each round's real runs.
+
+A validation's Hydra rows (``daydream validate --opt hydra``) keep the baseline traces taken
+around its rounds (``traces/hydra.mlp.base.rR.json.gz``, R = 0 before the first round) and
+each row's real makespan per round (``measured_rounds_ms`` in ``results.csv``).  This predicts
+each row's round R from the trace taken before it, with every ``--spec`` (options added to the
+row's spec, ``""`` for the row's own) in turns, now, and prints each prediction's signed error
+against the round's real makespan, then per spec and row the mean over the rounds, and per
+spec and K the shard-parallel over model-parallel ratio's mean error (the quantity
+``hydra_sp_mp.py`` reads from the file).  The co-run rates are measured again for every trace
+(``optimizations._corun.forget_measured``), in the machine's state of now, so a round's error
+here says less than the difference between specs, which meet the machine's drift alike.
+
+    python benchmarks/hydra_specs.py DIR --spec corun=compute --spec ""
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+from pathlib import Path
+
+__all__ = ["main", "hydra_rows", "with_options"]
+
+
+def hydra_rows(path) -> list:
+    """``[(spec, [real ms per round])]`` of a results CSV's Hydra rows."""
+    with open(path, newline="") as f:
+        return [(r["optimization"], [float(x) for x in r["measured_rounds_ms"].split()])
+                for r in csv.DictReader(line for line in f if not line.startswith("#"))
+                if r["optimization"].startswith("hydra:")]
+
+
+def with_options(spec: str, options: str) -> str:
+    """``spec`` with ``options`` (``k=v,...``) set, replacing its own values of those keys.
+
+    >>> with_options("hydra:models=2,corun=trace,cycle=auto", "corun=compute")
+    'hydra:models=2,corun=compute,cycle=auto'
+    >>> with_options("hydra:models=2", "")
+    'hydra:models=2'
+    """
+    name, _, rest = spec.partition(":")
+    kv = dict(x.split("=", 1) for x in rest.split(",") if x)
+    kv.update(dict(x.split("=", 1) for x in options.split(",") if x))
+    return f"{name}:" + ",".join(f"{k}={v}" for k, v in kv.items())
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dir", help="a validation's output directory (its results.csv, traces/ and device-cpu-1t.json)")
+    ap.add_argument("--spec", action="append", default=None, help="hydra options to compare (repeat; '' = the row's)")
+    ap.add_argument("--rounds", type=int, nargs="+", default=None, help="round numbers (default: all)")
+    args = ap.parse_args(argv)
+    from daydream.optimizations._corun import forget_measured
+    from daydream.whatif import predict
+
+    d = Path(args.dir)
+    specs = args.spec if args.spec is not None else [""]
+    profile = str(d / "device-cpu-1t.json")
+    rows = hydra_rows(d / "results.csv")
+    rounds = args.rounds if args.rounds is not None else range(min(len(r) for _, r in rows))
+    errors: dict = {}
+    for rd in rounds:
+        base = d / "traces" / f"hydra.mlp.base.r{rd}.json.gz"
+        for s in specs:
+            forget_measured()                   # each spec measures its rates afresh, in turns
+            cells = []
+            for spec, real in rows:
+                got = predict(str(base), [with_options(spec, s)], profile_path=profile)[0].predicted_ms
+                errors.setdefault((s, spec), []).append((got, real[rd]))
+                cells.append(f"{100 * (got / real[rd] - 1):+5.1f}")
+            print(f"round {rd} [{s or 'defaults'}]: " + " ".join(cells), flush=True)
+    for s in specs:
+        for spec, _ in rows:
+            v = errors[(s, spec)]
+            print(f"[{s or 'defaults'}] {spec}: mean {statistics.fmean(100 * (p / r - 1) for p, r in v):+.1f} %")
+        _ratio_errors(s, rows, errors)
+
+
+def _ratio_errors(s, rows, errors) -> None:
+    """Per K: the mean over rounds of the predicted shard-parallel / model-parallel ratio's error."""
+    by_k: dict = {}
+    for spec, _ in rows:
+        k = dict(x.split("=", 1) for x in spec.partition(":")[2].split(","))
+        by_k.setdefault(k["models"], {})[k["schedule"]] = errors[(s, spec)]
+    for k, sched in by_k.items():
+        if {"model-parallel", "shard-parallel"} <= set(sched):
+            e = [100 * ((ps / pm) / (rs / rm) - 1)
+                 for (pm, rm), (ps, rs) in zip(sched["model-parallel"], sched["shard-parallel"])]
+            print(f"[{s or 'defaults'}] K={k} shard-parallel / model-parallel: mean {statistics.fmean(e):+.1f} %")
+
+
+if __name__ == "__main__":
+    main()
