@@ -1,6 +1,6 @@
 """Co-run rates of several kinds of work, side by side: what ``corun=trace`` measures and what it stands for.
 
-``corun=trace`` (``optimizations._corun``) re-runs a trace's compute ops (those with FLOPs) on one
+``corun=trace`` (``optimizations._corun.corun_rate``) re-runs a trace's compute ops (those with FLOPs) on one
 core beside a twin replaying them on the other (:func:`daydream.opseq.sequence_corun`).  Per
 round, on one core with the twin on the other, each the median over
 :data:`daydream.opseq.CORUN_ROUNDS` of alone / beside (:func:`daydream.opseq.corun_rounds`):
@@ -10,7 +10,12 @@ round, on one core with the twin on the other, each the median over
   (``aten::addmm``) beside a twin replaying the one or the other;
 * ``step``: whole training steps of the bundled MLP at the validation sizes (forward, loss,
   backward, momentum SGD; Python and autograd included) beside a twin doing the same;
-* ``step x4``: the same, each process stepping 4 copies in turn.
+* ``step x4``: the same, each process stepping 4 copies in turn;
+* ``phases``: what ``hydra``'s ``corun=trace`` measures since session 68
+  (:func:`optimizations._corun.corun_rates`): the iteration's compute- and memory-bound ops
+  re-run beside their twin, per phase (forward / backward / optimizer) and over the pass;
+* ``step phases``: ``step``'s rounds timed per phase (forward and loss, backward, optimizer step)
+  and over the step.
 
 Usage (a validation's Hydra baseline trace)::
 
@@ -29,20 +34,24 @@ import time
 __all__ = ["main"]
 
 
-def _sequence(trace, profile) -> list:
-    """The signatures ``corun=trace`` re-runs for ``trace`` (its co-run measurement keys)."""
-    from pathlib import Path
+def _sequences(trace, profile) -> tuple:
+    """``(compute ops, (all ops, their phases))``: the signatures ``corun=trace`` re-runs for
+    ``trace`` (:func:`optimizations._corun.corun_rate`) and what ``hydra``'s re-runs, per phase
+    (:func:`optimizations._corun.phase_sequence`)."""
+    from daydream.optimizations import WhatIfContext
+    from daydream.optimizations._corun import phase_sequence
+    from daydream.optimizations.batch_size import sequence_at
+    from daydream.whatif import device_for, trace_and_graph
 
-    from daydream.optimizations import _corun
-    from daydream.validate import predict_now
-
-    predict_now(Path(trace), ["hydra:models=2,devices=2"], profile)
-    (seq, _threads), _rate = next(iter(_corun._MEASURED.items()))
-    return list(seq)
+    tr, g = trace_and_graph(trace, None)
+    ctx = WhatIfContext(graph=g, trace=tr, device=device_for(tr, profile_path=profile))
+    return sequence_at(ctx, 1.0), phase_sequence(ctx)
 
 
-def _step_fn(copies: int):
-    """One training step of the next of ``copies`` bundled MLPs (the validation sizes) per call."""
+def _step_fn(copies: int, phases: bool = False):
+    """One training step of the next of ``copies`` bundled MLPs (the validation sizes) per call;
+    with ``phases`` it returns the ns of its forward and loss, backward, optimizer step and all."""
+    import numpy as np
     import torch
     import torch.nn.functional as F
 
@@ -56,9 +65,15 @@ def _step_fn(copies: int):
     def step():
         k = turn[0] % copies
         turn[0] += 1
+        t0 = time.perf_counter_ns()
         opts[k].zero_grad(set_to_none=True)
-        F.cross_entropy(models[k](x), y).backward()
+        loss = F.cross_entropy(models[k](x), y)
+        t1 = time.perf_counter_ns()
+        loss.backward()
+        t2 = time.perf_counter_ns()
         opts[k].step()
+        t3 = time.perf_counter_ns()
+        return np.array([t1 - t0, t2 - t1, t3 - t2, t3 - t0], np.float64) if phases else None
     return step
 
 
@@ -83,12 +98,14 @@ def _twin(kind: str):
     return p
 
 
-def _rate(one, twin_kind: str) -> float:
-    """Median over rounds of alone / beside of ``one()`` (returns ns) with a twin of ``twin_kind``."""
-    from daydream.opseq import CORUN_SIDE_S, corun_rounds
+def _rate(one, twin_kind: str):
+    """Median over rounds of alone / beside of ``one()`` (returns ns, or an array of them: then one
+    median per element) with a twin of ``twin_kind``."""
+    from daydream.opseq import CORUN_SIDE_S, corun_ratios, pooled_rate
 
     os.sched_setaffinity(0, {1})
-    passes = math.ceil(CORUN_SIDE_S * 1e9 / max(one(), 1))
+    first = one()                  # ns, or per phase with the whole step last
+    passes = math.ceil(CORUN_SIDE_S * 1e9 / max(float(first[-1] if getattr(first, "shape", ()) else first), 1))
     twin = _twin(twin_kind)
     try:
         def side():
@@ -97,7 +114,10 @@ def _rate(one, twin_kind: str) -> float:
         def beside():
             one()                  # the twin back in its loop
             return side()
-        return corun_rounds(twin.pid, side, beside)
+        ratios = corun_ratios(twin.pid, side, beside)
+        if getattr(ratios[0], "shape", ()):
+            return [pooled_rate([float(r[i]) for r in ratios]) for i in range(len(ratios[0]))]
+        return pooled_rate([float(r) for r in ratios])
     finally:
         os.sched_setaffinity(0, {0, 1})
         twin.kill()
@@ -131,7 +151,10 @@ def main(argv=None) -> None:
     p.add_argument("--profile", required=True, help="device profile (a validation's DIR/device-cpu-1t.json)")
     p.add_argument("--rounds", type=int, default=4)
     args = p.parse_args(argv)
-    seq = _sequence(args.trace, args.profile)
+    seq, (every, phases) = _sequences(args.trace, args.profile)
+    from daydream.model import Phase
+    from daydream.opseq import sequence_corun
+
     fwd = [s for s in seq if json.loads(s)[0] == "aten::addmm"]
     bwd = [s for s in seq if s not in fwd]
     print(f"{len(fwd)} forward and {len(bwd)} backward ops re-run")
@@ -142,6 +165,10 @@ def main(argv=None) -> None:
                    for name, (mine, twin) in replays.items()}
             got["step"] = _rate(_timed(_step_fn(1)), "step:1")
             got["step x4"] = _rate(_timed(_step_fn(4)), "step:4")
+            by_phase = sequence_corun(every, 1, labels=phases) or {}
+            got.update({f"phases {'all' if p is None else Phase(p).label}": v for p, v in by_phase.items()})
+            fwd_, bwd_, opt_, all_ = _rate(_step_fn(1, phases=True), "step:1")
+            got.update({"step phases forward": fwd_, "backward": bwd_, "optimizer": opt_, "all": all_})
         print(f"round {r}: " + "  ".join(f"{k} {v:.3f}" for k, v in got.items()), flush=True)
 
 

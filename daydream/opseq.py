@@ -689,22 +689,20 @@ def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROU
         if twin.stdout.readline().strip() != "ready":
             return None
         passes = math.ceil(CORUN_SIDE_S * 1e9 / max(_pass_ns(calls), 1))
-        if labels is None:
-            def beside():
-                _pass_ns(calls)                       # the twin back in its loop
+        index, names = _label_slots([labels[i] for i in kept]) if labels is not None else (None, [None])
+
+        def side():
+            if index is None:
                 return sum(_pass_ns(calls) for _ in range(passes))
-
-            return corun_rounds(twin.pid, lambda: sum(_pass_ns(calls) for _ in range(passes)), beside, rounds)
-        index, names = _label_slots([labels[i] for i in kept])
-
-        def labelled():
             return sum(_labelled_pass_ns(calls, index, len(names)) for _ in range(passes))
 
-        def beside_labelled():
-            _pass_ns(calls)
-            return labelled()
+        def beside():
+            _pass_ns(calls)                       # the twin back in its loop
+            return side()
 
-        ratios = corun_ratios(twin.pid, labelled, beside_labelled, rounds)
+        ratios = corun_ratios(twin.pid, side, beside, rounds)
+        if index is None:
+            return pooled_rate(ratios)
         return {name: pooled_rate([float(r[i]) for r in ratios]) for i, name in enumerate(names)}
     except (OSError, BrokenPipeError):
         return None

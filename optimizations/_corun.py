@@ -50,7 +50,7 @@ from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import scale
 from daydream.sim import simulate
 
-__all__ = ["corun_rate", "corun_rates", "corun_stretch", "slow_thread_work", "forget_measured", "SOURCES",
+__all__ = ["corun_rate", "corun_rates", "phase_sequence", "corun_stretch", "slow_thread_work", "forget_measured", "SOURCES",
            "PHASE_SOURCES", "CORUN_ROUNDS"]
 
 #: Simulations of :func:`corun_stretch` (each stretches the tasks by the last one's schedule).
@@ -113,10 +113,10 @@ def corun_rates(ctx, source: str = "trace") -> dict:
     return {None: corun_rate(ctx, 1.0, "trace" if source == "compute" else source)}
 
 
-def _measured_phases(ctx):
-    from daydream.heapmode import steady_heap
-    from daydream.opseq import sequence_corun
-
+def phase_sequence(ctx) -> tuple:
+    """``(signatures, phases)``: one traced iteration's compute- and memory-bound CPU ops (those
+    with FLOPs or bytes), one per call a re-run makes, in traced order, and each one's
+    :class:`~daydream.model.Phase` value: what :func:`corun_rates` re-runs."""
     from ._layers import op_figures, work_mask
     from ._sequence import iteration_calls
 
@@ -124,13 +124,21 @@ def _measured_phases(ctx):
     flops, nbytes = op_figures(ctx)[:2]
     kept, sig_of = iteration_calls(ctx, np.flatnonzero(work_mask(g) & (g.tasks["kind"] == EventKind.CPU_OP)
                                                       & ((flops > 0) | (nbytes > 0))))
-    key = (tuple(sig_of[t] for t in kept), tuple(int(g.tasks["phase"][t]) for t in kept), ctx.device.threads or None)
-    if not key[0]:
+    return [sig_of[t] for t in kept], [int(g.tasks["phase"][t]) for t in kept]
+
+
+def _measured_phases(ctx):
+    from daydream.heapmode import steady_heap
+    from daydream.opseq import sequence_corun
+
+    seq, phases = phase_sequence(ctx)
+    key = (tuple(seq), tuple(phases), ctx.device.threads or None)
+    if not seq:
         return None
     if key not in _MEASURED:
         try:
             with steady_heap():
-                got = sequence_corun(list(key[0]), key[2], labels=list(key[1]))
+                got = sequence_corun(seq, key[2], labels=phases)
         except ImportError:          # no torch here
             got = None
         _MEASURED[key] = got and {(None if p is None else Phase(p)): r for p, r in got.items()}
