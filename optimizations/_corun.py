@@ -19,11 +19,11 @@ are phases of the step (``hydra``'s forward, backward and optimizer shards): ``"
 there re-runs every compute- and memory-bound op of the traced iteration, each phase's
 calls timed within the same passes (:func:`daydream.opseq.sequence_corun` with
 ``labels``); ``"compute"`` takes :func:`corun_rate`'s one rate of the compute ops for every
-phase.  On this project's Zen 4 host (2026-12-05; a ``/tmp`` one-off, three sittings) whole
-training steps of the validation MLP beside a twin doing the same ran forward / backward /
-optimizer at 0.93-1.02 / 0.90-1.03 / 0.76-0.98 of their speed alone, the iteration's
-re-run ops per phase at 0.91-0.96 / 0.92-0.95 / 0.84-0.92, and its matmuls alone (what
-``"trace"`` measures for :func:`corun_rate`) at 0.93-1.00.
+phase.  On this project's Zen 4 host (2026-12-05, ``python benchmarks/corun_kinds.py``, two
+rounds) whole training steps of the validation MLP beside a twin doing the same ran forward /
+backward / optimizer at 1.00 / 0.92-0.98 / 0.78-1.00 of their speed alone, the iteration's
+re-run ops per phase at 1.00 / 0.96-0.99 / 0.87-0.93, and its matmuls alone (what
+``"trace"`` measures for :func:`corun_rate`) at 1.00 (docs/validation-log.md, "Session 68").
 
 On this VM the matmul probe read 0.99 while the pipeline validation's
 micro-batch sequence ran at 0.93-0.96 beside its twin (0.81-0.93 in a noisier
@@ -132,9 +132,9 @@ def _measured_phases(ctx):
     from daydream.opseq import sequence_corun
 
     seq, phases = phase_sequence(ctx)
-    key = (tuple(seq), tuple(phases), ctx.device.threads or None)
     if not seq:
         return None
+    key = (tuple(seq), tuple(phases), ctx.device.threads or None)
     if key not in _MEASURED:
         try:
             with steady_heap():
@@ -208,8 +208,8 @@ def corun_stretch(g, lanes, rate, rounds: int = CORUN_ROUNDS):
         return res
     mine = {ln: np.asarray(g.lane_tasks[ln], np.int64) for ln in lanes}
     work = {ln: g.tasks["dur_ns"][mine[ln]].astype(float) for ln in lanes}
-    rate_of = {ln: [rates.get(Phase(p) if p in _PHASES else None, rates.get(None, 1.0))
-                    for p in g.tasks["phase"][mine[ln]].tolist()] for ln in lanes}
+    rest = rates.get(None, 1.0)             # Phase is an IntEnum: a phase value finds its key
+    rate_of = {ln: [rates.get(p, rest) for p in g.tasks["phase"][mine[ln]].tolist()] for ln in lanes}
     for _ in range(rounds):
         busy = {ln: _union(res.start_ns[mine[ln]], res.end_ns[mine[ln]]) for ln in lanes}
         for ln in lanes:
@@ -220,10 +220,6 @@ def corun_stretch(g, lanes, rate, rounds: int = CORUN_ROUNDS):
                                                                rate_of[ln])]
         res = simulate(g)
     return res
-
-
-#: Phase values a task's ``phase`` column may hold.
-_PHASES = {int(p) for p in Phase}
 
 
 def _stretched_ns(t0: float, work: float, starts, ends, rate: float) -> float:
