@@ -341,8 +341,9 @@ def test_corun_rates_time_every_compute_and_memory_op_per_phase(own_trace, monke
 
     from daydream import opseq
     from daydream.model import Phase
-    from daydream.optimizations._corun import corun_rates, forget_measured
     from daydream.optimizations import WhatIfContext
+    from daydream.optimizations._corun import corun_rates, forget_measured
+    from daydream.whatif import trace_and_graph
 
     seen = {}
 
@@ -354,15 +355,13 @@ def test_corun_rates_time_every_compute_and_memory_op_per_phase(own_trace, monke
     forget_measured()
     dev = dataclasses.replace(flat_profile(allreduce=(1e9, 10_000.0)), corun=0.8)
     trace = own_trace("mlp")
-    from daydream.whatif import trace_and_graph
     tr, g = trace_and_graph(trace, None)
-    rates = corun_rates(WhatIfContext(graph=g, trace=tr, device=dev))
-    assert rates == {Phase.FORWARD: 1.0, Phase.BACKWARD: 0.95, Phase.OPTIMIZER: 0.5, None: 0.9}
+    ctx = WhatIfContext(graph=g, trace=tr, device=dev)
+    assert corun_rates(ctx) == {Phase.FORWARD: 1.0, Phase.BACKWARD: 0.95, Phase.OPTIMIZER: 0.5, None: 0.9}
     names = [json.loads(s)[0] for s in seen["sequence"]]
     assert "aten::addmm" in names and any(n in names for n in ("aten::add_", "aten::mul_", "aten::_foreach_add_"))
     assert len(seen["labels"]) == len(names) and set(seen["labels"]) >= {int(Phase.FORWARD), int(Phase.OPTIMIZER)}
-    assert corun_rates(WhatIfContext(graph=g, trace=tr, device=dev), "profile") == {None: 0.8}
-    assert corun_rates(WhatIfContext(graph=g, trace=tr, device=dev), "off") == {None: 1.0}
+    assert corun_rates(ctx, "profile") == {None: 0.8} and corun_rates(ctx, "off") == {None: 1.0}
     off, _ = predict(trace, ["hydra:models=4,devices=2,corun=off"], device=dev)
     on, _ = predict(trace, ["hydra:models=4,devices=2"], device=dev)
     assert any("optimizer 0.50x" in n and "forward 1.00x" in n for n in on.notes)
