@@ -519,3 +519,19 @@ def test_by_default_the_cycle_factor_applies_on_one_device_only(own_trace):
     assert forced.metrics["shard0_cycle_factor"] > 1.0 and forced.predicted_ms > two.predicted_ms
     with pytest.raises(OptionError, match="cycle must be one of"):
         predict(trace, ["hydra:models=4,devices=2,cycle=maybe"], device=dev)
+
+
+def test_the_specs_benchmark_reads_a_validations_hydra_rows_and_sets_options(tmp_path):
+    import doctest
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "hydra_specs.py"
+    spec = importlib.util.spec_from_file_location("hydra_specs_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    csv = tmp_path / "results.csv"
+    csv.write_text('# daydream: {}\nworkload,optimization,measured_rounds_ms\n'
+                   'mlp,"pipeline:stages=2",30.0 31.0\n'
+                   'mlp x2 on 2 procs,"hydra:models=2,schedule=shard-parallel",12.5 13.0\n')
+    assert bench.hydra_rows(csv) == [("hydra:models=2,schedule=shard-parallel", [12.5, 13.0])]
+    assert doctest.testmod(bench).failed == 0
