@@ -534,6 +534,18 @@ def test_a_sequence_beside_its_twin_runs_at_most_as_fast_as_alone():
     assert os.sched_getaffinity(0) == before
 
 
+def test_sequence_calls_say_which_signatures_they_rebuilt():
+    """A signature that cannot be rebuilt is left out, and ``kept`` still maps each call to its own."""
+    from daydream import opseq
+
+    mm = '["aten::mm", [[2, 2], [2, 2]], ["float", "float"], null, null]'
+    bad = '["aten::no_such_op", [[2]], ["float"], null, null]'
+    calls, kept = opseq._sequence_calls([mm, bad, mm], kept=True)
+    assert len(calls) == 2 and kept == [0, 2]
+    row = opseq._labelled_pass_ns(calls, [1, 0], 3)
+    assert row.shape == (3,) and row[0] > 0 and row[1] > 0 and row[2] == row[0] + row[1]
+
+
 def test_a_labelled_sequence_beside_its_twin_gives_a_rate_per_label_and_one_for_the_pass():
     """Real: each label's calls are timed within the same passes; every rate is in (0, 1]."""
     import os
