@@ -1,17 +1,22 @@
-"""``hydra`` variants predicted again from a validation's rounds, against each round's real runs.
+"""``hydra``, ``pipeline`` or ``tessel`` variants predicted again from a validation's rounds, against
+each round's real runs.
 
 A validation's Hydra rows (``daydream validate --opt hydra``) keep the baseline traces taken
-around its rounds (``traces/hydra.mlp.base.rR.json.gz``, R = 0 before the first round) and
-each row's real makespan per round (``measured_rounds_ms`` in ``results.csv``).  This predicts
-each row's round R from the trace taken before it, with every ``--spec`` (options added to the
-row's spec, ``""`` for the row's own) in turns, now, and prints each prediction's signed error
-against the round's real makespan, then per spec and row the mean over the rounds, and per
-spec and K the shard-parallel over model-parallel ratio's mean error (the quantity
-``hydra_sp_mp.py`` reads from the file).  The co-run rates are measured again for every trace
-(``optimizations._corun.forget_measured``), in the machine's state of now, so a round's error
-here says less than the difference between specs, which meet the machine's drift alike.
+around its rounds (``traces/hydra.mlp.base.rR.json.gz``, R = 0 before the first round), its
+2-process pipeline and Tessel rows theirs (``traces/mlp.pipeline-base.rR.json.gz``,
+``traces/mlp.tessel-base.rR.json.gz``), and each row's real time per round
+(``measured_rounds_ms`` in ``results.csv``).  This predicts each row of ``--opt`` (``hydra`` by
+default; the 2-stage rows of the others) in round R from the trace taken before it, with every
+``--spec`` (options added to the row's spec, ``""`` for the row's own) in turns, now, and prints
+each prediction's signed error against the round's real time, then per spec and row the mean
+over the rounds, and for Hydra per spec and K the shard-parallel over model-parallel ratio's
+mean error (the quantity ``hydra_sp_mp.py`` reads from the file).  The co-run rates are measured
+again for every trace (``optimizations._corun.forget_measured``), in the machine's state of now,
+so a round's error here says less than the difference between specs, which meet the machine's
+drift alike.  (A validation row's own prediction also takes the trace after each round.)
 
     python benchmarks/hydra_specs.py DIR --spec corun=compute --spec ""
+    python benchmarks/hydra_specs.py DIR --opt pipeline --spec corun=compute --spec ""
 """
 from __future__ import annotations
 
@@ -20,15 +25,20 @@ import csv
 import statistics
 from pathlib import Path
 
-__all__ = ["main", "hydra_rows", "with_options"]
+__all__ = ["main", "hydra_rows", "with_options", "TRACES"]
+
+#: Each ``--opt``'s baseline trace of round R, in a validation's ``traces/``.
+TRACES = {"hydra": "hydra.mlp.base.r{}.json.gz", "pipeline": "mlp.pipeline-base.r{}.json.gz",
+          "tessel": "mlp.tessel-base.r{}.json.gz"}
 
 
-def hydra_rows(path) -> list:
-    """``[(spec, [real ms per round])]`` of a results CSV's Hydra rows."""
+def hydra_rows(path, opt: str = "hydra") -> list:
+    """``[(spec, [real ms per round])]`` of a results CSV's rows of ``opt`` on 2 or more
+    processes (its Hydra rows; its pipeline or Tessel rows of ``stages=2``)."""
     with open(path, newline="") as f:
         return [(r["optimization"], [float(x) for x in r["measured_rounds_ms"].split()])
                 for r in csv.DictReader(line for line in f if not line.startswith("#"))
-                if r["optimization"].startswith("hydra:")]
+                if r["optimization"].startswith(f"{opt}:") and "stages=1," not in r["optimization"]]
 
 
 def with_options(spec: str, options: str) -> str:
@@ -48,7 +58,8 @@ def with_options(spec: str, options: str) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir", help="a validation's output directory (its results.csv, traces/ and device-cpu-1t.json)")
-    ap.add_argument("--spec", action="append", default=None, help="hydra options to compare (repeat; '' = the row's)")
+    ap.add_argument("--opt", choices=tuple(TRACES), default="hydra", help="whose rows (default: hydra)")
+    ap.add_argument("--spec", action="append", default=None, help="options to compare (repeat; '' = the row's)")
     ap.add_argument("--rounds", type=int, nargs="+", default=None, help="round numbers (default: all)")
     args = ap.parse_args(argv)
     from daydream.optimizations._corun import forget_measured
@@ -57,11 +68,12 @@ def main(argv=None) -> None:
     d = Path(args.dir)
     specs = args.spec if args.spec is not None else [""]
     profile = str(d / "device-cpu-1t.json")
-    rows = hydra_rows(d / "results.csv")
+    rows = [(spec.replace("schedule_csv=", f"schedule_csv={d}/"), real)     # Tessel's, beside results.csv
+            for spec, real in hydra_rows(d / "results.csv", args.opt)]
     rounds = args.rounds if args.rounds is not None else range(min(len(r) for _, r in rows))
     errors: dict = {}
     for rd in rounds:
-        base = d / "traces" / f"hydra.mlp.base.r{rd}.json.gz"
+        base = d / "traces" / TRACES[args.opt].format(rd)
         for s in specs:
             forget_measured()                   # each spec measures its rates afresh, in turns
             cells = []
@@ -74,7 +86,8 @@ def main(argv=None) -> None:
         for spec, _ in rows:
             v = errors[(s, spec)]
             print(f"[{s or 'defaults'}] {spec}: mean {statistics.fmean(100 * (p / r - 1) for p, r in v):+.1f} %")
-        _ratio_errors(s, rows, errors)
+        if args.opt == "hydra":
+            _ratio_errors(s, rows, errors)
 
 
 def _ratio_errors(s, rows, errors) -> None:

@@ -50,7 +50,7 @@ from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import scale
 from daydream.sim import simulate
 
-__all__ = ["corun_rate", "corun_rates", "phase_sequence", "corun_stretch", "slow_thread_work", "forget_measured", "SOURCES",
+__all__ = ["corun_rate", "corun_rates", "rate_of", "rates_text", "phase_sequence", "corun_stretch", "slow_thread_work", "forget_measured", "SOURCES",
            "PHASE_SOURCES", "CORUN_ROUNDS"]
 
 #: Simulations of :func:`corun_stretch` (each stretches the tasks by the last one's schedule).
@@ -97,41 +97,65 @@ def _measured(ctx, batch_factor: float):
     return _MEASURED[key]
 
 
-def corun_rates(ctx, source: str = "trace") -> dict:
+def corun_rates(ctx, source: str = "trace", batch_factor: float = 1.0) -> dict:
     """Per training phase, the speed of the traced work beside a second busy process on another
     core, relative to alone: ``{Phase: rate}`` and ``{None: rate}`` for the rest (each <= 1).
 
     ``source``: ``"trace"``, the iteration's compute- and memory-bound ops re-run beside a twin,
     timed per phase (:func:`daydream.opseq.sequence_corun`), where that can be measured;
     ``"compute"``, :func:`corun_rate`'s one rate of its compute ops for every phase; else
-    :func:`corun_rate` of ``source``.
+    :func:`corun_rate` of ``source``.  ``batch_factor``: as :func:`corun_rate`'s.
     """
     if ctx.device.kind == "cpu" and source == "trace":
-        measured = _measured_phases(ctx)
+        measured = _measured_phases(ctx, batch_factor)
         if measured:
             return measured
-    return {None: corun_rate(ctx, 1.0, "trace" if source == "compute" else source)}
+    return {None: corun_rate(ctx, batch_factor, "trace" if source == "compute" else source)}
 
 
-def phase_sequence(ctx) -> tuple:
+def rate_of(rates: dict, phase) -> float:
+    """``phase``'s rate in ``{Phase: rate}`` (:func:`corun_rates`), else the rest's.
+
+    >>> rate_of({Phase.BACKWARD: 0.9, None: 0.95}, Phase.BACKWARD), rate_of({None: 0.95}, Phase.FORWARD)
+    (0.9, 0.95)
+    """
+    return rates.get(phase, rates.get(None, 1.0))
+
+
+def rates_text(rates: dict) -> str:
+    """``{Phase: rate}`` (:func:`corun_rates`) in words.
+
+    >>> rates_text({None: 0.95})
+    '0.95x'
+    >>> rates_text({Phase.FORWARD: 0.97, Phase.OPTIMIZER: 0.9, None: 0.95})
+    'forward 0.97x / optimizer 0.90x / the rest 0.95x'
+    """
+    if list(rates) == [None]:
+        return f"{rates[None]:.2f}x"
+    return " / ".join(f"{'the rest' if p is None else p.label} {r:.2f}x" for p, r in rates.items())
+
+
+def phase_sequence(ctx, batch_factor: float = 1.0) -> tuple:
     """``(signatures, phases)``: one traced iteration's compute- and memory-bound CPU ops (those
-    with FLOPs or bytes), one per call a re-run makes, in traced order, and each one's
+    with FLOPs or bytes), one per call a re-run makes, in traced order, at ``batch_factor`` x the
+    traced batch where the trace names its batch, and each one's
     :class:`~daydream.model.Phase` value: what :func:`corun_rates` re-runs."""
     from ._layers import op_figures, work_mask
     from ._sequence import iteration_calls
+    from .batch_size import scaled_sequence
 
     g = ctx.graph
     flops, nbytes = op_figures(ctx)[:2]
     kept, sig_of = iteration_calls(ctx, np.flatnonzero(work_mask(g) & (g.tasks["kind"] == EventKind.CPU_OP)
                                                       & ((flops > 0) | (nbytes > 0))))
-    return [sig_of[t] for t in kept], [int(g.tasks["phase"][t]) for t in kept]
+    return scaled_sequence(ctx, [sig_of[t] for t in kept], batch_factor), [int(g.tasks["phase"][t]) for t in kept]
 
 
-def _measured_phases(ctx):
+def _measured_phases(ctx, batch_factor: float):
     from daydream.heapmode import steady_heap
     from daydream.opseq import sequence_corun
 
-    seq, phases = phase_sequence(ctx)
+    seq, phases = phase_sequence(ctx, batch_factor)
     if not seq:
         return None
     key = (tuple(seq), tuple(phases), ctx.device.threads or None)
@@ -208,8 +232,8 @@ def corun_stretch(g, lanes, rate, rounds: int = CORUN_ROUNDS):
         return res
     mine = {ln: np.asarray(g.lane_tasks[ln], np.int64) for ln in lanes}
     work = {ln: g.tasks["dur_ns"][mine[ln]].astype(float) for ln in lanes}
-    rest = rates.get(None, 1.0)             # Phase is an IntEnum: a phase value finds its key
-    rate_of = {ln: [rates.get(p, rest) for p in g.tasks["phase"][mine[ln]].tolist()] for ln in lanes}
+    lane_rates = {ln: [rate_of(rates, p) for p in g.tasks["phase"][mine[ln]].tolist()]  # IntEnum: a value finds its key
+                  for ln in lanes}
     for _ in range(rounds):
         busy = {ln: _union(res.start_ns[mine[ln]], res.end_ns[mine[ln]]) for ln in lanes}
         for ln in lanes:
@@ -217,7 +241,7 @@ def corun_stretch(g, lanes, rate, rounds: int = CORUN_ROUNDS):
                                   np.concatenate([busy[o][1] for o in lanes if o != ln]))
             g.tasks["dur_ns"][mine[ln]] = [round(_stretched_ns(float(t0), w, starts, ends, r))
                                            for t0, w, r in zip(res.start_ns[mine[ln]].tolist(), work[ln].tolist(),
-                                                               rate_of[ln])]
+                                                               lane_rates[ln])]
         res = simulate(g)
     return res
 

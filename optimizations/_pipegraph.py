@@ -55,7 +55,7 @@ from daydream.graph.graph import DependencyGraph, EdgeKind
 from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.sim import simulate
 
-from ._corun import corun_rate
+from ._corun import corun_rates, rate_of, rates_text
 from ._handover import add_late_holds, add_post_collisions
 from ._optstep import split_step_ns, step_fixed_ns
 from ._resume import add_resume_costs
@@ -186,8 +186,8 @@ def recorded_ops(g: DependencyGraph) -> dict:
 def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: str = "trace", recording_ns: float = 0.0) -> UnitCosts:
     """Per-layer per-micro-batch costs of ``ctx.graph`` (see the module docstring).
 
-    With ``ranks`` > 1 processes on one CPU host, forward and backward run at
-    :func:`optimizations._corun.corun_rate` from ``corun`` (noted on ``ctx``).
+    With ``ranks`` > 1 processes on one CPU host, forward and backward run at their phase's
+    :func:`optimizations._corun.corun_rates` from ``corun``, at the micro-batch (noted on ``ctx``).
     ``recording_ns``: the tracer's cost per recorded CPU op
     (:func:`daydream.overhead.recording_us_per_op`), taken out of every micro-batch pass of a CPU
     trace once per op it records (:func:`recorded_ops`): the trace paid it once an iteration,
@@ -236,11 +236,12 @@ def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: str = "trace", rec
     tensors = np.array([len(mods.get(n, {}).get("param_shapes") or ()) or int(b > 0) for n, b in zip(names, pbytes)],
                        np.int64)
     obytes = np.array([int(mods.get(n, {}).get("output_bytes") or 0) for n in names], np.float64) / microbatches
-    rate = corun_rate(ctx, 1.0 / microbatches, corun) if ranks > 1 else 1.0
-    if rate < 1.0:
-        fwd, bwd = fwd / rate, bwd / rate
-        ctx.note(f"{ranks} ranks on one host's cores: their forward and backward run at {rate:.2f}x the speed "
-                 f"alone (corun={corun}; `corun=off` leaves it out)")
+    rates = corun_rates(ctx, corun, 1.0 / microbatches) if ranks > 1 else {None: 1.0}
+    rf, rb = rate_of(rates, Phase.FORWARD), rate_of(rates, Phase.BACKWARD)
+    if min(rf, rb) < 1.0:
+        fwd, bwd = fwd / rf, bwd / rb
+        ctx.note(f"{ranks} ranks on one host's cores: their forward and backward run at "
+                 f"{rates_text({Phase.FORWARD: rf, Phase.BACKWARD: rb})} the speed alone (corun={corun}; `corun=off` leaves it out)")
     return UnitCosts(names, fwd, bwd, pbytes, obytes.astype(np.int64), float(opt), float(pre), tensors,
                      float(step_call))
 

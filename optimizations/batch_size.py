@@ -74,7 +74,7 @@ from .base import NotApplicable, Optimization, OptionError, Param
 from daydream.primitives import set_duration
 
 __all__ = ["BatchSize", "OPTIMIZATION", "WEIGHT_ONLY_RE", "scaled_ns", "batch_values", "rerun_tasks",
-           "sequence_at"]
+           "sequence_at", "scaled_sequence"]
 
 #: Layers/ops whose work depends on the parameters, not the batch.
 WEIGHT_ONLY_RE = re.compile(r"AccumulateGrad|^Optimizer\.|zero_grad|multi_tensor_apply|all.?reduce|nccl", re.I)
@@ -130,7 +130,12 @@ def rerun_tasks(ctx) -> np.ndarray:
 
 def sequence_at(ctx, factor: float) -> list:
     """One traced iteration's re-run ops (:func:`rerun_tasks`) in order, at ``factor`` x the batch."""
-    seq = iteration_sequence(ctx, rerun_tasks(ctx))
+    return scaled_sequence(ctx, iteration_sequence(ctx, rerun_tasks(ctx)), factor)
+
+
+def scaled_sequence(ctx, seq: list, factor: float) -> list:
+    """Op signatures ``seq`` of ``ctx``'s trace at ``factor`` x its batch, where the trace names
+    its batch (:func:`batch_values`); those with no batch dimension unchanged."""
     values = batch_values(meta(ctx))
     if factor == 1 or not values:
         return seq

@@ -100,7 +100,7 @@ from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.primitives import LanePolicy, set_policy
 
 from ._common import cycle_ratio, module_table
-from ._corun import PHASE_SOURCES, corun_rates, corun_stretch
+from ._corun import PHASE_SOURCES, corun_rates, corun_stretch, rates_text
 from ._landing import add_landing_costs
 from ._optstep import split_step_ns, step_fixed_ns
 from ._resume import add_resume_costs
@@ -372,19 +372,6 @@ def schedule_graph(costs: ShardCosts, models: int, transfer_ns, schedule: str,
     return g
 
 
-def _rates_text(rates: dict) -> str:
-    """``{Phase: rate}`` (:func:`optimizations._corun.corun_rates`) in words.
-
-    >>> _rates_text({None: 0.95})
-    '0.95x'
-    >>> _rates_text({Phase.FORWARD: 0.97, Phase.OPTIMIZER: 0.9, None: 0.95})
-    'forward 0.97x / optimizer 0.90x / the rest 0.95x'
-    """
-    if list(rates) == [None]:
-        return f"{rates[None]:.2f}x"
-    return " / ".join(f"{'the rest' if p is None else p.label} {r:.2f}x" for p, r in rates.items())
-
-
 def device_lanes(g) -> list:
     """The device lanes of a :func:`schedule_graph`."""
     return [i for i, ln in enumerate(g.lanes) if ln.kind == LaneKind.CPU_THREAD]
@@ -483,7 +470,7 @@ class Hydra(Optimization):
                      "follows a wait for another device, and measured steps took as long with several models "
                      "taking turns as with one; `cycle=true` applies it)")
         if any(r < 1.0 for r in rate.values()):
-            ctx.note(f"hydra: a device's shard runs at {_rates_text(rate)} its speed alone while another device is "
+            ctx.note(f"hydra: a device's shard runs at {rates_text(rate)} its speed alone while another device is "
                      f"busy (corun={self.corun}; `corun=off` leaves it out)")
         if notify_ns and self.schedule == Schedule.SHARD_PARALLEL:
             ctx.note(f"hydra: shard-parallel learns of each arrival through a waiter thread: +{notify_ns / 1e3:.0f} us "

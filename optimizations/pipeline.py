@@ -77,7 +77,7 @@ from daydream.model import EventKind, Phase
 
 from . import _schedules as sch
 from ._common import optimizer_state_factor
-from ._corun import SOURCES
+from ._corun import PHASE_SOURCES
 from ._pipegraph import (build_graph, non_negative, recording_ns, parse_partition, partition, simulate_pipeline, stage_costs,
                          unit_costs)
 from .base import Optimization, OptionError, Param
@@ -120,8 +120,9 @@ class Pipeline(Optimization):
               Param("virtual", 1, "model chunks per rank (interleaved)", int),
               Param("partition", "auto", "auto, layers per stage (5:6) or first layer of each later stage", str),
               Param("corun", "trace", "CPU: ranks on one host's cores compute at the co-run rate of the trace's "
-                    "own ops re-run beside a twin (trace), of the device profile (profile), or alone (off)", str,
-                    SOURCES),
+                    "own ops re-run beside a twin at the micro-batch, per phase (trace) or one rate of the "
+                    "compute ops (compute), of the device profile (profile), or alone (off)", str,
+                    PHASE_SOURCES),
               Param("action_overhead_us", 0.0, "pipeline runtime's own cost per F/B action, us (0: not modelled)"),
               Param("recording_us", "auto", "CPU trace: the tracer's cost per recorded op, us, taken out of every "
                     "micro-batch pass, since the run predicted is not traced (auto: measured here; 0: kept)", str),

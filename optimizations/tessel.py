@@ -42,7 +42,7 @@ import sys
 import time
 
 from . import _schedules as sch
-from ._corun import SOURCES
+from ._corun import PHASE_SOURCES
 from ._pipegraph import (build_graph, non_negative, recording_ns, parse_partition, partition, simulate_pipeline, stage_costs,
                          unit_costs)
 from .base import Optimization, OptionError, Param
@@ -177,8 +177,9 @@ class Tessel(Optimization):
               Param("recording_us", "auto", "CPU trace: the tracer's cost per recorded op, us, taken out of every "
                     "micro-batch pass, since the run predicted is not traced (auto: measured here; 0: kept)", str),
               Param("corun", "trace", "CPU: ranks on one host's cores compute at the co-run rate of the trace's "
-                    "own ops re-run beside a twin (trace), of the device profile (profile), or alone (off)", str,
-                    SOURCES),
+                    "own ops re-run beside a twin at the micro-batch, per phase (trace) or one rate of the "
+                    "compute ops (compute), of the device profile (profile), or alone (off)", str,
+                    PHASE_SOURCES),
               Param("placement", "", "device of each stage, ':'-separated (default: stage k on device k)", str),
               Param("max_lag", 0, "largest micro-batch lag of a block (0: 2 x stages)", int),
               Param("memory_mb", 0.0, "limit on stashed activations per device, MB (0: none)"),

@@ -532,6 +532,8 @@ def test_the_specs_benchmark_reads_a_validations_hydra_rows_and_sets_options(tmp
     csv = tmp_path / "results.csv"
     csv.write_text('# daydream: {}\nworkload,optimization,measured_rounds_ms\n'
                    'mlp,"pipeline:stages=2",30.0 31.0\n'
+                   'mlp,"pipeline:stages=1,microbatches=4",40.0 41.0\n'
                    'mlp x2 on 2 procs,"hydra:models=2,schedule=shard-parallel",12.5 13.0\n')
     assert bench.hydra_rows(csv) == [("hydra:models=2,schedule=shard-parallel", [12.5, 13.0])]
+    assert bench.hydra_rows(csv, "pipeline") == [("pipeline:stages=2", [30.0, 31.0])]
     assert doctest.testmod(bench).failed == 0

@@ -506,6 +506,23 @@ def test_ranks_on_one_host_compute_at_the_measured_corun_rate(monkeypatch):
     assert one == fwd
 
 
+def test_forward_and_backward_run_at_their_phases_corun_rate(monkeypatch):
+    """``corun=trace`` takes a rate per phase (:func:`corun_rates`, measured at the micro-batch);
+    ``corun=compute`` the compute ops' one rate."""
+    from daydream.optimizations import _corun
+
+    asked = []
+    monkeypatch.setattr(_corun, "_measured_phases", lambda ctx, f: asked.append(f) or
+                        {Phase.FORWARD: 0.8, Phase.BACKWARD: 0.5, Phase.OPTIMIZER: 0.1, None: 1.0})
+    monkeypatch.setattr(_corun, "_measured", lambda ctx, f: 0.8)
+    ctx, two = whatif("pipeline:stages=2,microbatches=1,schedule=gpipe", layered_graph())
+    # one micro-batch, stages in turn: F 4 x 40 ns at 0.8, B 4 x 80 ns at 0.5
+    assert two == 160 / 0.8 + 320 / 0.5 and asked == [1.0]
+    assert any("forward 0.80x / backward 0.50x the speed alone" in n for n in ctx.notes)
+    _, compute = whatif("pipeline:stages=2,microbatches=1,schedule=gpipe,corun=compute", layered_graph())
+    assert compute == round(480 / 0.8)
+
+
 def test_corun_rate_is_one_off_cpu_and_without_a_second_core(monkeypatch):
     import os
 
