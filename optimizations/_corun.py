@@ -15,7 +15,8 @@ from one of two measurements (``source``):
 * ``"off"``: 1.
 
 :func:`corun_rates` gives one rate per training phase instead, for a schedule whose tasks
-are phases of the step (``hydra``'s forward, backward and optimizer shards): ``"trace"``
+are phases of the step (``hydra``'s forward, backward and optimizer shards; the pipelines'
+forward and backward actions, at the micro-batch): ``"trace"``
 there re-runs every compute- and memory-bound op of the traced iteration, each phase's
 calls timed within the same passes (:func:`daydream.opseq.sequence_corun` with
 ``labels``); ``"compute"`` takes :func:`corun_rate`'s one rate of the compute ops for every
@@ -39,7 +40,7 @@ simulates the schedule to a fixed point (``hydra``, whose model-parallel
 schedule keeps one core busy at a time and its shard-parallel one both).
 ``pipeline``, ``tessel`` and ``data-parallel`` divide all of a rank's
 work by the rate (data-parallel with :func:`slow_thread_work`, the pipelines
-in their unit costs): their ranks are busy together most of the time, and
+their forward and backward by each phase's, in their unit costs): their ranks are busy together most of the time, and
 Tessel's search simulates thousands of candidates.
 """
 from __future__ import annotations
