@@ -1,9 +1,9 @@
 """Co-run rates of several kinds of work, side by side: what ``corun=trace`` measures and what it stands for.
 
 ``corun=trace`` (``optimizations._corun.corun_rate``) re-runs a trace's compute ops (those with FLOPs) on one
-core beside a twin replaying them on the other (:func:`daydream.opseq.sequence_corun`).  Per
+core beside a twin replaying them on the other (:func:`daydream.opcorun.sequence_corun`).  Per
 round, on one core with the twin on the other, each the median over
-:data:`daydream.opseq.CORUN_ROUNDS` of alone / beside (:func:`daydream.opseq.corun_rounds`):
+:data:`daydream.opcorun.CORUN_ROUNDS` of alone / beside (:func:`daydream.opcorun.corun_rounds`):
 
 * ``all|all``: the trace's sequence beside itself (what ``corun=trace`` measures);
 * ``B|F``, ``F|B``, ``B|B``, ``F|F``: its backward ops (``aten::mm``) or forward ops
@@ -80,14 +80,14 @@ def _step_fn(copies: int, phases: bool = False):
 def _twin(kind: str):
     """The other process, pinned to core 0, once it is ready: a replay of a sequence
     (``kind`` a JSON list) or training steps (``kind`` = ``"step:N"``)."""
-    from daydream.opseq import STEADY_MALLOC
+    from daydream.heapmode import STEADY_MALLOC
 
     env = {**os.environ, **STEADY_MALLOC, "DAYDREAM_TWIN_THREADS": "1"}
     if kind.startswith("step:"):
         cmd = [sys.executable, os.path.abspath(__file__), "--twin-steps", kind[5:]]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     else:
-        cmd = [sys.executable, "-c", "from daydream.opseq import _twin_main; _twin_main()"]
+        cmd = [sys.executable, "-c", "from daydream.opcorun import _twin_main; _twin_main()"]
         p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                              text=True, env=env)
         p.stdin.write(kind + "\n")
@@ -101,7 +101,7 @@ def _twin(kind: str):
 def _rate(one, twin_kind: str):
     """Median over rounds of alone / beside of ``one()`` (returns ns, or an array of them: then one
     median per element) with a twin of ``twin_kind``."""
-    from daydream.opseq import CORUN_SIDE_S, corun_ratios, pooled_rate
+    from daydream.opcorun import CORUN_SIDE_S, corun_ratios, pooled_rate
 
     os.sched_setaffinity(0, {1})
     first = one()                  # ns, or per phase with the whole step last
@@ -153,7 +153,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     seq, (every, phases) = _sequences(args.trace, args.profile)
     from daydream.model import Phase
-    from daydream.opseq import sequence_corun
+    from daydream.opcorun import sequence_corun
 
     fwd = [s for s in seq if json.loads(s)[0] == "aten::addmm"]
     bwd = [s for s in seq if s not in fwd]

@@ -151,11 +151,11 @@ CORUN_SITTINGS, CORUN_SITTING_ROUNDS, CORUN_SITTING_SPAN_S = 3, 5, 2.0
 def corun_sitting(torch, rounds: int = CORUN_SITTING_ROUNDS, span_s: float = CORUN_SITTING_SPAN_S) -> list:
     """One sitting of the co-run measurement: per round, a 1-thread matmul's time with a second
     such process stopped over its time with that process busy on another core
-    (:func:`daydream.opseq.corun_ratios`); ``[]`` on one core or if the second process does not start."""
+    (:func:`daydream.opcorun.corun_ratios`); ``[]`` on one core or if the second process does not start."""
     import torch.multiprocessing as mp
 
     from .calibrate import time_call_ns
-    from .opseq import corun_ratios
+    from .opcorun import corun_ratios
 
     if len(os.sched_getaffinity(0)) < 2:
         return []
@@ -185,7 +185,7 @@ def corun_factor(torch, earlier=()) -> float:
     core, relative to alone (typical batch of each; 1.0 where there is one core or no slow-down):
     the median of the rounds of a sitting now (:func:`corun_sitting`) and of the ``earlier``
     sittings' (:data:`CORUN_SITTINGS`), at most 1."""
-    from .opseq import pooled_rate
+    from .opcorun import pooled_rate
 
     sittings = [*earlier, corun_sitting(torch)]
     return pooled_rate(*sittings) if any(sittings) else 1.0

@@ -7,7 +7,7 @@ from one of two measurements (``source``):
 
 * ``"trace"``: one traced iteration's compute ops (at the batch the ranks
   will run) re-run beside a twin replaying them on another core
-  (:func:`daydream.opseq.sequence_corun`), once per process and sequence,
+  (:func:`daydream.opcorun.sequence_corun`), once per process and sequence,
   so that predictions from one trace agree; where that cannot be measured
   (no shapes, one core, no torch), the profile's figure;
 * ``"profile"``: the device profile's ``corun`` (a 1-thread matmul beside a
@@ -18,7 +18,7 @@ from one of two measurements (``source``):
 are phases of the step (``hydra``'s forward, backward and optimizer shards; the pipelines'
 forward and backward actions, at the micro-batch): ``"trace"``
 there re-runs every compute- and memory-bound op of the traced iteration, each phase's
-calls timed within the same passes (:func:`daydream.opseq.sequence_corun` with
+calls timed within the same passes (:func:`daydream.opcorun.sequence_corun` with
 ``labels``); ``"compute"`` takes :func:`corun_rate`'s one rate of the compute ops for every
 phase.  On this project's Zen 4 host (2026-12-05, ``python benchmarks/corun_kinds.py``, two
 rounds) whole training steps of the validation MLP beside a twin doing the same ran forward /
@@ -32,7 +32,7 @@ hour), the size of the 2-process rows' under-prediction.  The VM also has
 spells of a second or more in which two busy cores run at 0.55-0.7x each;
 a measurement made back to back fell mostly in one about one time in five,
 so both measurements spread their rounds over seconds
-(:func:`daydream.opseq.corun_rounds`).
+(:func:`daydream.opcorun.corun_rounds`).
 
 How the rate applies: :func:`corun_stretch` slows a task to the rate only for
 the part of its run during which another process of the host is busy, and
@@ -82,7 +82,7 @@ def corun_rate(ctx, batch_factor: float = 1.0, source: str = "trace") -> float:
 
 def _measured(ctx, batch_factor: float):
     from daydream.heapmode import steady_heap
-    from daydream.opseq import sequence_corun
+    from daydream.opcorun import sequence_corun
 
     from .batch_size import sequence_at
 
@@ -103,7 +103,7 @@ def corun_rates(ctx, source: str = "trace", batch_factor: float = 1.0) -> dict:
     core, relative to alone: ``{Phase: rate}`` and ``{None: rate}`` for the rest (each <= 1).
 
     ``source``: ``"trace"``, the iteration's compute- and memory-bound ops re-run beside a twin,
-    timed per phase (:func:`daydream.opseq.sequence_corun`), where that can be measured;
+    timed per phase (:func:`daydream.opcorun.sequence_corun`), where that can be measured;
     ``"compute"``, :func:`corun_rate`'s one rate of its compute ops for every phase; else
     :func:`corun_rate` of ``source``.  ``batch_factor``: as :func:`corun_rate`'s.
     """
@@ -154,7 +154,7 @@ def phase_sequence(ctx, batch_factor: float = 1.0) -> tuple:
 
 def _measured_phases(ctx, batch_factor: float):
     from daydream.heapmode import steady_heap
-    from daydream.opseq import sequence_corun
+    from daydream.opcorun import sequence_corun
 
     seq, phases = phase_sequence(ctx, batch_factor)
     if not seq:

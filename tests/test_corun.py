@@ -62,7 +62,7 @@ def test_corun_factor_pools_the_earlier_sittings_rounds():
     import os
 
     from daydream.calibrate_corun import CORUN_SITTING_ROUNDS, corun_factor
-    from daydream.opseq import pooled_rate
+    from daydream.opcorun import pooled_rate
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two cores")
@@ -144,7 +144,7 @@ def test_corun_rounds_median_of_ratios_spread_over_the_span():
     import subprocess
     import time
 
-    from daydream.opseq import corun_rounds
+    from daydream.opcorun import corun_rounds
 
     other = subprocess.Popen(["sleep", "60"])
     seen, times = [], iter([5.0, 10.0, 9.0, 10.0, 8.0, 8.0, 7.0, 10.0, 30.0, 10.0])
@@ -169,3 +169,44 @@ def test_corun_rounds_median_of_ratios_spread_over_the_span():
     assert {s for side, s in seen if side == "alone"} == {"T"}        # stopped
     beside = {s for side, s in seen if side == "beside"}
     assert beside and not beside & {"T", "t"}   # not stopped: running, or asleep in `sleep` (S, or D for a moment)
+
+
+def test_a_sequence_beside_its_twin_runs_at_most_as_fast_as_alone():
+    """Real: a twin process on the other core; the rate is in (0, 1] and this process's cores are given back."""
+    import os
+
+    from daydream import opcorun
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    before = os.sched_getaffinity(0)
+    mm = '["aten::mm", [[64, 256], [256, 256]], ["float", "float"], null, null]'
+    rate = opcorun.sequence_corun([mm] * 4, threads=1, rounds=2)
+    assert rate is not None and 0 < rate <= 1
+    assert os.sched_getaffinity(0) == before
+
+
+def test_sequence_calls_say_which_signatures_they_rebuilt():
+    """A signature that cannot be rebuilt is left out, and ``kept`` still maps each call to its own."""
+    from daydream import opcorun, opseq
+
+    mm = '["aten::mm", [[2, 2], [2, 2]], ["float", "float"], null, null]'
+    bad = '["aten::no_such_op", [[2]], ["float"], null, null]'
+    calls, kept = opseq._sequence_calls([mm, bad, mm], kept=True)
+    assert len(calls) == 2 and kept == [0, 2]
+    row = opcorun._labelled_pass_ns(calls, [1, 0], 3)
+    assert row.shape == (3,) and row[0] > 0 and row[1] > 0 and row[2] == row[0] + row[1]
+
+
+def test_a_labelled_sequence_beside_its_twin_gives_a_rate_per_label_and_one_for_the_pass():
+    """Real: each label's calls are timed within the same passes; every rate is in (0, 1]."""
+    import os
+
+    from daydream import opcorun
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    mm = '["aten::mm", [[64, 256], [256, 256]], ["float", "float"], null, null]'
+    add = '["aten::add", [[256, 256], [256, 256]], ["float", "float"], null, null]'
+    rates = opcorun.sequence_corun([mm, add, mm, add], threads=1, rounds=2, labels=["f", "o", "f", "o"])
+    assert set(rates) == {"f", "o", None} and all(0 < r <= 1 for r in rates.values())

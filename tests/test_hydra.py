@@ -339,7 +339,7 @@ def test_corun_rates_time_every_compute_and_memory_op_per_phase(own_trace, monke
     re-run beside a twin, labelled with their phases; each shard task then takes its phase's rate."""
     import dataclasses
 
-    from daydream import opseq
+    from daydream import opcorun
     from daydream.model import Phase
     from daydream.optimizations import WhatIfContext
     from daydream.optimizations._corun import corun_rates, forget_measured
@@ -351,7 +351,7 @@ def test_corun_rates_time_every_compute_and_memory_op_per_phase(own_trace, monke
         seen.update(sequence=sequence, labels=labels)
         return {int(Phase.FORWARD): 1.0, int(Phase.BACKWARD): 0.95, int(Phase.OPTIMIZER): 0.5, None: 0.9}
 
-    monkeypatch.setattr(opseq, "sequence_corun", fake)
+    monkeypatch.setattr(opcorun, "sequence_corun", fake)
     forget_measured()
     dev = dataclasses.replace(flat_profile(allreduce=(1e9, 10_000.0)), corun=0.8)
     trace = own_trace("mlp")

@@ -526,55 +526,14 @@ def test_forward_and_backward_run_at_their_phases_corun_rate(monkeypatch):
 def test_corun_rate_is_one_off_cpu_and_without_a_second_core(monkeypatch):
     import os
 
-    from daydream import opseq
+    from daydream import opcorun
     from daydream.optimizations._corun import corun_rate
 
     flat = {"float32": Curve.flat(1e9)}
     gpu = WhatIfContext(graph=layered_graph(), trace=None, device=DeviceProfile("g", "gpu", flat, flat, 0))
     assert corun_rate(gpu, 0.25) == 1.0
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-    assert opseq.sequence_corun(['["aten::mm", [[2, 2], [2, 2]], ["float", "float"], null, null]']) is None
-
-
-def test_a_sequence_beside_its_twin_runs_at_most_as_fast_as_alone():
-    """Real: a twin process on the other core; the rate is in (0, 1] and this process's cores are given back."""
-    import os
-
-    from daydream import opseq
-
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("needs two cores")
-    before = os.sched_getaffinity(0)
-    mm = '["aten::mm", [[64, 256], [256, 256]], ["float", "float"], null, null]'
-    rate = opseq.sequence_corun([mm] * 4, threads=1, rounds=2)
-    assert rate is not None and 0 < rate <= 1
-    assert os.sched_getaffinity(0) == before
-
-
-def test_sequence_calls_say_which_signatures_they_rebuilt():
-    """A signature that cannot be rebuilt is left out, and ``kept`` still maps each call to its own."""
-    from daydream import opseq
-
-    mm = '["aten::mm", [[2, 2], [2, 2]], ["float", "float"], null, null]'
-    bad = '["aten::no_such_op", [[2]], ["float"], null, null]'
-    calls, kept = opseq._sequence_calls([mm, bad, mm], kept=True)
-    assert len(calls) == 2 and kept == [0, 2]
-    row = opseq._labelled_pass_ns(calls, [1, 0], 3)
-    assert row.shape == (3,) and row[0] > 0 and row[1] > 0 and row[2] == row[0] + row[1]
-
-
-def test_a_labelled_sequence_beside_its_twin_gives_a_rate_per_label_and_one_for_the_pass():
-    """Real: each label's calls are timed within the same passes; every rate is in (0, 1]."""
-    import os
-
-    from daydream import opseq
-
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("needs two cores")
-    mm = '["aten::mm", [[64, 256], [256, 256]], ["float", "float"], null, null]'
-    add = '["aten::add", [[256, 256], [256, 256]], ["float", "float"], null, null]'
-    rates = opseq.sequence_corun([mm, add, mm, add], threads=1, rounds=2, labels=["f", "o", "f", "o"])
-    assert set(rates) == {"f", "o", None} and all(0 < r <= 1 for r in rates.values())
+    assert opcorun.sequence_corun(['["aten::mm", [[2, 2], [2, 2]], ["float", "float"], null, null]']) is None
 
 
 def test_the_pipeline_job_loads_shuffled_batches_in_the_same_order_on_every_rank():
