@@ -183,18 +183,22 @@ def forget_measured() -> None:
     _MEASURED.clear()
 
 
-def slow_thread_work(ctx, rate: float, who: str, source: str) -> None:
+def slow_thread_work(ctx, rate, who: str, source: str) -> None:
     """The traced thread work of ``ctx.graph`` (CPU ops and the Python gaps between them, in the
-    iterations) at ``rate`` of its speed: ``who`` processes on one host busy at once; noted on ``ctx``."""
-    if rate >= 1.0:
+    iterations) at ``rate`` of its speed: ``who`` processes on one host busy at once; noted on ``ctx``.
+
+    ``rate``: one for all, or ``{Phase: rate}`` (:func:`corun_rates`), each task at its phase's."""
+    rates = rate if isinstance(rate, dict) else {None: rate}
+    if all(r >= 1.0 for r in rates.values()):
         return
     g = ctx.graph
     T = g.tasks
     cpu = np.isin(T["lane"], [i for i, ln in enumerate(g.lanes) if ln.kind == LaneKind.CPU_THREAD])
     work = np.flatnonzero(cpu & (T["iteration"] >= 0))
-    scale(g, work, 1.0 / rate)
-    T["gap_ns"][work] = np.round(T["gap_ns"][work] / rate).astype(np.int64)
-    ctx.note(f"{who} on one host: their work runs at {rate:.2f}x the speed of one alone "
+    per = np.array([rate_of(rates, p) for p in T["phase"][work].tolist()], float)
+    scale(g, work, 1.0 / per)
+    T["gap_ns"][work] = np.round(T["gap_ns"][work] / per).astype(np.int64)
+    ctx.note(f"{who} on one host: their work runs at {rates_text(rates)} the speed of one alone "
              f"(corun={source}; `corun=off` leaves it out)")
 
 

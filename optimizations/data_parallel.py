@@ -87,7 +87,7 @@ from daydream.model import Lane, LaneKind, Phase
 from daydream.primitives import insert, select
 
 from ._common import OPTIMIZER_STEP_RE, by_rank_iteration, module_table, param_tensors
-from ._corun import SOURCES, corun_rate, slow_thread_work
+from ._corun import PHASE_SOURCES, corun_rates, slow_thread_work
 from ._stragglers import wait_for_stragglers
 from .base import NotApplicable, Optimization, Param
 
@@ -155,8 +155,8 @@ class DataParallel(Optimization):
               Param("backend", "auto", "collective figures to use: auto, gloo, nccl", str, ("auto", "gloo", "nccl")),
               Param("overlap", True, "overlap all-reduce with backward", bool),
               Param("corun", "profile", "CPU: workers on one host's cores compute at the co-run rate of the "
-                    "device profile (profile), of the trace's own ops re-run beside a twin (trace), or alone (off)",
-                    str, SOURCES),
+                    "device profile (profile), of the trace's own ops re-run beside a twin, per phase (trace) or "
+                    "one rate of the compute ops (compute), or alone (off)", str, PHASE_SOURCES),
               Param("broadcast_buffers", True, "broadcast module buffers from rank 0 every forward (DDP default)",
                     bool),
               Param("stragglers", True, "wait at each iteration's last all-reduce for the slowest worker, from "
@@ -272,8 +272,8 @@ class DataParallel(Optimization):
 
     def _corun(self, ctx) -> None:
         """On a CPU the workers run on one host at once: their thread work runs at the co-run rate."""
-        rate = corun_rate(ctx, 1.0, self.corun) if self.workers > 1 else 1.0
-        slow_thread_work(ctx, rate, f"data-parallel: {self.workers} workers", self.corun)
+        rates = corun_rates(ctx, self.corun) if self.workers > 1 else {None: 1.0}
+        slow_thread_work(ctx, rates, f"data-parallel: {self.workers} workers", self.corun)
 
     def _collectives_share_core(self, ctx) -> bool:
         """On a CPU, gloo reduces with CPU cores: without a spare core per worker, the

@@ -78,7 +78,7 @@ from daydream.model import EventKind, Phase
 from daydream.primitives import insert
 
 from ._common import OPTIMIZER_STEP_RE, module_table
-from ._corun import SOURCES, corun_rate, slow_thread_work
+from ._corun import PHASE_SOURCES, corun_rates, slow_thread_work
 from ._layers import lane_position, op_figures, work_mask
 from ._stragglers import wait_for_stragglers
 from .base import NotApplicable, Optimization, Param
@@ -125,8 +125,8 @@ class TensorParallel(Optimization):
     params = (Param("degree", 2, "tensor-parallel ranks T", int),
               Param("backend", "auto", "collective figures to use: auto, gloo, nccl", str, ("auto", "gloo", "nccl")),
               Param("corun", "profile", "CPU: ranks on one host's cores compute at the co-run rate of the "
-                    "device profile (profile), of the trace's own ops re-run beside a twin (trace), or alone (off)",
-                    str, SOURCES),
+                    "device profile (profile), of the trace's own ops re-run beside a twin, per phase (trace) or "
+                    "one rate of the compute ops (compute), or alone (off)", str, PHASE_SOURCES),
               Param("stragglers", True, "wait at each iteration's last all-reduce for the slowest rank, from "
                     "the trace's own iteration-to-iteration spread and the profile's process_spread", bool),
               Param("layers", "", "regex of module paths that may be split (default: every Linear)", str),
@@ -155,7 +155,7 @@ class TensorParallel(Optimization):
         flops, nbytes, _ = op_figures(ctx)
         self._scale_split(ctx, split, flops, nbytes)
         pbytes = self._scale_optimizer(ctx, table, split, nbytes)
-        slow_thread_work(ctx, corun_rate(ctx, 1.0, self.corun), f"tensor-parallel: {T_} ranks", self.corun)
+        slow_thread_work(ctx, corun_rates(ctx, self.corun), f"tensor-parallel: {T_} ranks", self.corun)
         cost = self._api_cost(ctx, pairs, table) if self.api == "torch" else None
         n, ar_bytes, ar_ns, iters = self._insert_allreduces(ctx, pairs, table, self._in_line_scale(ctx, cost))
         if self.api == "torch":

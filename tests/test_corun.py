@@ -47,6 +47,29 @@ def test_ranks_on_one_host_run_the_traced_work_at_the_corun_rate(own_trace, spec
     assert shared.mean_iteration_ns()[1] > 1.5 * alone.mean_iteration_ns()[1]
 
 
+@pytest.mark.parametrize("opt", ["data-parallel:workers=2,stragglers=false,corun=trace",
+                                 "tensor-parallel:degree=2,stragglers=false,api=megatron,corun=trace"])
+def test_ranks_on_one_host_run_each_phase_at_its_corun_rate(own_trace, monkeypatch, opt):
+    """``corun=trace``: each traced task and the gap before it at its phase's rate (``corun_rates``)."""
+    from daydream.model import Phase
+    from daydream.optimizations import _corun
+
+    trace = own_trace("mlp")
+    _, alone = predict(trace, [opt.replace("corun=trace", "corun=off")], device=flat_profile())
+    rates = {Phase.FORWARD: 0.5, Phase.BACKWARD: 0.8, None: 1.0}
+    monkeypatch.setattr(_corun, "_measured_phases", lambda ctx, f: rates)
+    _, shared = predict(trace, [opt], device=flat_profile())
+    g, T, S = alone.graph, alone.graph.tasks, shared.graph.tasks
+    cpu = [i for i, ln in enumerate(g.lanes) if ln.kind == LaneKind.CPU_THREAD]
+    n = build_graph(trace).n_tasks
+    traced = np.flatnonzero(np.isin(T["lane"], cpu) & (T["iteration"] >= 0) & (np.arange(g.n_tasks) < n))
+    for phase, factor in ((Phase.FORWARD, 2.0), (Phase.BACKWARD, 1.25), (Phase.OPTIMIZER, 1.0)):
+        mine = traced[T["phase"][traced] == phase]
+        assert len(mine) > 0
+        assert np.array_equal(S["dur_ns"][mine], np.round(T["dur_ns"][mine] * factor))
+        assert np.array_equal(S["gap_ns"][mine], np.round(T["gap_ns"][mine] * factor))
+
+
 def test_corun_factor_measures_two_processes():
     torch = pytest.importorskip("torch")
     from daydream.calibrate_corun import corun_factor
