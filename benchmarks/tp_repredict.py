@@ -6,7 +6,8 @@ own baseline trace (``DIR/traces/tp.base.rK.json.gz``) with the run's profile
 and the signed error: what a model change does to a row already measured, without measuring it
 again.  With ``--spec`` (repeat; options set on the row's spec, ``""`` for the row's own) each
 round is predicted with every spec in turns, the co-run rates measured afresh for each
-(``optimizations._corun.forget_measured``), so the machine's drift meets them alike.  The DTensor overhead and in-line all-reduce figures come from the cache
+(``optimizations._corun.forget_measured``), so the machine's drift meets them alike.  The
+DTensor overhead and in-line all-reduce figures come from the cache
 (``~/.cache/daydream/tp-api-overhead-*.json``; measured first where there is none).
 
 Usage::

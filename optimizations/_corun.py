@@ -38,10 +38,11 @@ How the rate applies: :func:`corun_stretch` slows a task to the rate only for
 the part of its run during which another process of the host is busy, and
 simulates the schedule to a fixed point (``hydra``, whose model-parallel
 schedule keeps one core busy at a time and its shard-parallel one both).
-``pipeline``, ``tessel`` and ``data-parallel`` divide all of a rank's
-work by the rate (data-parallel with :func:`slow_thread_work`, the pipelines
-their forward and backward by each phase's, in their unit costs): their ranks are busy together most of the time, and
-Tessel's search simulates thousands of candidates.
+``pipeline``, ``tessel``, ``tensor-parallel`` and ``data-parallel`` divide
+a rank's work by its phase's rate (the parallels with :func:`slow_thread_work`,
+the pipelines their forward and backward in their unit costs): their ranks
+are busy together most of the time, and Tessel's search simulates thousands
+of candidates.
 """
 from __future__ import annotations
 
@@ -51,8 +52,8 @@ from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import scale
 from daydream.sim import simulate
 
-__all__ = ["corun_rate", "corun_rates", "rate_of", "rates_text", "phase_sequence", "corun_stretch", "slow_thread_work", "forget_measured", "SOURCES",
-           "PHASE_SOURCES", "CORUN_ROUNDS"]
+__all__ = ["corun_rate", "corun_rates", "rate_of", "rates_text", "phase_sequence", "corun_stretch", "slow_thread_work",
+           "forget_measured", "SOURCES", "PHASE_SOURCES", "CORUN_ROUNDS"]
 
 #: Simulations of :func:`corun_stretch` (each stretches the tasks by the last one's schedule).
 CORUN_ROUNDS = 6

@@ -241,7 +241,8 @@ def unit_costs(ctx, microbatches: int, ranks: int = 1, corun: str = "trace", rec
     if min(rf, rb) < 1.0:
         fwd, bwd = fwd / rf, bwd / rb
         ctx.note(f"{ranks} ranks on one host's cores: their forward and backward run at "
-                 f"{rates_text({Phase.FORWARD: rf, Phase.BACKWARD: rb})} the speed alone (corun={corun}; `corun=off` leaves it out)")
+                 f"{rates_text({Phase.FORWARD: rf, Phase.BACKWARD: rb})} the speed alone "
+                 f"(corun={corun}; `corun=off` leaves it out)")
     return UnitCosts(names, fwd, bwd, pbytes, obytes.astype(np.int64), float(opt), float(pre), tensors,
                      float(step_call))
 

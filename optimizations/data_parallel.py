@@ -50,9 +50,10 @@ On a CPU device the workers share one host: the traced thread work (ops
 and the Python gaps between them) runs at the co-run rate
 (:mod:`optimizations._corun`; ``corun=profile``, the default: the device
 profile's matmul-beside-matmul figure; ``corun=trace``: one traced
-iteration's compute ops re-run beside a twin replaying them on another
-core, as ``pipeline`` does by default; 1.0 where the cores do not slow
-each other).  The default is the profile's figure because the trace's
+iteration's compute- and memory-bound ops re-run beside a twin replaying
+them on another core, each phase's work at its own rate, as ``pipeline``
+does by default; ``corun=compute``: one rate of the compute ops alone; 1.0
+where the cores do not slow each other).  The default is the profile's figure because the trace's
 re-run has not yet been shown to help here: in its one validation run the
 MLP's row went from 5-8 % low to 25.7 % high, its measurement having caught
 the VM in a spell where two busy cores run at 0.55-0.6x each (about one

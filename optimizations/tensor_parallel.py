@@ -35,7 +35,8 @@ Model
   CPU host the T ranks compute on its cores at once, sharing its cache and
   memory bandwidth, so every rank's traced thread work (the split and
   replicated ops, the Python gaps) runs at the co-run rate
-  (:mod:`optimizations._corun`); 1 off CPU.  The inserted all-reduces
+  (:mod:`optimizations._corun`; with ``corun=trace`` each phase's at its
+  own); 1 off CPU.  The inserted all-reduces
   (calibrated on two processes) and DTensor overhead keep their figures.
 * **Stragglers** (``stragglers=true``, the default): the all-reduces are
   barriers; before the last one of an iteration a rank waits for the slowest
