@@ -116,7 +116,8 @@ def corun_rates(ctx, source: str = "trace", batch_factor: float = 1.0) -> dict:
 
 
 def rate_of(rates: dict, phase) -> float:
-    """``phase``'s rate in ``{Phase: rate}`` (:func:`corun_rates`), else the rest's.
+    """``phase``'s rate in ``{Phase: rate}`` (:func:`corun_rates`), else the rest's.  ``phase`` may be
+    a task's ``phase`` value: :class:`~daydream.model.Phase` is an IntEnum, so the value finds its key.
 
     >>> rate_of({Phase.BACKWARD: 0.9, None: 0.95}, Phase.BACKWARD), rate_of({None: 0.95}, Phase.FORWARD)
     (0.9, 0.95)
@@ -238,8 +239,7 @@ def corun_stretch(g, lanes, rate, rounds: int = CORUN_ROUNDS):
         return res
     mine = {ln: np.asarray(g.lane_tasks[ln], np.int64) for ln in lanes}
     work = {ln: g.tasks["dur_ns"][mine[ln]].astype(float) for ln in lanes}
-    lane_rates = {ln: [rate_of(rates, p) for p in g.tasks["phase"][mine[ln]].tolist()]  # IntEnum: a value finds its key
-                  for ln in lanes}
+    lane_rates = {ln: [rate_of(rates, p) for p in g.tasks["phase"][mine[ln]].tolist()] for ln in lanes}
     for _ in range(rounds):
         busy = {ln: _union(res.start_ns[mine[ln]], res.end_ns[mine[ln]]) for ln in lanes}
         for ln in lanes:

@@ -65,6 +65,25 @@ def test_cpu_trace_ops_rerun_at_the_new_batch(tmp_path, profile):
     assert rep.predicted_ms != rep0.predicted_ms
 
 
+def test_phase_sequence_runs_the_ops_at_the_micro_batch(tmp_path, profile):
+    """``batch_factor`` scales the batch dimension of the ops that have one (the pipelines' co-run
+    re-runs a micro-batch); the optimizer's updates, of the weights' shapes, and the phases stay."""
+    from daydream.analysis import trace_and_graph
+    from daydream.model import Phase
+    from daydream.optimizations import WhatIfContext
+    from daydream.optimizations._corun import phase_sequence
+
+    tr, g = trace_and_graph(_tiny_trace(tmp_path), None)
+    ctx = WhatIfContext(graph=g, trace=tr, device=profile)
+    full, phases = phase_sequence(ctx)
+    half, phases_half = phase_sequence(ctx, 0.5)
+    assert phases_half == phases and len(half) == len(full)
+    dims = [(json.loads(a)[1], json.loads(b)[1], p) for a, b, p in zip(full, half, phases)]
+    forward = [(a, b) for a, b, p in dims if p == int(Phase.FORWARD) and a != b]
+    assert forward and all(b == [[6 if d == 12 else d for d in arg] for arg in a] for a, b in forward)   # batch 12
+    assert all(a == b for a, b, p in dims if p == int(Phase.OPTIMIZER))
+
+
 class _Clock:
     """A fake ``time`` for :mod:`daydream.opseq`: calls advance it by what they are told to cost."""
 
