@@ -1,4 +1,4 @@
-"""The optimizer step split over shards or stages: what each part pays in full.
+"""The training step split over shards or stages: what each part pays in full.
 
 An optimizer step is a call (hooks, parameter-group bookkeeping, the
 profiler's range, Python frames) around the updates of its parameters (in-place
@@ -12,14 +12,25 @@ even split of the traced step gave 0.41 ms.
 
 :func:`step_fixed_ns` measures the call's part in a trace: the optimizer
 phase's time before its first per-parameter op and after its last.
+
+The same holds for the other calls a training step makes once: a part that
+runs as a process of its own zeroes its own gradients and runs its own
+backward call, from the gradient it receives, so each part pays the call's
+way in (before its first autograd node runs) and out (after its last),
+where a one-process trace shows them once, the way in before the loss's
+node and the way out before the optimizer step, inside that step's idle
+time.  :func:`call_costs` reads them from a CPU trace's annotations
+(:class:`CallCosts`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from daydream.model import Phase
+from daydream.model import EventKind, Phase
 
-__all__ = ["PER_PARAM_SHARE", "per_parameter_ops", "step_fixed_ns", "split_step_ns"]
+__all__ = ["PER_PARAM_SHARE", "per_parameter_ops", "step_fixed_ns", "split_step_ns", "CallCosts", "call_costs"]
 
 #: An optimizer-step op name counts as per-parameter when it runs at least 1/PER_PARAM_SHARE as
 #: often as the step's most frequent op and is in place (``..._``): SGD runs ``mul_`` and two
@@ -84,3 +95,76 @@ def split_step_ns(step_ns: float, fixed_ns: float, shares) -> tuple:
     """
     fixed = min(max(fixed_ns, 0.0), step_ns)
     return tuple(fixed + (step_ns - fixed) * s for s in shares)
+
+
+#: Annotations of an optimizer's calls (torch.optim's profiler ranges).
+STEP_PREFIX, ZERO_GRAD_PREFIX = "Optimizer.step#", "Optimizer.zero_grad#"
+
+
+@dataclass(frozen=True)
+class CallCosts:
+    """Per iteration of a one-process CPU trace, medians (ns): the ``zero_grad`` call; the
+    backward call's way in (the idle time before its first node's op, after the loss) and its
+    way out (from its last op's end to the optimizer step's call, which
+    :func:`step_fixed_ns` counts in the step).  All 0 where the trace cannot say."""
+
+    zero_grad_ns: float = 0.0
+    backward_entry_ns: float = 0.0
+    backward_exit_ns: float = 0.0
+
+
+def _iteration_calls(c, ann_names, ops, ann, it) -> tuple | None:
+    """``(zero_grad, entry, exit)`` ns of iteration ``it``, or None without a backward and a step."""
+    end = c["start_ns"] + c["dur_ns"]
+    now = c["iteration"] == it
+    bwd = np.flatnonzero(ops & now & (c["phase"] == Phase.BACKWARD))
+    step = [i for i in np.flatnonzero(ann & now) if ann_names[i].startswith(STEP_PREFIX)]
+    if not len(bwd) or not step:
+        return None
+    first = int(bwd[np.argmin(c["start_ns"][bwd])])
+    before = np.flatnonzero(ops & (end <= c["start_ns"][first]))
+    entry = float(c["start_ns"][first] - end[before].max()) if len(before) else 0.0
+    exit_ = float(c["start_ns"][step[0]] - end[bwd].max())
+    zero = [float(c["dur_ns"][i]) for i in np.flatnonzero(ann & now) if ann_names[i].startswith(ZERO_GRAD_PREFIX)]
+    return sum(zero), max(entry, 0.0), max(exit_, 0.0)
+
+
+def call_costs(rank) -> CallCosts:
+    """:class:`CallCosts` of a rank's trace (a :class:`daydream.model.RankTrace`), from its
+    training thread's ops and optimizer annotations over the complete iterations (the first
+    left out where there are more); all 0 where no iteration has both a backward and a step.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daydream.model import EventKind, Phase, RankTrace, StringTable
+    >>> names = StringTable()
+    >>> rows = [   # (kind, name, start, dur, phase): loss, backward ops, step and its update
+    ...     (EventKind.CPU_OP, "aten::nll_loss", 0, 100, Phase.FORWARD),
+    ...     (EventKind.CPU_OP, "NllLossBackward0", 160, 40, Phase.BACKWARD),
+    ...     (EventKind.CPU_OP, "AddmmBackward0", 200, 300, Phase.BACKWARD),
+    ...     (EventKind.ANNOTATION, "Optimizer.step#SGD.step", 590, 200, Phase.OPTIMIZER),
+    ...     (EventKind.CPU_OP, "aten::add_", 650, 50, Phase.OPTIMIZER),
+    ...     (EventKind.ANNOTATION, "Optimizer.zero_grad#SGD.zero_grad", 800, 30, Phase.OPTIMIZER)]
+    >>> cols = {"kind": np.array([r[0] for r in rows], np.int8),
+    ...         "name": np.array([names.intern(r[1]) for r in rows], np.int32),
+    ...         "lane": np.zeros(len(rows), np.int32), "start_ns": np.array([r[2] for r in rows]),
+    ...         "dur_ns": np.array([r[3] for r in rows]), "phase": np.array([r[4] for r in rows], np.int8),
+    ...         "iteration": np.zeros(len(rows), np.int32)}
+    >>> rank = RankTrace("t.json", 0, cols, names, StringTable(), [], np.array([0, 900]), [], 0)
+    >>> call_costs(rank)     # 60 ns in after the loss, 90 out before the step's call
+    CallCosts(zero_grad_ns=30.0, backward_entry_ns=60.0, backward_exit_ns=90.0)
+    """
+    c = rank.cols
+    if not len(c["kind"]):
+        return CallCosts()
+    on = c["lane"] == rank.main_lane
+    ops, ann = on & (c["kind"] == EventKind.CPU_OP), on & (c["kind"] == EventKind.ANNOTATION)
+    strings = rank.names.strings
+    ann_names = {int(i): strings[int(c["name"][i])] for i in np.flatnonzero(ann)}
+    n_it = max(len(rank.boundaries_ns) - 1, 1)
+    found = [x for it in range(1 if n_it > 1 else 0, n_it)
+             if (x := _iteration_calls(c, ann_names, ops, ann, it)) is not None]
+    if not found:
+        return CallCosts()
+    return CallCosts(*(float(np.median(v)) for v in zip(*found)))

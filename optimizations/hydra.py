@@ -16,7 +16,12 @@ that runs around them (input copies to the first, the loss to the last);
 data loading to the first shard's forward; the optimizer step's parameter
 updates to the shards in proportion to their parameter bytes (module table),
 and to each shard the whole call around them, which its own step runs
-(:mod:`optimizations._optstep`).  The layers are split
+(:mod:`optimizations._optstep`).  Each shard also zeroes its own gradients and
+runs its own backward call, from the loss or from the gradient it receives,
+so each pays the trace's ``zero_grad`` call and the backward call's way in and
+out (:func:`optimizations._optstep.call_costs`), which a one-process trace
+shows once: the way in before the loss's node, the way out inside the
+optimizer step's idle time.  The layers are split
 into D contiguous shards of balanced forward + backward time (the split that
 minimises the largest shard), or as ``layers=`` says (``4:2``: the first
 four layers on device 0, the next two on device 1).
@@ -91,7 +96,6 @@ shards to host memory is not modelled.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -102,12 +106,14 @@ from daydream.primitives import LanePolicy, set_policy
 from ._common import cycle_ratio, module_table
 from ._corun import PHASE_SOURCES, corun_rates, corun_stretch, rates_text
 from ._landing import add_landing_costs
-from ._optstep import split_step_ns, step_fixed_ns
+from ._optstep import CallCosts
 from ._resume import add_resume_costs
+from ._shards import (ShardCosts, Unit, balanced_split, layer_units, parse_layers, shard_calls, shard_costs,
+                      step_call_ns)
 from .base import NotApplicable, Optimization, OptionError, Param
 
 __all__ = ["Hydra", "OPTIMIZATION", "Unit", "ShardCosts", "layer_units", "balanced_split", "parse_layers",
-           "shard_costs", "step_call_ns", "schedule_graph", "device_lanes", "Schedule", "MAX_MODELS"]
+           "shard_costs", "shard_calls", "step_call_ns", "schedule_graph", "device_lanes", "Schedule", "MAX_MODELS"]
 
 #: More models than this would only make a long, uninformative schedule.
 MAX_MODELS = 4096
@@ -118,184 +124,6 @@ class Schedule:
 
     MODEL_PARALLEL = "model-parallel"
     SHARD_PARALLEL = "shard-parallel"
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One layer (leaf module) of the traced model: time per iteration and sizes."""
-
-    name: str
-    fwd_ns: float
-    bwd_ns: float
-    param_bytes: int
-    output_bytes: int
-
-
-@dataclass(frozen=True)
-class ShardCosts:
-    """Per shard: forward, backward, optimizer time (ns), bytes sent to the next shard, layers
-    and parameter bytes."""
-
-    fwd_ns: tuple
-    bwd_ns: tuple
-    opt_ns: tuple
-    send_bytes: tuple
-    layers: tuple
-    param_bytes: tuple = ()
-
-
-def _work_tasks(g):
-    """Tasks whose time makes up a layer's cost: GPU kernels on a GPU trace, else the
-    thread that carries the iteration markers (with its gaps), in execution order."""
-    T = g.tasks
-    gpu = [li for li, ln in enumerate(g.lanes) if ln.kind == LaneKind.GPU_STREAM]
-    if gpu:
-        sel = np.flatnonzero(np.isin(T["lane"], gpu) & (T["kind"] == EventKind.KERNEL))
-        order = np.argsort(T["traced_start_ns"][sel], kind="stable")
-        return sel[order], False
-    rank = min(g.markers)
-    lane = int(T["lane"][g.markers[rank][0]]) if g.markers[rank] else 0
-    return np.asarray(g.lane_tasks[lane], np.int64), True
-
-
-def _counted_iterations(g) -> tuple:
-    """``(first, end)``: the iterations whose costs count, ``range(first, end)`` (complete
-    iterations; the first left out where there are more)."""
-    n_it = max(1, max(len(m) - 1 for m in g.markers.values()))
-    return (1 if n_it > 1 else 0), n_it
-
-
-def layer_units(g, table: dict):
-    """Per leaf module in forward order: its :class:`Unit`; and the per-iteration time of
-    data loading + other work (first shard) and of the optimizer step (ns)."""
-    leaves = [p for p in table if not any(q.startswith(p + ".") for q in table)]
-    lid = {g.layers.get(p): p for p in leaves if g.layers.get(p) >= 0}
-    T = g.tasks
-    tasks, with_gaps = _work_tasks(g)
-    its = T["iteration"][tasks]
-    first, n_it = _counted_iterations(g)
-    fwd, bwd, order = {}, {}, []
-    head = tail = opt = 0.0
-    cur_f, cur_b = None, None
-    for t in tasks[(its >= first) & (its < n_it)].tolist():
-        cost = float(T["dur_ns"][t]) + (float(T["gap_ns"][t]) if with_gaps else 0.0)
-        ph, unit = int(T["phase"][t]), lid.get(int(T["layer"][t]))
-        if T["kind"][t] == EventKind.MARKER:
-            head += cost
-        elif ph == Phase.FORWARD:
-            if unit is not None and unit not in fwd:
-                order.append(unit)
-            cur_f = unit or cur_f
-            if cur_f is None:
-                head += cost
-            else:
-                fwd[cur_f] = fwd.get(cur_f, 0.0) + cost
-        elif ph == Phase.BACKWARD:
-            cur_b = unit or cur_b
-            if cur_b is None:
-                tail += cost
-            else:
-                bwd[cur_b] = bwd.get(cur_b, 0.0) + cost
-        elif ph == Phase.OPTIMIZER:
-            opt += cost
-        else:
-            head += cost
-    if not order:
-        raise NotApplicable("hydra: no forward work of any module was traced; cannot split the model into shards")
-    n = n_it - first
-    units = [Unit(p, fwd.get(p, 0.0) / n, bwd.get(p, 0.0) / n, int(table[p].get("param_bytes") or 0),
-                  int(table[p].get("output_bytes") or 0)) for p in order]
-    last = units[-1]
-    units[-1] = Unit(last.name, last.fwd_ns, last.bwd_ns + tail / n, last.param_bytes, last.output_bytes)
-    return units, head / n, opt / n
-
-
-def step_call_ns(g) -> float:
-    """Per iteration, the traced optimizer step's part that each shard's own step pays in full
-    (:func:`optimizations._optstep.step_fixed_ns`; 0 on a GPU trace, whose kernels are all updates)."""
-    tasks, with_gaps = _work_tasks(g)
-    if not with_gaps or not len(tasks):
-        return 0.0
-    T = g.tasks
-    dur = T["dur_ns"][tasks].astype(np.float64)
-    cost = dur + T["gap_ns"][tasks]          # as layer_units counts them
-    start = T["traced_start_ns"][tasks].astype(np.float64)
-    its = T["iteration"][tasks]
-    first, n_it = _counted_iterations(g)
-    fixed = [step_fixed_ns(g, tasks[k], cost[k], start[k], start[k] + dur[k])
-             for k in (its == i for i in range(first, n_it))]
-    return float(np.median(fixed)) if fixed else 0.0     # median: a pause before one step is no call cost
-
-
-def balanced_split(costs, parts: int) -> list:
-    """Cut ``costs`` into ``parts`` contiguous non-empty groups minimising the largest sum.
-
-    Returns the number of items per group.
-
-    >>> balanced_split([1, 1, 1, 1, 4], 2)
-    [4, 1]
-    >>> balanced_split([3, 1, 1, 1], 3)
-    [1, 1, 2]
-    """
-    n = len(costs)
-    if parts < 1 or parts > n:
-        raise OptionError(f"cannot split {n} layer(s) into {parts} shard(s)")
-    pre = np.concatenate([[0.0], np.cumsum(costs)])
-    inf = float("inf")
-    best = [[inf] * (n + 1) for _ in range(parts + 1)]
-    cut = [[0] * (n + 1) for _ in range(parts + 1)]
-    best[0][0] = 0.0
-    for p in range(1, parts + 1):
-        for i in range(p, n - (parts - p) + 1):
-            for j in range(p - 1, i):
-                v = max(best[p - 1][j], pre[i] - pre[j])
-                if v < best[p][i] - 1e-9:
-                    best[p][i], cut[p][i] = v, j
-    sizes, i = [], n
-    for p in range(parts, 0, -1):
-        j = cut[p][i]
-        sizes.append(i - j)
-        i = j
-    return sizes[::-1]
-
-
-def parse_layers(spec: str, devices: int, n_layers: int) -> list:
-    """Layers per shard from ``"4:2"`` (one count per device, adding up to the model's layers).
-
-    >>> parse_layers("4:2", 2, 6)
-    [4, 2]
-    >>> parse_layers("", 2, 6)
-    []
-    """
-    if not spec:
-        return []
-    try:
-        sizes = [int(x) for x in str(spec).split(":")]
-    except ValueError:
-        raise OptionError(f"hydra: layers={spec!r} is not a list of layer counts such as 4:2") from None
-    if len(sizes) != devices or min(sizes) < 1 or sum(sizes) != n_layers:
-        raise OptionError(f"hydra: layers={spec} must give each of the {devices} shard(s) at least one layer "
-                          f"and add up to the model's {n_layers} layer(s)")
-    return sizes
-
-
-def shard_costs(units, head_ns: float, opt_ns: float, devices: int, sizes=(), opt_call_ns: float = 0.0) -> ShardCosts:
-    """Split the layers into ``devices`` shards (``sizes`` layers each; by default balanced)
-    and total each shard's costs.  Each shard's optimizer step takes its parameters' share of
-    the traced step's updates and the whole ``opt_call_ns`` (the call around them)."""
-    sizes = list(sizes) or balanced_split([u.fwd_ns + u.bwd_ns for u in units], devices)
-    groups, i = [], 0
-    for s in sizes:
-        groups.append(units[i:i + s])
-        i += s
-    pbytes = [sum(u.param_bytes for u in grp) for grp in groups]
-    total = sum(pbytes)
-    share = [b / total if total else 1.0 / devices for b in pbytes]
-    fwd = [sum(u.fwd_ns for u in grp) for grp in groups]
-    fwd[0] += head_ns
-    return ShardCosts(tuple(fwd), tuple(sum(u.bwd_ns for u in grp) for grp in groups),
-                      split_step_ns(opt_ns, opt_call_ns, share), tuple(grp[-1].output_bytes for grp in groups[:-1]),
-                      tuple(sizes), tuple(pbytes))
 
 
 def _add(g, lane, dur, name, phase, prio):
@@ -404,6 +232,9 @@ class Hydra(Optimization):
                     "of the trace's ops while another is busy (trace: its ops re-run beside a twin, a rate per "
                     "phase; compute: one rate, of its compute ops only; profile: the device profile's; off)", str,
                     PHASE_SOURCES),
+              Param("calls", "trace", "CPU: each shard zeroes its own gradients and runs its own backward call, "
+                    "paying the trace's zero_grad and the backward call's way in and out (trace) or not (off)", str,
+                    ("trace", "off")),
               Param("cycle", CYCLE_AUTO, "CPU: a device runs its K models' steps in turn, so each step finds the "
                     "caches as K copies of the device's shard (parameters and optimizer state) leave them, not "
                     "one's as in the trace (true: the profile's cycle figures; false: leave it out; auto: on one "
@@ -421,8 +252,9 @@ class Hydra(Optimization):
         units, head_ns, opt_ns = layer_units(ctx.graph, table)
         if D > len(units):
             raise OptionError(f"hydra: devices={D} means more shards than the model's {len(units)} layer(s)")
+        calls = shard_calls(ctx) if D > 1 and self.calls == "trace" else CallCosts()
         costs = shard_costs(units, head_ns, opt_ns, D, parse_layers(self.layers, D, len(units)),
-                            step_call_ns(ctx.graph))
+                            step_call_ns(ctx.graph), calls)
         cycle = self._cycle_factors(ctx, costs.param_bytes)
         costs = dataclasses.replace(costs, **{k: tuple(x * f for x, f in zip(getattr(costs, k), cycle))
                                               for k in ("fwd_ns", "bwd_ns", "opt_ns")})
@@ -472,6 +304,12 @@ class Hydra(Optimization):
         if any(r < 1.0 for r in rate.values()):
             ctx.note(f"hydra: a device's shard runs at {rates_text(rate)} its speed alone while another device is "
                      f"busy (corun={self.corun}; `corun=off` leaves it out)")
+        if calls != CallCosts():
+            ctx.note(f"hydra: each shard zeroes its own gradients and runs its own backward call: "
+                     f"+{calls.zero_grad_ns / 1e3:.0f} us zero_grad (shards after the first), "
+                     f"+{calls.backward_entry_ns / 1e3:.0f} us into the call (shards before the last), "
+                     f"{calls.backward_exit_ns / 1e3:.0f} us out of it (every shard; the trace has it in the "
+                     "step's idle time; `calls=off` leaves it out)")
         if notify_ns and self.schedule == Schedule.SHARD_PARALLEL:
             ctx.note(f"hydra: shard-parallel learns of each arrival through a waiter thread: +{notify_ns / 1e3:.0f} us "
                      "a transfer (the profile's p2p_notified)")

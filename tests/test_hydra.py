@@ -1,6 +1,7 @@
 """``hydra``: balanced shards, exact schedule makespans, what-if on the MLP trace, the real 2-process run."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daydream.graph import build_graph
+from daydream.model import EventKind
 from daydream.optimizations import NotApplicable, OptionError
+from daydream.optimizations._optstep import CallCosts, call_costs
 from daydream.optimizations.hydra import (Schedule, ShardCosts, balanced_split, layer_units, schedule_graph, shard_costs,
                                           step_call_ns)
 from daydream.sim import simulate
@@ -134,6 +137,38 @@ def test_each_shard_pays_the_whole_optimizer_call(own_trace):
     assert sum(costs.opt_ns) == pytest.approx(opt + call)        # one call more than the single model
     assert shard_costs(units, head, opt, 1, [n], call).opt_ns == pytest.approx((opt,))
     assert shard_costs(units, head, opt, 2, [1, n - 1]).opt_ns == pytest.approx((opt * share, opt * (1 - share)))
+
+
+def test_each_shard_runs_its_own_backward_call_and_zero_grad(own_trace):
+    """Each extra shard pays one more zero_grad, backward way in and step call; the way out moves
+    from the step to every shard's backward."""
+    trace = own_trace("mlp")
+    g = build_graph(trace)
+    units, head, opt = layer_units(g, {m["path"]: m for m in trace.ranks[0].meta["daydream"]["modules"]})
+    call, calls = step_call_ns(g), call_costs(trace.ranks[0])
+    assert calls.zero_grad_ns > 0 and calls.backward_entry_ns > 0
+    assert 0 < calls.backward_exit_ns < call          # the way out is part of the step's idle time
+    n = len(units)
+    plain = shard_costs(units, head, opt, 2, [4, n - 4], call)
+    split = shard_costs(units, head, opt, 2, [4, n - 4], call, calls)
+    assert split.fwd_ns == pytest.approx((plain.fwd_ns[0], plain.fwd_ns[1] + calls.zero_grad_ns))
+    out, into = calls.backward_exit_ns, calls.backward_entry_ns
+    assert split.bwd_ns == pytest.approx((plain.bwd_ns[0] + into + out, plain.bwd_ns[1] + out))
+    assert split.opt_ns == pytest.approx(tuple(o - out for o in plain.opt_ns))
+    total = sum(u.fwd_ns + u.bwd_ns for u in units) + head + opt
+    assert sum(split.fwd_ns + split.bwd_ns + split.opt_ns) == pytest.approx(total + call + calls.zero_grad_ns + into)
+    one = shard_costs(units, head, opt, 1, [n], call, calls)
+    assert sum(one.fwd_ns + one.bwd_ns + one.opt_ns) == pytest.approx(total)
+    rep, _ = predict(trace, ["hydra:models=1,devices=2,corun=off"], device=flat_profile(allreduce=(1e9, 10_000.0)))
+    assert any("runs its own backward call" in note for note in rep.notes)
+
+
+def test_a_trace_without_an_optimizer_step_has_no_call_costs(own_trace):
+    rank = own_trace("mlp").ranks[0]
+    cols = dict(rank.cols)
+    cols["kind"] = cols["kind"].copy()
+    cols["kind"][cols["kind"] == EventKind.ANNOTATION] = EventKind.MARKER     # no step annotation left
+    assert call_costs(dataclasses.replace(rank, cols=cols)) == CallCosts()
 
 
 def test_cores_that_share_a_host_slow_each_other_only_while_both_work(own_trace):
@@ -412,10 +447,11 @@ def test_docstring_examples():
     import doctest
 
     pytest.importorskip("torch")
-    from daydream.optimizations import hydra
+    from daydream.optimizations import _shards, hydra
     from daydream.workloads import hydra as real
 
-    assert doctest.testmod(hydra).attempted >= 2 and doctest.testmod(hydra).failed == 0
+    assert doctest.testmod(_shards).attempted >= 3 and doctest.testmod(_shards).failed == 0
+    assert doctest.testmod(hydra).failed == 0
     assert doctest.testmod(real).failed == 0
 
 
