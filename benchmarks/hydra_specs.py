@@ -17,15 +17,23 @@ drift alike.  (A validation row's own prediction also takes the trace after each
 
     python benchmarks/hydra_specs.py DIR --spec corun=compute --spec ""
     python benchmarks/hydra_specs.py DIR --opt pipeline --spec corun=compute --spec ""
+
+``--without FIELD`` predicts from a copy of the validation's device profile without that
+calibrated field (as if never measured; e.g. ``resume``, the factor for work resumed after an
+idle gap), for every spec: compare with a run without it, one after the other.
+
+    python benchmarks/hydra_specs.py DIR --without resume
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import statistics
+import tempfile
 from pathlib import Path
 
-__all__ = ["main", "hydra_rows", "with_options", "TRACES"]
+__all__ = ["main", "hydra_rows", "with_options", "profile_without", "TRACES"]
 
 #: Each ``--opt``'s baseline trace of round R, in a validation's ``traces/``.
 TRACES = {"hydra": "hydra.mlp.base.r{}.json.gz", "pipeline": "mlp.pipeline-base.r{}.json.gz",
@@ -55,19 +63,39 @@ def with_options(spec: str, options: str) -> str:
     return f"{name}:" + ",".join(f"{k}={v}" for k, v in kv.items())
 
 
+def profile_without(path, fields, out_dir) -> str:
+    """The device profile at ``path``, or a copy of it in ``out_dir`` without ``fields`` (each
+    must be one of its keys: a typo would otherwise compare a profile with itself)."""
+    if not fields:
+        return str(path)
+    doc = json.loads(Path(path).read_text())
+    missing = [f for f in fields if f not in doc]
+    if missing:
+        raise SystemExit(f"hydra_specs: {path}: no field {', '.join(missing)} (it has {', '.join(doc)})")
+    out = Path(out_dir) / Path(path).name
+    out.write_text(json.dumps({k: v for k, v in doc.items() if k not in fields}))
+    return str(out)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir", help="a validation's output directory (its results.csv, traces/ and device-cpu-1t.json)")
     ap.add_argument("--opt", choices=tuple(TRACES), default="hydra", help="whose rows (default: hydra)")
     ap.add_argument("--spec", action="append", default=None, help="options to compare (repeat; '' = the row's)")
     ap.add_argument("--rounds", type=int, nargs="+", default=None, help="round numbers (default: all)")
+    ap.add_argument("--without", action="append", default=[], metavar="FIELD",
+                    help="predict with the device profile less this calibrated field (repeat), e.g. resume")
     args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        _compare(args, profile_without(Path(args.dir) / "device-cpu-1t.json", args.without, tmp))
+
+
+def _compare(args, profile: str) -> None:
     from daydream.optimizations._corun import forget_measured
     from daydream.whatif import predict
 
     d = Path(args.dir)
     specs = args.spec if args.spec is not None else [""]
-    profile = str(d / "device-cpu-1t.json")
     rows = [(spec.replace("schedule_csv=", f"schedule_csv={d}/"), real)     # Tessel's, beside results.csv
             for spec, real in hydra_rows(d / "results.csv", args.opt)]
     rounds = args.rounds if args.rounds is not None else range(min(len(r) for _, r in rows))

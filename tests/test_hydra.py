@@ -573,3 +573,12 @@ def test_the_specs_benchmark_reads_a_validations_hydra_rows_and_sets_options(tmp
     assert bench.hydra_rows(csv) == [("hydra:models=2,schedule=shard-parallel", [12.5, 13.0])]
     assert bench.hydra_rows(csv, "pipeline") == [("pipeline:stages=2", [30.0, 31.0])]
     assert doctest.testmod(bench).failed == 0
+    prof = tmp_path / "device-cpu-1t.json"
+    prof.write_text(json.dumps({"name": "cpu", "resume": [[1e6, 1.1]], "corun": 1.0}))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert bench.profile_without(prof, [], out) == str(prof)
+    assert json.loads(Path(bench.profile_without(prof, ["resume"], out)).read_text()) == {"name": "cpu", "corun": 1.0}
+    assert json.loads(prof.read_text())["resume"] == [[1e6, 1.1]]          # the validation's own file untouched
+    with pytest.raises(SystemExit, match="no field resum"):
+        bench.profile_without(prof, ["resum"], out)
