@@ -113,9 +113,9 @@ class CallCosts:
     backward_exit_ns: float = 0.0
 
 
-def _iteration_calls(c, ann_names, ops, ann, it) -> tuple | None:
-    """``(zero_grad, entry, exit)`` ns of iteration ``it``, or None without a backward and a step."""
-    end = c["start_ns"] + c["dur_ns"]
+def _iteration_calls(c, end, ann_names, ops, ann, it) -> tuple | None:
+    """``(zero_grad, entry, exit)`` ns of iteration ``it`` (``end``: each event's end), or None
+    without a backward and a step."""
     now = c["iteration"] == it
     bwd = np.flatnonzero(ops & now & (c["phase"] == Phase.BACKWARD))
     step = [i for i in np.flatnonzero(ann & now) if ann_names[i].startswith(STEP_PREFIX)]
@@ -162,9 +162,9 @@ def call_costs(rank) -> CallCosts:
     ops, ann = on & (c["kind"] == EventKind.CPU_OP), on & (c["kind"] == EventKind.ANNOTATION)
     strings = rank.names.strings
     ann_names = {int(i): strings[int(c["name"][i])] for i in np.flatnonzero(ann)}
-    n_it = max(len(rank.boundaries_ns) - 1, 1)
+    n_it, end = max(len(rank.boundaries_ns) - 1, 1), c["start_ns"] + c["dur_ns"]
     found = [x for it in range(1 if n_it > 1 else 0, n_it)
-             if (x := _iteration_calls(c, ann_names, ops, ann, it)) is not None]
+             if (x := _iteration_calls(c, end, ann_names, ops, ann, it)) is not None]
     if not found:
         return CallCosts()
     return CallCosts(*(float(np.median(v)) for v in zip(*found)))

@@ -159,8 +159,12 @@ def test_each_shard_runs_its_own_backward_call_and_zero_grad(own_trace):
     assert sum(split.fwd_ns + split.bwd_ns + split.opt_ns) == pytest.approx(total + call + calls.zero_grad_ns + into)
     one = shard_costs(units, head, opt, 1, [n], call, calls)
     assert sum(one.fwd_ns + one.bwd_ns + one.opt_ns) == pytest.approx(total)
-    rep, _ = predict(trace, ["hydra:models=1,devices=2,corun=off"], device=flat_profile(allreduce=(1e9, 10_000.0)))
+    dev = flat_profile(allreduce=(1e9, 10_000.0))
+    rep, _ = predict(trace, ["hydra:models=1,devices=2,corun=off"], device=dev)
     assert any("runs its own backward call" in note for note in rep.notes)
+    off, _ = predict(trace, ["hydra:models=1,devices=2,corun=off,calls=off"], device=dev)
+    assert not any("runs its own backward call" in note for note in off.notes)
+    assert off.predicted_ms < rep.predicted_ms        # one model's chain: the added way in and zero_grad
 
 
 def test_a_trace_without_an_optimizer_step_has_no_call_costs(own_trace):
