@@ -29,6 +29,16 @@ def _one(_nbytes):
     return 1
 
 
+def _bench(name):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
 def test_balanced_split():
     assert balanced_split([5, 5, 5, 5], 2) == [2, 2]
     assert balanced_split([1, 1, 1, 1, 4], 2) == [4, 1]
@@ -563,12 +573,8 @@ def test_by_default_the_cycle_factor_applies_on_one_device_only(own_trace):
 
 def test_the_specs_benchmark_reads_a_validations_hydra_rows_and_sets_options(tmp_path):
     import doctest
-    import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "hydra_specs.py"
-    spec = importlib.util.spec_from_file_location("hydra_specs_bench", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench("hydra_specs")
     csv = tmp_path / "results.csv"
     csv.write_text('# daydream: {}\nworkload,optimization,measured_rounds_ms\n'
                    'mlp,"pipeline:stages=2",30.0 31.0\n'
@@ -586,3 +592,44 @@ def test_the_specs_benchmark_reads_a_validations_hydra_rows_and_sets_options(tmp
     assert json.loads(prof.read_text())["resume"] == [[1e6, 1.1]]          # the validation's own file untouched
     with pytest.raises(SystemExit, match="no field resum"):
         bench.profile_without(prof, ["resum"], out)
+
+
+def test_the_replay_benchmark_simulates_the_real_rounds_task_times_exact(tmp_path, own_trace, capsys):
+    """``benchmarks/hydra_replay.py`` puts each real task's logged time into hydra's schedule graph:
+    one model over two ranks replays as its chain, F0 + hand-over + F1 + B1 + hand-over + B0 + S0,
+    with shard-parallel's hand-overs taking the profile's arrival notice (110 us) more."""
+    import doctest
+
+    bench = _bench("hydra_replay")
+    assert doctest.testmod(bench).failed == 0
+    dev = dataclasses.replace(flat_profile(), p2p={"gloo": (1e9, 300_000.0)}, p2p_preposted={"gloo": 40_000.0},
+                              p2p_notified={"gloo": 150_000.0})
+    us = {(0, "forward"): 1000, (1, "forward"): 1200, (1, "backward"): 2000, (0, "backward"): 2100,
+          (0, "step"): 500, (1, "step"): 400}
+    cols = ["schedule", "round", "what", "model", "start_ns", "end_ns"]
+    for rank in (0, 1):
+        rows = [[s, 0, "round", -1, 0, 9_000_000] for s in ("model-parallel", "shard-parallel")]
+        rows += [[s, 0, kind, 0, 0, d * 1000] for s in ("model-parallel", "shard-parallel")
+                 for (r, kind), d in us.items() if r == rank]
+        (tmp_path / f"hydra-rank{rank}.json").write_text(json.dumps({"columns": cols, "rows": rows}))
+    from hydra_timeline import load          # beside the benchmark, which puts its folder on the path
+
+    got = bench.real_rounds(load(tmp_path))
+    durs, span = got[("model-parallel", 0)]
+    assert span == 9.0 and durs["model 0 backward shard 0"] == 2_100_000
+    hop = dev.p2p_preposted_ns(512)
+    chain = sum(us[c] for c in ((0, "forward"), (1, "forward"), (1, "backward"), (0, "backward"), (0, "step"))) * 1000
+    assert bench.replay_ms(durs, 1, "model-parallel", dev, 512) == pytest.approx((chain + 2 * hop) / 1e6, abs=1e-6)
+    assert bench.replay_ms(durs, 1, "shard-parallel", dev, 512) == pytest.approx((chain + 2 * hop + 2 * 110_000) / 1e6,
+                                                                                 abs=1e-6)
+    _, res = predict(own_trace("mlp"), ["hydra:models=2,devices=2,corun=off"], device=dev)
+    pred = bench.predicted_durations(res)
+    assert not any(n.startswith("post ") for n in pred) and len(pred) == 2 * 2 * 3
+    device_ns = sum(int(res.end_ns[t] - res.start_ns[t]) for t in range(res.graph.n_tasks)
+                    if res.graph.lanes[int(res.graph.tasks["lane"][t])].kind.name != "COMM")
+    assert sum(pred.values()) == device_ns                 # every post folded into its sending task, none lost
+    prof = tmp_path / "device.json"
+    prof.write_text(json.dumps(dev.to_json()))
+    bench.main(["--profile", str(prof), "--models", "1", "--logs", str(tmp_path), "--send-bytes", "512"])
+    out = capsys.readouterr().out
+    assert "model-parallel (1 rounds)" in out and "replay / real" in out
