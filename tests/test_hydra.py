@@ -622,7 +622,9 @@ def test_the_replay_benchmark_simulates_the_real_rounds_task_times_exact(tmp_pat
     assert bench.replay_ms(durs, 1, "model-parallel", dev, 512) == pytest.approx((chain + 2 * hop) / 1e6, abs=1e-6)
     assert bench.replay_ms(durs, 1, "shard-parallel", dev, 512) == pytest.approx((chain + 2 * hop + 2 * 110_000) / 1e6,
                                                                                  abs=1e-6)
-    _, res = predict(own_trace("mlp"), ["hydra:models=2,devices=2,corun=off"], device=dev)
+    posting = dataclasses.replace(dev, p2p_post={"gloo": (20_000.0, 20_000.0)})
+    _, res = predict(own_trace("mlp"), ["hydra:models=2,devices=2,corun=off"], device=posting)
+    assert sum(res.graph.task_name(t).startswith("post model") for t in range(res.graph.n_tasks)) == 4
     pred = bench.predicted_durations(res)
     assert not any(n.startswith("post ") for n in pred) and len(pred) == 2 * 2 * 3
     device_ns = sum(int(res.end_ns[t] - res.start_ns[t]) for t in range(res.graph.n_tasks)
