@@ -1,8 +1,8 @@
 """Hydra's span error taken apart: the schedule model replayed on the real runtime's own task times.
 
-Per round (``hydra_terms.py``'s way): the validation MLP traced as ``daydream validate`` traces it,
-both schedules predicted from it at once, and the real K-model job run with ``--task-log``
-(``daydream.workloads.hydra``, the validation's sizes and pinning).  Each real round is then
+Per round (``hydra_terms.traced_and_run``): the validation MLP traced as ``daydream validate``
+traces it, both schedules predicted from it at once, and the real K-model job run with
+``--task-log`` (``daydream.workloads.hydra``, the validation's sizes and pinning).  Each real round is then
 *replayed*: ``hydra``'s schedule graph (:func:`optimizations.hydra.schedule_graph`, the profile's
 transfer to a receive posted ahead, and shard-parallel's arrival notice) with every task at its
 real duration (a task's send post inside it, as the runtime logs it), simulated.  Printed per
@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections import defaultdict
@@ -123,37 +122,16 @@ def _compare(durs, pred, span_ms, predicted_ms, replay) -> dict:
     out["prediction / real"] = predicted_ms / span_ms - 1
     out["all predicted"] = replay({**durs, **pred}) / base - 1
     for c in CLASSES:
+        names = [n for n in durs if _class_of(n) == c]
+        if not names:
+            continue
         mine = {n: d for n, d in pred.items() if _class_of(n) == c}
-        real = [durs[n] for n in durs if _class_of(n) == c]
         rank, kind = c
-        out[f"rank {rank} {kind}: durations"] = sum(mine.get(n, 0) for n in durs if _class_of(n) == c) / sum(real) - 1
+        out[f"rank {rank} {kind}: durations"] = sum(mine.get(n, 0) for n in names) / sum(durs[n] for n in names) - 1
         out[f"rank {rank} {kind}: alone"] = replay({**durs, **mine}) / base - 1
         others = {n: d for n, d in pred.items() if n not in mine}
         out[f"rank {rank} {kind}: all but"] = replay({**durs, **others}) / base - 1
     return out
-
-
-def _round(r, args, tdir, env) -> tuple:
-    from daydream.validate import WORKLOAD_ARGS, trace_workload
-    from daydream.whatif import predict
-    from daydream.optimizations._corun import forget_measured
-
-    trace = trace_workload("mlp", tdir / f"base.r{r}.json.gz", (), iterations=5)
-    forget_measured()
-    pred = {}
-    for s in ("model-parallel", _SHARD_PARALLEL):
-        _, res = predict(trace, [f"hydra:models={args.models},devices=2,schedule={s},layers={args.layers}"],
-                         profile_path=args.profile)
-        pred[s] = (predicted_durations(res), res.makespan_ns / 1e6)
-    log = tdir / f"log.r{r}"
-    log.mkdir()
-    cmd = [sys.executable, "-m", "daydream.workloads.hydra", "--models", str(args.models), "--devices", "2",
-           "--shard0-layers", args.layers.split(":")[0], "--rounds", str(args.real_rounds), "--pin-cores",
-           *WORKLOAD_ARGS["mlp"], "--task-log", str(log)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode:
-        raise SystemExit(f"hydra_replay: the real run failed: {proc.stderr.strip()[-500:]}")
-    return pred, log
 
 
 def main(argv=None) -> None:
@@ -167,6 +145,7 @@ def main(argv=None) -> None:
     ap.add_argument("--send-bytes", type=int, default=64 * 512 * 4,
                     help="bytes of an activation or gradient (default: the validation MLP's, batch 64 x 512)")
     args = ap.parse_args(argv)
+    from hydra_terms import traced_and_run
     from hydra_timeline import load
 
     from daydream.device import DeviceProfile
@@ -193,8 +172,8 @@ def main(argv=None) -> None:
 
         with tempfile.TemporaryDirectory() as tmp, polling_idle(), probed():
             for r in range(args.rounds):
-                pred, log = _round(r, args, Path(tmp), run_env())
-                add(load(log), pred)
+                _, preds, log = traced_and_run(r, args, Path(tmp), run_env())
+                add(load(log), {s: (predicted_durations(res), res.makespan_ns / 1e6) for s, (_, res) in preds.items()})
                 print(f"round {r + 1}/{args.rounds} done", flush=True)
     for sched, figures in got.items():
         print(f"{sched} ({len(figures['replay / real'])} rounds), medians:")

@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-__all__ = ["main", "predicted_sums", "real_sums", "idle_parts", "trace_shards", "real_parts"]
+__all__ = ["main", "traced_and_run", "predicted_sums", "real_sums", "idle_parts", "trace_shards", "real_parts"]
 
 SCHEDULES = ("model-parallel", "shard-parallel")
 KINDS = ("forward", "backward", "step")
@@ -134,20 +134,19 @@ def real_sums(log_dir) -> dict:
     return out
 
 
-def _round(r, args, tdir, env) -> tuple:
+def traced_and_run(r, args, tdir, env) -> tuple:
+    """One round: the validation MLP traced as ``daydream validate`` traces it, both schedules
+    predicted from it at once (the co-run rates measured afresh), then the real K-model job run
+    with ``--task-log``: ``(trace, {schedule: (report, result)}, log dir)``.  ``args``: ``models``,
+    ``layers``, ``real_rounds`` and ``profile``."""
     from daydream.validate import WORKLOAD_ARGS, trace_workload
     from daydream.whatif import predict
     from daydream.optimizations._corun import forget_measured
 
     trace = trace_workload("mlp", tdir / f"base.r{r}.json.gz", (), iterations=5)
     forget_measured()
-    pred = {}
-    for s in SCHEDULES:
-        spec = f"hydra:models={args.models},devices=2,schedule={s},layers={args.layers}"
-        rep, res = predict(trace, [spec], profile_path=args.profile)
-        pred[s] = predicted_sums(res)
-    pred["trace_ms"] = rep.measured_ms
-    pred["shards"] = trace_shards(trace, args.layers, args.profile)
+    preds = {s: predict(trace, [f"hydra:models={args.models},devices=2,schedule={s},layers={args.layers}"],
+                        profile_path=args.profile) for s in SCHEDULES}
     log = tdir / f"log.r{r}"
     log.mkdir()
     cmd = [sys.executable, "-m", "daydream.workloads.hydra", "--models", str(args.models), "--devices", "2",
@@ -155,7 +154,15 @@ def _round(r, args, tdir, env) -> tuple:
            *WORKLOAD_ARGS["mlp"], "--task-log", str(log)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
-        raise SystemExit(f"hydra_terms: the real run failed: {proc.stderr.strip()[-500:]}")
+        raise SystemExit(f"the real Hydra run failed: {proc.stderr.strip()[-500:]}")
+    return trace, preds, log
+
+
+def _round(r, args, tdir, env) -> tuple:
+    trace, preds, log = traced_and_run(r, args, tdir, env)
+    pred = {s: predicted_sums(res) for s, (_, res) in preds.items()}
+    pred["trace_ms"] = preds[SCHEDULES[0]][0].measured_ms
+    pred["shards"] = trace_shards(trace, args.layers, args.profile)
     return pred, {**real_sums(log), "parts": real_parts(log)}
 
 
