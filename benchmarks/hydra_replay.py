@@ -135,19 +135,15 @@ def _compare(durs, pred, span_ms, predicted_ms, replay) -> dict:
 
 
 def main(argv=None) -> None:
+    from hydra_terms import add_round_args, traced_and_run
+    from hydra_timeline import load
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", required=True, help="device profile (a validation's device-cpu-1t.json)")
-    ap.add_argument("--models", type=int, default=4)
-    ap.add_argument("--layers", default="4:5", help="the validation's split (its log says it)")
-    ap.add_argument("--rounds", type=int, default=4, help="trace + predict + real run, in turn")
-    ap.add_argument("--real-rounds", type=int, default=6, help="measured rounds per schedule of each real run")
+    add_round_args(ap)
     ap.add_argument("--logs", metavar="DIR", help="replay the task logs in DIR instead (no prediction)")
     ap.add_argument("--send-bytes", type=int, default=64 * 512 * 4,
                     help="bytes of an activation or gradient (default: the validation MLP's, batch 64 x 512)")
     args = ap.parse_args(argv)
-    from hydra_terms import traced_and_run
-    from hydra_timeline import load
-
     from daydream.device import DeviceProfile
 
     try:

@@ -36,7 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-__all__ = ["main", "traced_and_run", "predicted_sums", "real_sums", "idle_parts", "trace_shards", "real_parts"]
+__all__ = ["main", "add_round_args", "traced_and_run", "predicted_sums", "real_sums", "idle_parts", "trace_shards",
+           "real_parts"]
 
 SCHEDULES = ("model-parallel", "shard-parallel")
 KINDS = ("forward", "backward", "step")
@@ -134,6 +135,15 @@ def real_sums(log_dir) -> dict:
     return out
 
 
+def add_round_args(ap) -> None:
+    """The options :func:`traced_and_run` reads, on ``ap``."""
+    ap.add_argument("--profile", required=True, help="device profile (a validation's device-cpu-1t.json)")
+    ap.add_argument("--models", type=int, default=4)
+    ap.add_argument("--layers", default="4:5", help="the validation's split (its log says it)")
+    ap.add_argument("--rounds", type=int, default=4, help="trace + predict + real run, in turn")
+    ap.add_argument("--real-rounds", type=int, default=6, help="measured rounds per schedule of each real run")
+
+
 def traced_and_run(r, args, tdir, env) -> tuple:
     """One round: the validation MLP traced as ``daydream validate`` traces it, both schedules
     predicted from it at once (the co-run rates measured afresh), then the real K-model job run
@@ -197,11 +207,7 @@ def real_parts(log_dir) -> dict:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", required=True, help="device profile (a validation's device-cpu-1t.json)")
-    ap.add_argument("--models", type=int, default=4)
-    ap.add_argument("--layers", default="4:5", help="the validation's split (its log says it)")
-    ap.add_argument("--rounds", type=int, default=4, help="trace + predict + real run, in turn")
-    ap.add_argument("--real-rounds", type=int, default=6, help="measured rounds per schedule of each real run")
+    add_round_args(ap)
     args = ap.parse_args(argv)
     from daydream.corelink import probed
     from daydream.cpuidle import polling_idle
