@@ -594,6 +594,41 @@ def test_the_specs_benchmark_reads_a_validations_hydra_rows_and_sets_options(tmp
         bench.profile_without(prof, ["resum"], out)
 
 
+def test_the_placement_benchmark_sets_each_round_beside_its_runs_and_traces_probes(tmp_path, capsys):
+    """``benchmarks/hydra_placement.py`` reads the probes in the Hydra validation's order: per
+    round the trace's two, then each K's real runs, and one more trace after the last round."""
+    import doctest
+
+    from daydream.validate import REAL_PROCESSES
+    from daydream.validation.hydra import MODELS
+
+    bench = _bench("hydra_placement")
+    assert doctest.testmod(bench).failed == 0
+    near, far, per_k = 100.0, 400.0, 2 * REAL_PROCESSES
+
+    def round_probes(trace, runs):          # runs: the placement of each K's runs, in MODELS' order
+        return [trace] * 2 + [p for k in MODELS for p in [runs[k]] * per_k]
+
+    probes = (round_probes(near, {k: far if k == MODELS[-1] else near for k in MODELS})
+              + round_probes(far, {k: far for k in MODELS}) + [far] * 2)
+    text = " ".join(f"{p:.0f}" for p in probes)
+    k0, k1 = MODELS[0], MODELS[-1]
+    csv = tmp_path / "results.csv"
+    csv.write_text("# daydream: {}\nworkload,optimization,measured_rounds_ms,predicted_rounds_ms,core_to_core_ns\n"
+                   f'mlp,"pipeline:stages=2",10 10,9 9,{text}\n'
+                   f'x,"hydra:models={k0},devices=2,schedule=shard-parallel",10 20,9 21,{text}\n'
+                   f'x,"hydra:models={k1},devices=2,schedule=model-parallel",10 20,11 18,{text}\n'
+                   f'x,"hydra:models={k1},devices=2,schedule=shard-parallel",10 20,9 18,90 95\n')
+    got = bench.rounds(csv)
+    assert list(got) == [(k0, "shard-parallel"), (k1, "model-parallel")]     # the unprobed row left out
+    assert [(round(e, 3), run, tr) for e, run, tr in got[(k0, "shard-parallel")]] == \
+        [(-10.0, "near", "mixed"), (5.0, "far", "far")]
+    assert [(run, tr) for _, run, tr in got[(k1, "model-parallel")]] == [("far", "mixed"), ("far", "far")]
+    bench.main([str(csv)])
+    out = capsys.readouterr().out
+    assert f"K={k0} shard-parallel: 2 rounds" in out and "runs near  traces mixed n   1  mean  -10.0 %" in out
+
+
 def test_the_replay_benchmark_simulates_the_real_rounds_task_times_exact(tmp_path, own_trace, capsys):
     """``benchmarks/hydra_replay.py`` puts each real task's logged time into hydra's schedule graph:
     one model over two ranks replays as its chain, F0 + hand-over + F1 + B1 + hand-over + B0 + S0,
