@@ -83,7 +83,11 @@ def main(argv=None) -> None:
     paths = sys.argv[1:] if argv is None else argv
     pooled: dict = {}
     for path in paths:
-        for key, rows in rounds(path).items():
+        try:
+            got = rounds(path)
+        except (OSError, KeyError, ValueError, csv.Error) as e:
+            raise SystemExit(f"hydra_placement: {path}: not a validation results CSV ({e})") from None
+        for key, rows in got.items():
             pooled.setdefault(key, []).extend(rows)
     print(f"{len(paths)} file(s); per Hydra row, its rounds by placement (real runs / traces): n, mean and median "
           "signed error, standard deviation")
