@@ -22,8 +22,11 @@ Usage::
 from __future__ import annotations
 
 import csv
+import os
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 __all__ = ["FAR_NS", "rounds", "placement", "main"]
 
@@ -55,27 +58,21 @@ def rounds(path) -> dict:
     """``{(K, schedule): [(error %, real runs' placement, traces' placement), ...]}`` of a
     results CSV's Hydra rows, one tuple per round; rows whose probes do not follow the Hydra
     validation's order (older files, unprobed runs) are left out."""
+    from hydra_sp_mp import hydra_rows
+
     models, per_k, per_round = _layout()
     out = {}
-    with open(path, newline="") as f:
-        for r in csv.DictReader(line for line in f if not line.startswith("#")):
-            spec = r["optimization"]
-            if not spec.startswith("hydra:"):
-                continue
-            probes = [float(x) for x in (r.get("core_to_core_ns") or "").split()]
-            real = [float(x) for x in (r.get("measured_rounds_ms") or "").split()]
-            pred = [float(x) for x in (r.get("predicted_rounds_ms") or "").split()]
-            n = len(real)
-            k = int(spec.split("models=")[1].split(",")[0])
-            if not n or len(pred) != n or len(probes) != per_round * n + 2 or k not in models:
-                continue
-            first = 2 + per_k * models.index(k)
-            sched = spec.split("schedule=")[1].split(",")[0]
-            out[(k, sched)] = [(100.0 * (p / m - 1.0),
-                                placement(probes[i * per_round + first:i * per_round + first + per_k]),
-                                placement(probes[i * per_round:i * per_round + 2]
-                                          + probes[(i + 1) * per_round:(i + 1) * per_round + 2]))
-                               for i, (p, m) in enumerate(zip(pred, real))]
+    for k, sched, real, pred, row in hydra_rows(path):
+        probes = [float(x) for x in (row.get("core_to_core_ns") or "").split()]
+        n = len(real)
+        if not n or len(pred) != n or len(probes) != per_round * n + 2 or k not in models:
+            continue
+        first = 2 + per_k * models.index(k)
+        out[(k, sched)] = [(100.0 * (p / m - 1.0),
+                            placement(probes[i * per_round + first:i * per_round + first + per_k]),
+                            placement(probes[i * per_round:i * per_round + 2]
+                                      + probes[(i + 1) * per_round:(i + 1) * per_round + 2]))
+                           for i, (p, m) in enumerate(zip(pred, real))]
     return out
 
 

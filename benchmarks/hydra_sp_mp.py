@@ -18,20 +18,26 @@ import csv
 import statistics
 import sys
 
-__all__ = ["main", "ratios"]
+__all__ = ["main", "ratios", "hydra_rows"]
+
+
+def hydra_rows(path) -> list:
+    """``[(K, schedule, real ms per round, predicted ms per round, the row)]`` of a results CSV's
+    Hydra rows (the row: the CSV's fields as strings)."""
+    out = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(line for line in f if not line.startswith("#")):
+            spec = r["optimization"]
+            if spec.startswith("hydra:"):
+                out.append((int(spec.split("models=")[1].split(",")[0]), spec.split("schedule=")[1].split(",")[0],
+                            [float(x) for x in (r.get("measured_rounds_ms") or "").split()],
+                            [float(x) for x in (r.get("predicted_rounds_ms") or "").split()], r))
+    return out
 
 
 def ratios(path) -> dict:
     """``{K: (real ratio, predicted ratio)}``: medians over the rounds of a results CSV."""
-    rows = {}
-    with open(path, newline="") as f:
-        for r in csv.DictReader(line for line in f if not line.startswith("#")):
-            spec = r["optimization"]
-            if not spec.startswith("hydra:"):
-                continue
-            k = int(spec.split("models=")[1].split(",")[0])
-            rows[(k, "shard-parallel" in spec)] = ([float(x) for x in r["measured_rounds_ms"].split()],
-                                                  [float(x) for x in r["predicted_rounds_ms"].split()])
+    rows = {(k, sched == "shard-parallel"): (real, pred) for k, sched, real, pred, _ in hydra_rows(path)}
     out = {}
     for k in sorted({k for k, _ in rows}):
         if (k, True) in rows and (k, False) in rows:
