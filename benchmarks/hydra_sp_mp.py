@@ -36,8 +36,10 @@ def hydra_rows(path) -> list:
 
 
 def ratios(path) -> dict:
-    """``{K: (real ratio, predicted ratio)}``: medians over the rounds of a results CSV."""
-    rows = {(k, sched == "shard-parallel"): (real, pred) for k, sched, real, pred, _ in hydra_rows(path)}
+    """``{K: (real ratio, predicted ratio)}``: medians over the rounds of a results CSV (rows
+    without per-round figures, from files older than those columns, left out)."""
+    rows = {(k, sched == "shard-parallel"): (real, pred) for k, sched, real, pred, _ in hydra_rows(path)
+            if real and pred}
     out = {}
     for k in sorted({k for k, _ in rows}):
         if (k, True) in rows and (k, False) in rows:
