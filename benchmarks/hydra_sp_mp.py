@@ -52,7 +52,7 @@ def ratios(path) -> dict:
 def main(argv=None) -> None:
     for path in (sys.argv[1:] if argv is None else argv):
         cells = [f"K={k} real {r:.3f} predicted {p:.3f} ({(p / r - 1) * 100:+.1f} %)" for k, (r, p) in ratios(path).items()]
-        print(f"{path}: " + (" | ".join(cells) or "no Hydra rows"))
+        print(f"{path}: " + (" | ".join(cells) or "no Hydra rows with per-round figures"))
 
 
 if __name__ == "__main__":
