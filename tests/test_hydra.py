@@ -629,6 +629,29 @@ def test_the_placement_benchmark_sets_each_round_beside_its_runs_and_traces_prob
     assert f"K={k0} shard-parallel: 2 rounds" in out and "runs near  traces mixed n   1  mean  -10.0 %" in out
 
 
+def test_the_ratio_benchmarks_leave_out_rows_without_rounds_and_refuse_other_files(tmp_path, capsys):
+    """``hydra_sp_mp.py`` pairs each K's rows round by round and leaves out rows of files older than
+    the per-round columns; ``hydra_placement.py`` names a file that is not a results CSV in one line."""
+    sp_mp = _bench("hydra_sp_mp")
+    new = tmp_path / "new.csv"
+    new.write_text("workload,optimization,measured_rounds_ms,predicted_rounds_ms\n"
+                   'x,"hydra:models=2,devices=2,schedule=model-parallel",20 10,18 10\n'
+                   'x,"hydra:models=2,devices=2,schedule=shard-parallel",15 8,12 8\n')
+    old = tmp_path / "old.csv"
+    old.write_text("workload,optimization,measured_ms\n"
+                   'x,"hydra:models=2,devices=2,schedule=model-parallel",20\n'
+                   'x,"hydra:models=2,devices=2,schedule=shard-parallel",15\n')
+    assert sp_mp.ratios(new) == {2: pytest.approx((0.775, 0.7333333))}     # medians of 0.75 & 0.8, 0.667 & 0.8
+    assert sp_mp.ratios(old) == {}
+    sp_mp.main([str(old)])
+    assert capsys.readouterr().out == f"{old}: no Hydra rows with per-round figures\n"
+    placement = _bench("hydra_placement")
+    not_csv = tmp_path / "notes.txt"
+    not_csv.write_text("just words\nand more\n")
+    with pytest.raises(SystemExit, match=r"hydra_placement: .*notes.txt: not a validation results CSV"):
+        placement.main([str(not_csv)])
+
+
 def test_the_replay_benchmark_simulates_the_real_rounds_task_times_exact(tmp_path, own_trace, capsys):
     """``benchmarks/hydra_replay.py`` puts each real task's logged time into hydra's schedule graph:
     one model over two ranks replays as its chain, F0 + hand-over + F1 + B1 + hand-over + B0 + S0,
