@@ -110,11 +110,7 @@ def _rate(one, twin_kind: str):
     try:
         def side():
             return sum(one() for _ in range(passes))
-
-        def beside():
-            one()                  # the twin back in its loop
-            return side()
-        ratios = corun_ratios(twin.pid, side, beside)
+        ratios = corun_ratios(twin.pid, side, side, warm=one)
         if getattr(ratios[0], "shape", ()):
             return [pooled_rate([float(r[i]) for r in ratios]) for i in range(len(ratios[0]))]
         return pooled_rate([float(r) for r in ratios])

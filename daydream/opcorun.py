@@ -60,13 +60,22 @@ def _wait_stopped(pid: int, timeout_s: float = 0.05) -> None:
         time.sleep(0.0002)
 
 
-def corun_ratios(pid: int, alone, beside, rounds: int = CORUN_ROUNDS, span_s: float = CORUN_SPAN_S) -> list:
+def corun_ratios(pid: int, alone, beside, rounds: int = CORUN_ROUNDS, span_s: float = CORUN_SPAN_S,
+                 warm=None) -> list:
     """Per round, ``alone() / beside()``: ``alone`` timed with process ``pid`` stopped
     (``SIGSTOP``), ``beside`` with it running.
 
     The rounds are spread over at least ``span_s`` seconds (the machine idle in between, ``pid``
     stopped), so that a slow spell of the machine falls on a minority of them.  ``alone`` and
     ``beside`` return a time (any unit, the same for both).
+
+    ``warm``, where given, is called untimed before each side: this process has slept since
+    the last round, and its first work after an idle gap runs slow.  Unwarmed, the 'alone'
+    passes (the first after the gap) took the validation MLP's data-loader ops 2-3.5x and its
+    forward ops 1.04-1.25x their time beside the twin, so the phases at a pass's start read
+    faster beside the twin than alone, and their rate 1 (session 73: forward 1.00 in every
+    sitting unwarmed, 0.91-0.96 warmed, where a peer really computing beside the Hydra
+    runtime's shards cost them 0.945).
     """
     import os
     import signal
@@ -77,8 +86,12 @@ def corun_ratios(pid: int, alone, beside, rounds: int = CORUN_ROUNDS, span_s: fl
         t0 = time.perf_counter()
         os.kill(pid, signal.SIGSTOP)
         _wait_stopped(pid)
+        if warm:
+            warm()
         a = alone()
         os.kill(pid, signal.SIGCONT)
+        if warm:
+            warm()                          # and ``pid`` back in its loop
         b = beside()
         ratios.append(a / (b.clip(min=1) if hasattr(b, "clip") else max(b, 1)))
         rest = gap_s - (time.perf_counter() - t0)
@@ -98,9 +111,10 @@ def pooled_rate(*sittings) -> float:
     return min(statistics.median([r for s in sittings for r in s]), 1.0)
 
 
-def corun_rounds(pid: int, alone, beside, rounds: int = CORUN_ROUNDS, span_s: float = CORUN_SPAN_S) -> float:
+def corun_rounds(pid: int, alone, beside, rounds: int = CORUN_ROUNDS, span_s: float = CORUN_SPAN_S,
+                 warm=None) -> float:
     """Median over ``rounds`` of ``alone() / beside()`` (:func:`corun_ratios`), at most 1."""
-    return pooled_rate(corun_ratios(pid, alone, beside, rounds, span_s))
+    return pooled_rate(corun_ratios(pid, alone, beside, rounds, span_s, warm))
 
 
 def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROUNDS,
@@ -159,11 +173,7 @@ def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROU
                 return sum(_pass_ns(calls) for _ in range(passes))
             return sum(_labelled_pass_ns(calls, index, len(names)) for _ in range(passes))
 
-        def beside():
-            _pass_ns(calls)                       # the twin back in its loop
-            return side()
-
-        ratios = corun_ratios(twin.pid, side, beside, rounds)
+        ratios = corun_ratios(twin.pid, side, side, rounds, warm=lambda: _pass_ns(calls))
         if index is None:
             return pooled_rate(ratios)
         return {name: pooled_rate([float(r[i]) for r in ratios]) for i, name in enumerate(names)}

@@ -194,6 +194,34 @@ def test_corun_rounds_median_of_ratios_spread_over_the_span():
     assert beside and not beside & {"T", "t"}   # not stopped: running, or asleep in `sleep` (S, or D for a moment)
 
 
+def test_each_side_of_a_round_follows_an_untimed_warm_up_in_its_own_state():
+    """With ``warm``, every round runs warm-up, alone (the other process stopped), warm-up, beside
+    (it running): the timed sides never start right after the idle gap between rounds."""
+    import subprocess
+
+    from daydream.opcorun import corun_ratios
+
+    other = subprocess.Popen(["sleep", "60"])
+    seen = []
+
+    def state():
+        with open(f"/proc/{other.pid}/stat") as f:
+            return f.read().split(")")[1].split()[0] in ("T", "t")
+
+    def call(what, value=None):
+        seen.append((what, state()))
+        return value
+
+    try:
+        ratios = corun_ratios(other.pid, lambda: call("alone", 9.0), lambda: call("beside", 10.0), rounds=3,
+                              span_s=0.3, warm=lambda: call("warm"))
+    finally:
+        other.kill()
+        other.wait()
+    assert ratios == [0.9, 0.9, 0.9]
+    assert seen == [("warm", True), ("alone", True), ("warm", False), ("beside", False)] * 3
+
+
 def test_a_sequence_beside_its_twin_runs_at_most_as_fast_as_alone():
     """Real: a twin process on the other core; the rate is in (0, 1] and this process's cores are given back."""
     import os
