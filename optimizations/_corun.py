@@ -25,6 +25,11 @@ rounds) whole training steps of the validation MLP beside a twin doing the same 
 backward / optimizer at 1.00 / 0.92-0.98 / 0.78-1.00 of their speed alone, the iteration's
 re-run ops per phase at 1.00 / 0.96-0.99 / 0.87-0.93, and its matmuls alone (what
 ``"trace"`` measures for :func:`corun_rate`) at 1.00 (docs/validation-log.md, "Session 68").
+Those rounds timed the 'alone' side right after the idle gap between rounds, which slows the
+first ops of a pass; each side now follows an untimed pass (:func:`daydream.opcorun.corun_ratios`'
+``warm``), and the re-run per phase read forward / backward / optimizer 0.91-0.96 / 0.90-0.95 /
+0.74-0.92 in six sittings (session 73), where a peer process really computing beside the Hydra
+runtime's shard-parallel tasks cost them 0.945 / 0.921 / 0.935 (session 72).
 
 On this VM the matmul probe read 0.99 while the pipeline validation's
 micro-batch sequence ran at 0.93-0.96 beside its twin (0.81-0.93 in a noisier
