@@ -130,7 +130,8 @@ def sequence_corun(sequence, threads: int | None = None, rounds: int = CORUN_ROU
     replays ``sequence`` (as :func:`daydream.opseq.sequence_ratios` builds it); a twin
     process pinned to another core replays the same.  Each round times
     passes for at least :data:`CORUN_SIDE_S` with the twin stopped
-    (``SIGSTOP``), then as many with it running; the result is the median
+    (``SIGSTOP``), then as many with it running, each side after an untimed
+    pass (:func:`corun_ratios`' ``warm``); the result is the median
     over rounds of alone / beside, at most 1, the rounds spread over
     :data:`CORUN_SPAN_S` (:func:`corun_rounds`).  (Three passes of the bundled
     MLP's 2 ms sequence per side gave rounds from 0.66 to 1.38, and once a
