@@ -161,6 +161,12 @@ def test_least_disturbed_prefers_the_first_clean_try():
     assert least_disturbed([[(1, 0.5), (2, 1.0)]], min_share=0.4) == ([(1, 0.5), (2, 1.0)], True)
 
 
+def _process_state(pid: int) -> str:
+    """Linux's one-letter state of process ``pid`` (``T``: stopped)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[1].split()[0]
+
+
 def test_corun_rounds_median_of_ratios_spread_over_the_span():
     """Stopped for the 'alone' side (the process's state says so), running for the 'beside'
     one; the median of the rounds' ratios, at most 1; the rounds last at least the span."""
@@ -172,12 +178,8 @@ def test_corun_rounds_median_of_ratios_spread_over_the_span():
     other = subprocess.Popen(["sleep", "60"])
     seen, times = [], iter([5.0, 10.0, 9.0, 10.0, 8.0, 8.0, 7.0, 10.0, 30.0, 10.0])
 
-    def state():
-        with open(f"/proc/{other.pid}/stat") as f:
-            return f.read().split(")")[1].split()[0]
-
     def timed(side):
-        seen.append((side, state()))
+        seen.append((side, _process_state(other.pid)))
         return next(times)
 
     try:
@@ -204,12 +206,8 @@ def test_each_side_of_a_round_follows_an_untimed_warm_up_in_its_own_state():
     other = subprocess.Popen(["sleep", "60"])
     seen = []
 
-    def state():
-        with open(f"/proc/{other.pid}/stat") as f:
-            return f.read().split(")")[1].split()[0] in ("T", "t")
-
     def call(what, value=None):
-        seen.append((what, state()))
+        seen.append((what, _process_state(other.pid) in ("T", "t")))
         return value
 
     try:
