@@ -202,7 +202,7 @@ def dtype_time_pairs(signatures, dtype: str, threads: int | None = None) -> dict
 
 
 def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None, chained: bool = False,
-                       recycle: bool = True) -> dict:
+                       recycle: bool = True, warm: bool = False) -> dict:
     """Per signature: ``t(at to_threads intra-op threads) / t(at threads)``, measured now in turns.
 
     ``sequence``: the signatures of one traced iteration in order; the ops are
@@ -210,12 +210,13 @@ def thread_time_ratios(signatures, threads: int, to_threads: int, sequence=None,
     (:func:`daydream.opseq.sequence_ratios`), ``chained`` along the data flow
     the layouts imply where asked (and then each signature's ratio weighs its
     occurrences by their time: ``by_time``); ``recycle``: as for
-    :func:`daydream.opseq.flow_calls`.
+    :func:`daydream.opseq.flow_calls`; ``warm``: each side's timed pass after
+    an untimed one of its own (:func:`daydream.opseq.sequence_ratios`).
     """
     import torch
 
     got = _in_sequence(signatures, sequence, lambda sig: sig, threads, variant_threads=to_threads, chained=chained,
-                       by_time=chained, recycle=recycle)
+                       by_time=chained, recycle=recycle, warm=warm)
     if got is not None:
         return got
 

@@ -41,7 +41,7 @@ def _operand_bytes(signature: str) -> int:
 def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int = SEQUENCE_ROUNDS,
                     span_s: float | None = None, variant_threads: int | None = None,
                     variant_repeats: int = 1, chained: bool = False, by_time: bool = False,
-                    recycle: bool = True) -> dict | None:
+                    recycle: bool = True, warm: bool = False) -> dict | None:
     """Per signature of ``sequence`` with a variant: ``t(variant(sig)) / t(sig)``, re-run as one iteration.
 
     A compute op in training finds its operands where the rest of the
@@ -85,6 +85,12 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
     where the median over occurrences would drop it (the MLP's first update of
     each weight that two threads had read, with the cores 330 ns apart: 220 us
     at 2 threads against 37-41 at 1, its other updates 16-17 against 17-19).
+    ``warm``: each side's timed pass follows an untimed pass of its own (at its
+    own thread count), as a training iteration follows the one before it; else
+    it follows the other side's pass.  At another thread count that matters: a
+    2-thread pass straight after a 1-thread one found its worker's caches cold
+    and ran the transformer's first layer x0.97-1.34 of its 1-thread time
+    where later layers ran x0.55-0.65 (session 74).
     """
     import torch
 
@@ -102,7 +108,10 @@ def sequence_ratios(sequence, variant, threads: int | None = None, rounds: int =
         for side, repeats in ((2, 1), (3, max(variant_repeats, 1))):
             if variant_threads and threads:
                 torch.set_num_threads(variant_threads if side == 3 else threads)
-            times.append(_pass_times([c[side] for c in calls], repeats))
+            side_calls = [c[side] for c in calls]
+            if warm:
+                _pass_times(side_calls, repeats)
+            times.append(_pass_times(side_calls, repeats))
         if r:                                   # the first round warms up
             for g, a, b in zip(got, *times):
                 g.append((a, b))

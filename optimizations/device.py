@@ -67,7 +67,13 @@ apart; the gradient is the weight-gradient op's output, not a view of the
 weight after it: :func:`daydream.opseq.chain_calls`), and each signature's
 ratio weighs its occurrences by their time:
 with the cores 330 ns apart the first update of each weight took x5 at 2
-threads and the others x0.9.
+threads and the others x0.9.  With ``warm`` (the default, since session 74)
+each thread count's timed pass follows an untimed pass of its own, as a
+training iteration follows the one before it: straight after the 1-thread
+pass, the 2-thread pass ran the transformer's first layer at x0.97-1.34 of
+its 1-thread time (its worker's caches cold) where training runs it at about
+x0.63, and the re-run's ops read x0.700 against training's x0.643 (22 blocks
+in turns, `/tmp` one-off); warmed, x0.660.
 
 Assumptions and limits: kernels stay the same kernels (no new algorithm
 choice, no TF32 on a GPU that lacks it, same fusion); published peaks are
@@ -163,7 +169,9 @@ class Device(Optimization):
               Param("flow", True, "chained, each op reads the tensor it read in training where the trace "
                     "recorded its data flow (`daydream trace`); false: the latest output of its layout", bool),
               Param("recycle", True, "along the flow, outputs that training placed at one address share one "
-                    "buffer (each finds its memory as its previous writer left it); false: each its own", bool))
+                    "buffer (each finds its memory as its previous writer left it); false: each its own", bool),
+              Param("warm", True, "in sequence, each thread count's timed pass follows an untimed pass of its own, "
+                    "as a training iteration follows the one before (false: the other thread count's pass)", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -206,7 +214,8 @@ class Device(Optimization):
         if seq and not self.flow:
             seq = [(sig, keys, grads, None) for sig, keys, grads, _ in seq]
         return rerun_ratios(ctx, tasks,
-                            lambda sigs: thread_time_ratios(sigs, threads, dst.threads, seq, self.chained, self.recycle),
+                            lambda sigs: thread_time_ratios(sigs, threads, dst.threads, seq, self.chained, self.recycle,
+                                                                self.warm),
                             f"device: {{n}} distinct ops re-run here at {threads} and {dst.threads} threads")
 
     @staticmethod

@@ -175,6 +175,31 @@ def test_sequence_reruns_at_another_thread_count(monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_sequence_reruns_warm_each_side_at_its_own_thread_count(monkeypatch):
+    """``warm``: each side's timed pass follows an untimed pass of its own.  Here a 2-thread call
+    straight after a 1-thread one finds its caches cold (120 instead of 60); without ``warm``
+    every 2-thread pass follows a 1-thread one, with it none of the timed ones does."""
+    import torch
+
+    last = []
+
+    def mm(_):
+        n = torch.get_num_threads()
+        cold = n == 2 and last[-1:] != [2]
+        last.append(n)
+        return 120 if cold else (60 if n == 2 else 100)
+
+    before = torch.get_num_threads()
+    try:
+        for warm, ratio in ((False, 1.2), (True, 0.6)):
+            last.clear()
+            opseq = _sequence_fixture(monkeypatch, {"mm": mm})
+            assert opseq.sequence_ratios(["mm"], lambda s: s, threads=1, rounds=3, span_s=0, variant_threads=2,
+                                         warm=warm) == {"mm": ratio}
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_sequence_reruns_give_way_to_single_reruns_above_the_memory_limit(monkeypatch):
     from daydream import opbench
 

@@ -156,7 +156,7 @@ def test_cpu_target_of_this_machine_rescales_ops_by_their_rerun_thread_ratio(own
 
     calls = []
 
-    def halve(sigs, threads, to_threads, sequence=None, chained=False, recycle=True):
+    def halve(sigs, threads, to_threads, sequence=None, chained=False, recycle=True, warm=False):
         calls.append((threads, to_threads, chained))
         in_seq = {s for s, *_ in sequence}                        # one iteration's ops, in order
         assert sequence and in_seq <= set(sigs) and any('"aten::addmm"' in s for s in in_seq)
@@ -195,7 +195,8 @@ def test_the_optimizers_in_place_updates_rerun_on_the_weights_the_forward_reads(
             m["param_shapes"] = [[out, 512], [out]]
     seen = []
     monkeypatch.setattr(device_opt, "thread_time_ratios",
-                        lambda sigs, threads, to_threads, sequence=None, chained=False, recycle=True: seen.extend(sequence) or {})
+                        lambda sigs, threads, to_threads, sequence=None, chained=False, recycle=True, warm=False:
+                        seen.extend(sequence) or {})
     src = dataclasses.replace(flat_profile(), threads=2)
     here = dataclasses.replace(src, threads=1, source=f"{measured_on()} 2026-11-22 09:22")
     predict(trace, [f"device:target={save_profile(here, str(tmp_path / 'here.json'))}"], device=src)

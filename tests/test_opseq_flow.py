@@ -141,15 +141,16 @@ def test_a_traced_iterations_flow_reaches_the_device_rerun_unless_turned_off(mon
         torch.set_num_threads(before)
     seen = []
     monkeypatch.setattr(device_opt, "thread_time_ratios",
-                        lambda sigs, threads, to_threads, sequence=None, chained=False, recycle=True:
-                        seen.append((sequence, recycle)) or {})
+                        lambda sigs, threads, to_threads, sequence=None, chained=False, recycle=True, warm=False:
+                        seen.append((sequence, recycle, warm)) or {})
     src = dataclasses.replace(flat_profile(), threads=2)
     here = save_profile(dataclasses.replace(src, threads=1, source=f"{measured_on()} 2026-12-04 21:50"),
                         str(tmp_path / "here.json"))
-    for spec in (f"device:target={here}", f"device:target={here},flow=false", f"device:target={here},recycle=false"):
+    for spec in (f"device:target={here}", f"device:target={here},flow=false", f"device:target={here},recycle=false",
+                 f"device:target={here},warm=false"):
         predict(out, [spec], device=src)
-    (on, recycled), (off, _), (_, kept) = seen
-    assert recycled and not kept
+    (on, recycled, warmed), (off, *_), (_, kept, _), (*_, cold) = seen
+    assert recycled and not kept and warmed and not cold
     addmm = [flow for sig, *_, flow in on if json.loads(sig)[0] == "aten::addmm"]
     mm = [flow for sig, *_, flow in on if json.loads(sig)[0] == "aten::mm"]
     assert addmm[1][0][2][0] == mm[0][0][1][0]                 # W.t() forward, W backward: one storage

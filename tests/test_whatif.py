@@ -701,11 +701,11 @@ def test_thread_ratios_in_sequence_rerun_the_iteration_at_the_target_threads(mon
     monkeypatch.setattr(opseq, "sequence_ratios", fake)
     assert opbench.thread_time_ratios(["a"], 1, 2, sequence=["a", "b", "a"]) == {"a": 0.6}
     assert calls == [(["a", "b", "a"], ["a", "b", "a"], 1, {"variant_threads": 2, "chained": False, "by_time": False,
-                                                            "recycle": True})]
+                                                            "recycle": True, "warm": False})]
     assert opbench.thread_time_ratios(["a"], 1, 2, sequence=["a"], chained=True) == {"a": 0.6}
-    assert calls[-1][3] == {"variant_threads": 2, "chained": True, "by_time": True, "recycle": True}
-    opbench.thread_time_ratios(["a"], 1, 2, sequence=["a"], chained=True, recycle=False)
-    assert calls[-1][3]["recycle"] is False
+    assert calls[-1][3] == {"variant_threads": 2, "chained": True, "by_time": True, "recycle": True, "warm": False}
+    opbench.thread_time_ratios(["a"], 1, 2, sequence=["a"], chained=True, recycle=False, warm=True)
+    assert (calls[-1][3]["recycle"], calls[-1][3]["warm"]) == (False, True)
     monkeypatch.setattr(opseq, "sequence_ratios", lambda *a, **k: None)
     monkeypatch.setattr(opbench, "_ratios", lambda sigs, other, threads: {"alone": 1.0})
     assert opbench.thread_time_ratios(["a"], 1, 2, sequence=["a"]) == {"alone": 1.0}
