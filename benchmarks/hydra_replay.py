@@ -81,7 +81,7 @@ def replay_ms(durations: dict, models: int, schedule: str, device, send_bytes: i
     ``durations[name]`` (ns; its send post included, so none apart) and each transfer at the
     profile's time to a receive posted ahead, plus its arrival notice under shard-parallel."""
     from daydream.sim import simulate
-    from optimizations.hydra import ShardCosts, schedule_graph
+    from daydream.optimizations.hydra import ShardCosts, schedule_graph
 
     notice = device.p2p_notify_ns() if schedule == _SHARD_PARALLEL else 0.0
     g = schedule_graph(ShardCosts((0, 0), (0, 0), (0, 0), (send_bytes,), (1, 1)), models,

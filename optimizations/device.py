@@ -72,8 +72,8 @@ each thread count's timed pass follows an untimed pass of its own, as a
 training iteration follows the one before it: straight after the 1-thread
 pass, the 2-thread pass ran the transformer's first layer at x0.97-1.34 of
 its 1-thread time (its worker's caches cold) where training runs it at about
-x0.63, and the re-run's ops read x0.700 against training's x0.643 (22 blocks
-in turns, `/tmp` one-off); warmed, x0.660.
+x0.63; in blocks in turns with training, the re-run's ops read x0.700
+against training's x0.643, warmed x0.660 (``benchmarks/device_warm.py``).
 
 Assumptions and limits: kernels stay the same kernels (no new algorithm
 choice, no TF32 on a GPU that lacks it, same fusion); published peaks are
