@@ -83,6 +83,7 @@ bandwidth-bound; a GPU trace cannot be mapped onto a CPU or the reverse.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -213,9 +214,9 @@ class Device(Optimization):
         seq = iteration_sequence(ctx, tasks, shared=True) if self.in_sequence else None
         if seq and not self.flow:
             seq = [(sig, keys, grads, None) for sig, keys, grads, _ in seq]
-        return rerun_ratios(ctx, tasks,
-                            lambda sigs: thread_time_ratios(sigs, threads, dst.threads, seq, self.chained, self.recycle,
-                                                                self.warm),
+        ratios = functools.partial(thread_time_ratios, threads=threads, to_threads=dst.threads, sequence=seq,
+                                   chained=self.chained, recycle=self.recycle, warm=self.warm)
+        return rerun_ratios(ctx, tasks, ratios,
                             f"device: {{n}} distinct ops re-run here at {threads} and {dst.threads} threads")
 
     @staticmethod
