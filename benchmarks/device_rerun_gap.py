@@ -38,7 +38,8 @@ import statistics
 import time
 from collections import defaultdict
 
-__all__ = ["main", "OPS", "training", "op_times_us", "profiled_block", "rerun_times_us", "block_args"]
+__all__ = ["main", "OPS", "training", "op_times_us", "profiled_block", "rerun_times_us", "block_args",
+           "covered_ratio", "training_times"]
 
 #: Ops whose ratios are printed (the transformer's backward element-wise ops, and two controls).
 OPS = ("aten::gelu_backward", "aten::add_", "aten::fill_", "aten::native_layer_norm_backward", "aten::mm",
@@ -144,6 +145,26 @@ def rerun_times_us(rerun) -> dict:
     return tot
 
 
+def training_times(one: dict, two: dict, names) -> dict:
+    """``{name: [1t us, 2t us]}`` of training's op ``names`` from its blocks at 1 and 2 threads
+    (``{name: self us}`` each; a name missing at 2 threads counts 0), as :func:`rerun_times_us` gives
+    the re-run's.
+
+    >>> training_times({"mm": 100.0, "add_": 10.0}, {"mm": 60.0}, ["mm", "add_"])
+    {'mm': [100.0, 60.0], 'add_': [10.0, 0.0]}
+    """
+    return {n: [one[n], two.get(n, 0.0)] for n in names}
+
+
+def covered_ratio(times: dict, names) -> float:
+    """2-thread over 1-thread time of the op ``names`` in ``{name: [1t us, 2t us]}``.
+
+    >>> covered_ratio({"mm": [100.0, 60.0], "add_": [10.0, 9.0], "gelu": [5.0, 5.0]}, ["mm", "add_"])
+    0.6272727272727273
+    """
+    return sum(times[n][1] for n in names) / sum(times[n][0] for n in names)
+
+
 def block_args(doc: str, workload: str, seconds: float) -> argparse.ArgumentParser:
     """The arguments of the benchmarks that time training against the re-run in blocks."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
@@ -177,8 +198,7 @@ def main(argv=None) -> None:
             again = {n: b / t for n, (t, b) in times.items() if t}
             real = {n: two[n] / one[n] for n in OPS if one.get(n)}
             cov = [n for n in times if one.get(n)]
-            covered = (sum(two.get(n, 0.0) for n in cov) / sum(one[n] for n in cov),
-                       sum(times[n][1] for n in cov) / sum(times[n][0] for n in cov))
+            covered = (covered_ratio(training_times(one, two, cov), cov), covered_ratio(times, cov))
             rows.append((real, again, covered, max(p0, p1, p2) > a.far_ns))
             print(f"{time.strftime('%H:%M:%S')} probes {p0:.0f} {p1:.0f} {p2:.0f} ns | covered ops "
                   f"{covered[0]:.3f}/{covered[1]:.3f} | training/re-run "

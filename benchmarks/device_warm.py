@@ -22,21 +22,13 @@ import functools
 import statistics
 import time
 
-from device_rerun_gap import _capture_rerun, _probe, block_args, op_times_us, rerun_times_us, training
+from device_rerun_gap import (_capture_rerun, _probe, block_args, covered_ratio, op_times_us, rerun_times_us,
+                              training, training_times)
 
-__all__ = ["main", "covered_ratio"]
+__all__ = ["main"]
 
 #: The re-runs compared: label -> the ``device`` spec's extra options.
 MODES = {"cold": ",warm=false", "warm": ""}
-
-
-def covered_ratio(times: dict, names) -> float:
-    """2-thread over 1-thread time of the op ``names`` in a re-run's ``{name: [1t us, 2t us]}``.
-
-    >>> covered_ratio({"mm": [100.0, 60.0], "add_": [10.0, 9.0], "gelu": [5.0, 5.0]}, ["mm", "add_"])
-    0.6090909090909091
-    """
-    return sum(times[n][1] for n in names) / sum(times[n][0] for n in names)
 
 
 def main(argv=None) -> None:
@@ -52,7 +44,7 @@ def main(argv=None) -> None:
             one, two = op_times_us(step, 1, a.steps, None), op_times_us(step, 2, a.steps, None)
             times = {m: rerun_times_us(r) for m, r in reruns.items()}
             names = [n for n in times["warm"] if one.get(n) and all(n in t for t in times.values())]
-            got["training"].append(sum(two.get(n, 0.0) for n in names) / sum(one[n] for n in names))
+            got["training"].append(covered_ratio(training_times(one, two, names), names))
             for m, t in times.items():
                 got[m].append(covered_ratio(t, names))
             print(f"{time.strftime('%H:%M:%S')} probe {probe:.0f} ns | "

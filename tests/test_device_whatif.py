@@ -208,3 +208,19 @@ def test_the_optimizers_in_place_updates_rerun_on_the_weights_the_forward_reads(
     read = {k for _, keys, *_ in seen for k in (keys or ())[1:] if k and k.endswith(".grad")}
     produced = {key for _, _, grads, _ in seen for _, key in grads or ()}
     assert "MLP.blocks.0.0#0.grad" in read and read <= produced
+
+
+def test_the_rerun_benchmarks_sum_the_covered_ops_alike_for_training_and_the_rerun(monkeypatch):
+    """``benchmarks/device_rerun_gap.py`` and ``device_warm.py`` take one covered-ops ratio for
+    training's blocks and the re-run's: training's names missing at 2 threads count 0."""
+    import doctest
+    import importlib
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    gap = importlib.import_module("device_rerun_gap")
+    times = gap.training_times({"mm": 100.0, "add_": 10.0, "gelu": 5.0}, {"mm": 60.0, "add_": 9.0}, ["mm", "add_"])
+    assert gap.covered_ratio(times, ["mm", "add_"]) == pytest.approx(69 / 110)
+    assert gap.covered_ratio(gap.training_times({"a": 4.0}, {}, ["a"]), ["a"]) == 0.0
+    for name in ("device_rerun_gap", "device_warm"):
+        assert doctest.testmod(importlib.import_module(name)).failed == 0
