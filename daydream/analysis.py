@@ -11,6 +11,7 @@ import numpy as np
 
 from .graph import GraphBuilder, build_graph
 from .loader import load_trace
+from .loader.pauses import PEER_PAUSES_KEY
 from .model import EventKind, LaneKind, Phase, Trace
 from .overhead import TracingOverhead, tracing_overhead
 from .progress import Stages
@@ -31,12 +32,16 @@ def trace_and_graph(trace_or_paths, iteration_marker: str | None = None):
     """A loaded :class:`Trace` (or paths to load) and its dependency graph.
 
     Files are built into the graph one by one as the loader's workers finish
-    them, so building overlaps parsing.  Returns ``(trace, graph)``.
+    them, so building overlaps parsing; where one rank's pause was cut from
+    the others once all were loaded (:func:`daydream.loader.pauses.cut_peer_pauses`),
+    the graph is built again from the cut ranks.  Returns ``(trace, graph)``.
     """
     if isinstance(trace_or_paths, Trace):
         return trace_or_paths, build_graph(trace_or_paths)
     b = GraphBuilder()
     trace = load_trace(trace_or_paths, iteration_marker=iteration_marker, on_rank=b.add_rank)
+    if any(PEER_PAUSES_KEY in r.meta for r in trace):   # cut after the ranks were built: build again
+        return trace, build_graph(trace)
     return trace, b.finish()
 
 

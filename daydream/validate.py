@@ -23,9 +23,11 @@ from .analysis import op_times_ms, replay
 from .corelink import CoreLinkLog, probed, span_text
 from .errors import DaydreamError
 from .heapmode import STEADY_MALLOC
+from .loader import load_trace
+from .model import Trace
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "REAL_PROCESSES", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_beside", "run_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "replay_rank0", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "REAL_PROCESSES", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_beside", "run_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -340,6 +342,20 @@ def _rank0(path: Path) -> Path:
     return path
 
 
+def replay_rank0(path: Path, nproc: int = 1) -> tuple:
+    """:func:`daydream.analysis.replay` of a traced run's rank 0 (``path``, its file), the pauses of
+    its ``nproc - 1`` other ranks (``.rankK`` beside it) cut from it too.
+
+    A rank's heap top-up between iterations stalls the others inside theirs
+    (:func:`daydream.loader.pauses.cut_peer_pauses`); rank 0's file alone does not show
+    whose pause it waited for, so every rank of the run is loaded.
+    """
+    if nproc <= 1:
+        return replay(path)
+    job = load_trace([path.with_name(path.name.replace(".rank0.", f".rank{k}.")) for k in range(nproc)])
+    return replay(Trace(job.ranks[:1]))
+
+
 def _round_path(path: Path, k: int, repeat: int) -> Path:
     return path.with_name(path.name.replace(".json", f".r{k}.json")) if repeat > 1 else path
 
@@ -352,7 +368,7 @@ def fastest_run(repeat: int, name: str, path: Path, args=(), iterations: int = 5
     """
     runs = [trace_workload(name, _round_path(path, k, repeat), args, iterations=iterations, nproc=nproc)
             for k in range(max(repeat, 1))]
-    return min(((p, replay(p)[0]) for p in runs), key=lambda x: x[1].measured_ms)
+    return min(((p, replay_rank0(p, nproc)[0]) for p in runs), key=lambda x: x[1].measured_ms)
 
 
 #: Rounds of configs traced one after the other, per round asked for.  Runs in turns see the
@@ -414,7 +430,7 @@ def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True,
             order = range(len(cfgs)) if k % 2 == 0 else reversed(range(len(cfgs)))
             done = {i: trace_workload(*cfgs[i][:3], iterations=iterations, nproc=cfgs[i][3]) for i in order}
             paths = [done[i] for i in range(len(cfgs))]
-        rounds.append([(p, *replay(p)) for p in paths])
+        rounds.append([(p, *replay_rank0(p, c[3])) for p, c in zip(paths, cfgs)])
         if after_round is not None:
             after_round(rounds[-1])
     return rounds

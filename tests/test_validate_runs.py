@@ -16,6 +16,7 @@ def _record_runs(monkeypatch, calls, times):
                         lambda configs, iterations: calls.append(("turns", [c[1].name for c in configs])) or
                         [c[1] for c in configs])
     monkeypatch.setattr(validate, "replay", lambda p: (SimpleNamespace(measured_ms=next(times)), None))
+    monkeypatch.setattr(validate, "load_trace", lambda paths: SimpleNamespace(ranks=list(paths)))
 
 
 def test_rounds_trace_single_process_configs_in_turns_and_keep_every_round(monkeypatch, tmp_path):

@@ -17,7 +17,7 @@ from .memory import check_memory, json_bytes, max_workers_for
 from .kineto import parse_events
 from .iterations import find_iterations
 from .layers import assign_layers_and_phases
-from .pauses import cut_pauses
+from .pauses import PAUSES_KEY, cut_pauses, cut_peer_pauses
 
 __all__ = ["load_trace", "load_rank", "assemble_rank", "read_documents", "expand_paths", "PARALLEL_MIN_BYTES"]
 
@@ -69,7 +69,7 @@ def assemble_rank(source, meta, p, cols, fwdbwd, index=0, iteration_marker=None,
     the fast path (:mod:`daydream.loader.fast`, which passes its compiled
     ``assign``).
     """
-    cut_pauses(cols, p.names, fwdbwd)       # waits for the turn (daydream validate), not training
+    paused = cut_pauses(cols, p.names, fwdbwd)  # waits for the turn, heap top-ups: not training
     its = find_iterations(source, cols, p.names, p.lanes, iteration_marker)
     layers = StringTable()
     assign(cols, p.names, p.lanes, layers, its.boundaries_ns)
@@ -80,6 +80,8 @@ def assemble_rank(source, meta, p, cols, fwdbwd, index=0, iteration_marker=None,
     lanes = [type(l)(rank, l.kind, l.pid, l.tid, l.label, l.device) for l in p.lanes]
     meta = dict(meta)
     meta["iteration_source"] = its.source
+    if len(paused):
+        meta[PAUSES_KEY] = paused.tolist()
     return RankTrace(source=source, rank=rank, cols=cols, names=p.names, layers=layers,
                      lanes=lanes, boundaries_ns=its.boundaries_ns,
                      iteration_names=list(its.names), main_lane=its.lane,
@@ -192,4 +194,5 @@ def load_trace(paths, iteration_marker: str | None = None, workers: int | None =
             raise TraceError(r.source, f"rank {r.rank} given twice (also {seen[r.rank]})")
         seen[r.rank] = r.source
     ranks.sort(key=lambda r: r.rank)
+    cut_peer_pauses(ranks)      # a rank's pause stalled the others (graphs built meanwhile: see trace_and_graph)
     return Trace(ranks)
