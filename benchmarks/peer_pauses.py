@@ -24,7 +24,7 @@ def main(argv=None) -> None:
     from daydream.analysis import replay
     from daydream.loader import load_trace
     from daydream.loader.pauses import PEER_PAUSES_KEY
-    from daydream.validate import replay_rank0
+    from daydream.validate import rank_files, replay_rank0
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dir", type=Path, help="output directory of daydream validate")
@@ -39,8 +39,7 @@ def main(argv=None) -> None:
     for f in files:
         alone.append(replay(f)[0].measured_ms)
         cut.append(replay_rank0(f, args.ranks)[0].measured_ms)
-        ranks = [f.with_name(f.name.replace(".rank0.", f".rank{k}.")) for k in range(args.ranks)]
-        spans = load_trace(ranks).ranks[0].meta.get(PEER_PAUSES_KEY, [])
+        spans = load_trace(rank_files(f, args.ranks)).ranks[0].meta.get(PEER_PAUSES_KEY, [])
         print(f"{f.name}: {alone[-1]:.1f} ms alone, {cut[-1]:.1f} ms with the peers' pauses cut "
               f"({len(spans)} cut, {sum(e - s for s, e in spans) / 1e6:.0f} ms)", flush=True)
     print(f"mean over {len(files)} rounds: {statistics.fmean(alone):.2f} ms alone, {statistics.fmean(cut):.2f} ms cut")

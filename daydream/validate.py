@@ -27,7 +27,7 @@ from .loader import load_trace
 from .model import Trace
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "replay_rank0", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "REAL_PROCESSES", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_beside", "run_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "replay_rank0", "rank_files", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "REAL_PROCESSES", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_beside", "run_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -352,8 +352,16 @@ def replay_rank0(path: Path, nproc: int = 1) -> tuple:
     """
     if nproc <= 1:
         return replay(path)
-    job = load_trace([path.with_name(path.name.replace(".rank0.", f".rank{k}.")) for k in range(nproc)])
-    return replay(Trace(job.ranks[:1]))
+    return replay(Trace(load_trace(rank_files(path, nproc)).ranks[:1]))
+
+
+def rank_files(path: Path, nproc: int) -> list:
+    """The files of every rank of a traced run, from its rank 0's (``NAME.rank0.json.gz``).
+
+    >>> [p.name for p in rank_files(Path("tp.t2.r3.rank0.json.gz"), 2)]
+    ['tp.t2.r3.rank0.json.gz', 'tp.t2.r3.rank1.json.gz']
+    """
+    return [path.with_name(path.name.replace(".rank0.", f".rank{k}.")) for k in range(nproc)]
 
 
 def _round_path(path: Path, k: int, repeat: int) -> Path:

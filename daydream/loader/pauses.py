@@ -86,9 +86,9 @@ def cut_peer_pauses(ranks) -> int:
     A rank that pauses between two iterations (its turn, a heap top-up:
     :mod:`daydream.collect.tracer`) stops its part of the job's collectives,
     so the other ranks wait for it inside their own iteration: in the
-    validation's 2-rank tensor-parallel runs a top-up of 230-555 MiB on rank 1
-    (0.66-1.58 s) lengthened one of rank 0's iterations by as much, the
-    round's mean iteration by 4-83 ms (docs/validation-log.md, "Session 75").
+    validation's 2-rank tensor-parallel runs a top-up of up to 555 MiB on rank 1
+    (up to 1.58 s) lengthened one of rank 0's iterations by as much, the
+    round's mean iteration by up to 83 ms (docs/validation-log.md, "Session 75").
     The wait is the tracer's, not training's, so it is cut as the rank's own
     pause is: on every other rank the span of each pause (on the one host
     clock the ranks of ``daydream trace --nproc`` stamp) is cut, iteration
