@@ -72,3 +72,9 @@ def test_the_validation_measures_a_runs_rank0_without_its_peers_pauses(paused_jo
     rank0 = paused_job[0]
     assert replay(rank0)[0].measured_ms == pytest.approx(0.65)      # (1.2 + 0.1) / 2: the wait kept
     assert replay_rank0(rank0, 2)[0].measured_ms == pytest.approx(0.1)
+
+
+def test_a_replay_of_the_job_builds_its_graph_from_the_cut_ranks(paused_job):
+    # the graph is built rank by rank while loading, before the cut: it must be built again
+    report = replay(list(paused_job))[0]
+    assert report.measured_ms == pytest.approx(0.1)
