@@ -4,12 +4,13 @@ On this project's VM the host moves the two virtual CPUs between a near placemen
 round trip of 50-130 ns: one shared last-level cache) and a far one (300-550 ns) every few seconds
 (:mod:`daydream.corelink`). ``daydream validate`` probes the placement before and after every
 measured run and writes the probes, in the order taken, with each row (``core_to_core_ns``). The
-Hydra validation (:mod:`daydream.validation.hydra`) takes them in a fixed order: per round, the
-baseline trace (two probes), then for each K of :data:`~daydream.validation.hydra.MODELS`
+Hydra validation (:mod:`daydream.validation.hydra`) takes them in a fixed order: per round and K
+of :data:`~daydream.validation.hydra.MODELS`, a baseline trace (two probes), then
 :data:`~daydream.validate.REAL_PROCESSES` real runs (two probes each), and after the last round one
-more trace. So each round's error (``predicted_rounds_ms`` over ``measured_rounds_ms``) can be set
-beside the placement its real runs saw and the one its two traces saw, which the prediction's
-co-run rates were measured in (right after each trace).
+more trace (until session 76 a round traced once, before its first K: files of that layout are read
+too, told apart by their number of probes). So each round's error (``predicted_rounds_ms`` over
+``measured_rounds_ms``) can be set beside the placement its real runs saw and the one its two
+traces saw, which the prediction's co-run rates were measured in (right after each trace).
 
 Prints, per row (K and schedule), the rounds' mean and median signed error and their spread in each
 class: real runs near / mixed / far against traces near / mixed / far (a run is near when at most
@@ -28,7 +29,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-__all__ = ["FAR_NS", "rounds", "placement", "main"]
+__all__ = ["FAR_NS", "rounds", "spans", "placement", "main"]
 
 #: A probe above this reads far (the VM's two placements: 50-130 ns and 300-550 ns).
 FAR_NS = 250.0
@@ -50,8 +51,31 @@ def _layout():
     from daydream.validate import REAL_PROCESSES
     from daydream.validation.hydra import MODELS
 
-    runs = 2 * REAL_PROCESSES                       # probes per K per round
-    return MODELS, runs, 2 + runs * len(MODELS)     # and per round, its trace's two first
+    return MODELS, 2 * REAL_PROCESSES               # probes per K's runs in a round
+
+
+def spans(rounds_n: int, models: int, k_index: int, per_k: int, probes_n: int):
+    """Per round, ``(runs, traces)``: the probe index ranges of K number ``k_index``'s real runs and
+    of the two traces around them, in a Hydra row's ``probes_n`` probes; None where the count fits
+    neither layout (a trace before each K since session 76; one trace a round before it).
+
+    >>> spans(1, 2, 1, 2, 10)          # trace, K0 runs, trace, K1 runs, trace
+    [((6, 8), ((4, 6), (8, 10)))]
+    >>> spans(1, 2, 1, 2, 8)           # trace, K0 runs, K1 runs, trace
+    [((4, 6), ((0, 2), (6, 8)))]
+    >>> spans(2, 2, 0, 2, 9) is None
+    True
+    """
+    each = 2 + per_k                                # a trace's two probes, then one K's runs
+    if probes_n == models * each * rounds_n + 2:
+        return [((b + 2, b + each), ((b, b + 2), (b + each, b + each + 2)))
+                for b in (each * (r * models + k_index) for r in range(rounds_n))]
+    per_round = 2 + per_k * models
+    if probes_n == per_round * rounds_n + 2:
+        first = 2 + per_k * k_index
+        return [((b + first, b + first + per_k), ((b, b + 2), (b + per_round, b + per_round + 2)))
+                for b in (per_round * r for r in range(rounds_n))]
+    return None
 
 
 def rounds(path) -> dict:
@@ -60,19 +84,17 @@ def rounds(path) -> dict:
     validation's order (older files, unprobed runs) are left out."""
     from hydra_sp_mp import hydra_rows
 
-    models, per_k, per_round = _layout()
+    models, per_k = _layout()
     out = {}
     for k, sched, real, pred, row in hydra_rows(path):
         probes = [float(x) for x in (row.get("core_to_core_ns") or "").split()]
         n = len(real)
-        if not n or len(pred) != n or len(probes) != per_round * n + 2 or k not in models:
+        got = spans(n, len(models), models.index(k), per_k, len(probes)) if k in models and n else None
+        if not got or len(pred) != n:
             continue
-        first = 2 + per_k * models.index(k)
-        out[(k, sched)] = [(100.0 * (p / m - 1.0),
-                            placement(probes[i * per_round + first:i * per_round + first + per_k]),
-                            placement(probes[i * per_round:i * per_round + 2]
-                                      + probes[(i + 1) * per_round:(i + 1) * per_round + 2]))
-                           for i, (p, m) in enumerate(zip(pred, real))]
+        out[(k, sched)] = [(100.0 * (p / m - 1.0), placement(probes[slice(*runs)]),
+                            placement(probes[slice(*before)] + probes[slice(*after)]))
+                           for (p, m), (runs, (before, after)) in zip(zip(pred, real), got)]
     return out
 
 

@@ -2,7 +2,8 @@
 each round's real runs.
 
 A validation's Hydra rows (``daydream validate --opt hydra``) keep the baseline traces taken
-around its rounds (``traces/hydra.mlp.base.rR.json.gz``, R = 0 before the first round), its
+around its rounds (``traces/hydra.mlp.base.rR.json.gz``, R = 0 before the first round; since
+session 76 one before each K of a round, :func:`trace_before`), its
 2-process pipeline and Tessel rows theirs (``traces/mlp.pipeline-base.rR.json.gz``,
 ``traces/mlp.tessel-base.rR.json.gz``), and each row's real time per round
 (``measured_rounds_ms`` in ``results.csv``).  This predicts each row of ``--opt`` (``hydra`` by
@@ -33,7 +34,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-__all__ = ["main", "hydra_rows", "with_options", "profile_without", "TRACES"]
+__all__ = ["main", "hydra_rows", "with_options", "profile_without", "trace_before", "TRACES"]
 
 #: Each ``--opt``'s baseline trace of round R, in a validation's ``traces/``.
 TRACES = {"hydra": "hydra.mlp.base.r{}.json.gz", "pipeline": "mlp.pipeline-base.r{}.json.gz",
@@ -77,6 +78,18 @@ def profile_without(path, fields, out_dir) -> str:
     return str(out)
 
 
+def trace_before(d, opt: str, spec: str, rd: int, n_rounds: int) -> int:
+    """The number of the trace taken right before round ``rd``'s real runs of ``spec``'s row, in
+    the validation directory ``d``: ``rd``, but for a Hydra validation of session 76 on, which
+    traces before each K of a round (:data:`daydream.validation.hydra.MODELS`), told apart by its
+    number of traces (``rounds x len(MODELS) + 1``)."""
+    from daydream.validation.hydra import MODELS
+
+    if opt != "hydra" or len(list((Path(d) / "traces").glob(TRACES[opt].format("*")))) != n_rounds * len(MODELS) + 1:
+        return rd
+    return rd * len(MODELS) + MODELS.index(int(spec.split("models=")[1].split(",")[0]))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir", help="a validation's output directory (its results.csv, traces/ and device-cpu-1t.json)")
@@ -98,14 +111,17 @@ def _compare(args, profile: str) -> None:
     specs = args.spec if args.spec is not None else [""]
     rows = [(spec.replace("schedule_csv=", f"schedule_csv={d}/"), real)     # Tessel's, beside results.csv
             for spec, real in hydra_rows(d / "results.csv", args.opt)]
-    rounds = args.rounds if args.rounds is not None else range(min(len(r) for _, r in rows))
+    if not rows:
+        raise SystemExit(f"hydra_specs: {d / 'results.csv'}: no {args.opt} rows")
+    n_rounds = min(len(r) for _, r in rows)
+    rounds = args.rounds if args.rounds is not None else range(n_rounds)
     errors: dict = {}
     for rd in rounds:
-        base = d / "traces" / TRACES[args.opt].format(rd)
         for s in specs:
             forget_measured()                   # each spec measures its rates afresh, in turns
             cells = []
             for spec, real in rows:
+                base = d / "traces" / TRACES[args.opt].format(trace_before(d, args.opt, spec, rd, n_rounds))
                 got = predict(str(base), [with_options(spec, s)], profile_path=profile)[0].predicted_ms
                 errors.setdefault((s, spec), []).append((got, real[rd]))
                 cells.append(f"{100 * (got / real[rd] - 1):+5.1f}")

@@ -506,10 +506,10 @@ def test_real_run_logs_every_task_and_arrival(tmp_path):
                 assert all(arrived[r["model"]] <= r["start_ns"] for r in tasks if r["what"] == task)
 
 
-def test_validation_rows_are_medians_over_rounds_bracketed_by_traces_with_the_first_split(tmp_path, monkeypatch):
-    """Traces before, between and after the rounds; a round's prediction is the mean of the
-    predictions from the traces around it; a row the median over the rounds (a slow round
-    does not move it)."""
+def test_validation_rows_are_medians_over_rounds_with_each_ks_runs_between_their_own_traces(tmp_path, monkeypatch):
+    """A trace before each K's runs of a round and one after the last; each K's round predicted
+    from the mean of the predictions from the two traces around its runs (the split from the
+    first trace); a row the median over the rounds (a slow round does not move it)."""
     from types import SimpleNamespace
 
     import daydream.validate as validate
@@ -520,7 +520,7 @@ def test_validation_rows_are_medians_over_rounds_bracketed_by_traces_with_the_fi
 
     def run_real(k, shard0, processes):
         assert processes == validate.REAL_PROCESSES
-        real_calls.append((k, shard0))
+        real_calls.append((k, shard0, len(traced)))
         r = len(real_calls)                                   # 1, 2, ... : one per (round, K)
         slow = 50.0 if r >= 5 else 0.0                        # the last round's runs are slow
         return {"model-parallel": 10.0 * k + r + slow, "shard-parallel": 6.0 * k + r + slow}
@@ -531,26 +531,28 @@ def test_validation_rows_are_medians_over_rounds_bracketed_by_traces_with_the_fi
         if "models=1," in spec[0]:                            # the split: 3 layers, then 6
             return SimpleNamespace(metrics={"shard0_layers": 3 + r, "shard1_layers": 6 - r}), None
         k = int(spec[0].split("models=")[1].split(",")[0])
-        base = 8.0 + 2 * r + (20.0 if r == 3 else 0.0)       # the last trace too
+        base = 8.0 + 2 * r + (20.0 if r == 6 else 0.0)       # the last trace too
         return SimpleNamespace(optimizations=[spec[0]], baseline_ms=base, predicted_ms=base * k), None
 
     monkeypatch.setattr(vh, "run_real", run_real)
     monkeypatch.setattr(vh, "predict", predict)
     monkeypatch.setattr(validate, "predict", predict)
+    assert vh.MODELS == (2, 4)
     rows = vh.validate_rows(tmp_path, "prof.json", progress=lambda m: None, repeat=3)
-    assert [Path(p).name for p in traced] == [f"hydra.mlp.base.r{r}.json.gz" for r in range(4)]
-    assert real_calls == [(k, 3) for _ in range(3) for k in vh.MODELS]
+    assert [Path(p).name for p in traced] == [f"hydra.mlp.base.r{n}.json.gz" for n in range(7)]
+    # every K's runs right after a trace of their own: traces 1, 3, 5 before K = 2, 2, 4, 6 before K = 4
+    assert real_calls == [(k, 3, n) for n, k in zip(range(1, 7), [2, 4] * 3)]
     assert all("layers=3:6" in sp for sp in specs if "models=1," not in sp)
-    # each trace predicted once per spec, though the middle ones serve two rounds
-    assert len([sp for sp in specs if "models=2," in sp and "model-parallel" in sp]) == 4
+    # each trace predicted once per spec, though most serve two K's rounds
+    assert len([sp for sp in specs if "models=2," in sp and "model-parallel" in sp]) == 7
     by = {(r.workload, r.optimization.split("schedule=")[1].split(",")[0]): r for r in rows}
-    # K = 2 ran in calls 1, 3, 5 and K = 4 in calls 2, 4, 6; traces 8, 10, 12, 34: rounds 9, 11, 23
-    assert by[("mlp x2 on 2 procs", "model-parallel")].measured_ms == 20 + 3
-    assert by[("mlp x2 on 2 procs", "model-parallel")].measured_rounds_ms == (21, 23, 75)
-    assert by[("mlp x4 on 2 procs", "shard-parallel")].measured_ms == 24 + 4
-    assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_ms == 4 * 11
-    assert by[("mlp x4 on 2 procs", "shard-parallel")].predicted_rounds_ms == (36, 44, 92)
-    assert by[("mlp x2 on 2 procs", "model-parallel")].baseline_ms == 11
+    # K = 2 ran in calls 1, 3, 5 between traces 0-1, 2-3, 4-5 (8 10 | 12 14 | 16 18): rounds 9, 13, 17
+    x2 = by[("mlp x2 on 2 procs", "model-parallel")]
+    assert x2.measured_ms == 20 + 3 and x2.measured_rounds_ms == (21, 23, 75)
+    assert x2.predicted_rounds_ms == (18, 26, 34) and x2.baseline_ms == 13
+    # K = 4 in calls 2, 4, 6 between traces 1-2, 3-4, 5-6 (10 12 | 14 16 | 18 40): rounds 11, 15, 29
+    x4 = by[("mlp x4 on 2 procs", "shard-parallel")]
+    assert x4.measured_ms == 24 + 4 and x4.predicted_rounds_ms == (44, 60, 116) and x4.predicted_ms == 60
 
 
 def test_by_default_the_cycle_factor_applies_on_one_device_only(own_trace):
@@ -592,6 +594,16 @@ def test_the_specs_benchmark_reads_a_validations_hydra_rows_and_sets_options(tmp
     assert json.loads(prof.read_text())["resume"] == [[1e6, 1.1]]          # the validation's own file untouched
     with pytest.raises(SystemExit, match="no field resum"):
         bench.profile_without(prof, ["resum"], out)
+    # the trace before a round's runs: one a round (until session 76), or one before each K since
+    (tmp_path / "traces").mkdir()
+    for n in range(3):
+        (tmp_path / "traces" / f"hydra.mlp.base.r{n}.json.gz").write_text("")
+    assert [bench.trace_before(tmp_path, "hydra", "hydra:models=4", rd, 2) for rd in (0, 1)] == [0, 1]
+    for n in range(3, 5):
+        (tmp_path / "traces" / f"hydra.mlp.base.r{n}.json.gz").write_text("")
+    assert [bench.trace_before(tmp_path, "hydra", f"hydra:models={k},devices=2", rd, 2)
+            for rd in (0, 1) for k in (2, 4)] == [0, 1, 2, 3]
+    assert bench.trace_before(tmp_path, "pipeline", "pipeline:stages=2", 1, 2) == 1
 
 
 def test_the_placement_benchmark_sets_each_round_beside_its_runs_and_traces_probes(tmp_path, capsys):
@@ -627,6 +639,16 @@ def test_the_placement_benchmark_sets_each_round_beside_its_runs_and_traces_prob
     bench.main([str(csv)])
     out = capsys.readouterr().out
     assert f"K={k0} shard-parallel: 2 rounds" in out and "runs near  traces mixed n   1  mean  -10.0 %" in out
+    # since session 76: a trace before each K's runs, the same rounds read alike
+    traces, runs = [near, near, near, far, far], [near, far, far, far]        # in order: K0, K1 of round 0, ...
+    each = [p for t, r in zip(traces, runs) for p in [t] * 2 + [r] * per_k] + [traces[-1]] * 2
+    text = " ".join(f"{p:.0f}" for p in each)
+    csv.write_text("# daydream: {}\nworkload,optimization,measured_rounds_ms,predicted_rounds_ms,core_to_core_ns\n"
+                   f'x,"hydra:models={k0},devices=2,schedule=shard-parallel",10 20,9 21,{text}\n'
+                   f'x,"hydra:models={k1},devices=2,schedule=model-parallel",10 20,11 18,{text}\n')
+    again = bench.rounds(csv)
+    assert [(run, tr) for _, run, tr in again[(k0, "shard-parallel")]] == [("near", "near"), ("far", "mixed")]
+    assert [(run, tr) for _, run, tr in again[(k1, "model-parallel")]] == [("far", "near"), ("far", "far")]
 
 
 def test_the_ratio_benchmarks_leave_out_rows_without_rounds_and_refuse_other_files(tmp_path, capsys):

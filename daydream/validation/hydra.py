@@ -9,8 +9,15 @@ makespan of one training step of all K models, one model at a time
 rounds); a round of the validation measures the mean of
 :data:`daydream.validate.REAL_PROCESSES` such runs, each in fresh processes
 (since session 63).  Baseline traces and real runs alternate, ``repeat`` rounds, all
-with the split chosen from the first trace, each round's runs between a
-trace before and one after them (:func:`daydream.validate.bracketed`); a row
+with the split chosen from the first trace, each K's runs of a round between a
+trace before and one after them (:func:`daydream.validate.bracketed`): a round
+traces before each K, and the trace before the next K (or the last one)
+closes it.  Until session 76 a round traced once, before its first K, so its
+last K's runs sat some 30 s after that trace: over the rounds of 53 runs
+(2026-12-04a to 12-06a) a round's K = 2 and K = 4 real runs correlated 0.43,
+its prediction with the K = 4 runs next to its later trace 0.44, with the
+K = 2 runs next to its earlier trace (and to that trace's co-run measurement)
+0.27: the VM's speed moves within a round; a row
 holds the medians over the rounds of the prediction from each round's two
 traces (their mean, with that split, ``layers=``) and of the real makespan
 measured in that round, as the pipeline rows (:func:`daydream.validate.median_row`;
@@ -98,20 +105,21 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
 
     try:
         for r in range(repeat):
-            trace(r, f"run {r + 1}/{repeat}")
-            for k in MODELS:
+            for i, k in enumerate(MODELS):
+                trace(r * len(MODELS) + i, f"run {r + 1}/{repeat}" + (f", before {k} models" if i else ""))
                 progress(f"hydra: run {r + 1}/{repeat}: {k} models x {DEVICES} shards for real "
                          f"(first shard: {split[0]} layers)")
                 for s, v in run_real(k, split[0], processes=REAL_PROCESSES).items():
                     measured[k][s].append(v)
-        trace(repeat, "after the last run")
+        trace(repeat * len(MODELS), "after the last run")
     except DaydreamError as exc:
         progress(f"hydra: skipped ({exc})")
         return []
     rows = []
-    for k in MODELS:
+    for i, k in enumerate(MODELS):
+        pairs = bracketed(bases)[i::len(MODELS)]       # each round's K runs between their own two traces
         for s in SCHEDULES:
-            row = median_row(f"mlp x{k} on {DEVICES} procs", None, bracketed(bases), _specs(split)[(k, s)],
+            row = median_row(f"mlp x{k} on {DEVICES} procs", None, pairs, _specs(split)[(k, s)],
                              measured[k][s], profile_path, done)
             rows.append(row)
             progress(f"hydra: models={k} {s}: predicted {row.predicted_ms:.2f} ms, measured "
