@@ -651,6 +651,38 @@ def test_the_placement_benchmark_sets_each_round_beside_its_runs_and_traces_prob
     assert [(run, tr) for _, run, tr in again[(k1, "model-parallel")]] == [("far", "near"), ("far", "far")]
 
 
+def _no_hydra(tmp_path):
+    f = tmp_path / "other.csv"
+    f.write_text('workload,optimization,measured_rounds_ms,predicted_rounds_ms\nmlp,"pipeline:stages=2",1 2,2 1\n')
+    return f
+
+
+def test_the_round_correlation_benchmark_pairs_rounds_within_runs(tmp_path, capsys):
+    """``benchmarks/round_correlation.py`` correlates rounds centred on their run's mean: two runs
+    at different levels whose predictions follow their real rounds read +1; a prediction that
+    moves against them -1."""
+    import doctest
+
+    bench = _bench("round_correlation")
+    assert doctest.testmod(bench).failed == 0
+    head = "workload,optimization,measured_rounds_ms,predicted_rounds_ms\n"
+    files = []
+    for i, (real, follows, against) in enumerate([("10 12 11", "20 24 22", "12 10 11"),
+                                                   ("30 33 27", "15 16.5 13.5", "9 8.1 9.9")]):
+        f = tmp_path / f"run{i}.csv"
+        f.write_text(head + f'x,"hydra:models=2,devices=2,schedule=model-parallel",{real},{follows}\n'
+                     f'x,"hydra:models=2,devices=2,schedule=shard-parallel",{real},{against}\n'
+                     'mlp,"pipeline:stages=2",1 2 3,3 2 1\n')
+        files.append(str(f))
+    bench.main(files)
+    out = capsys.readouterr().out
+    assert "6 rounds a row" in out
+    assert "K=2 model-parallel: prediction with real r = +1.00" in out
+    assert "K=2 shard-parallel: prediction with real r = -1.00" in out
+    with pytest.raises(SystemExit, match="no Hydra rows"):
+        bench.main([str(_no_hydra(tmp_path))])
+
+
 def test_the_ratio_benchmarks_leave_out_rows_without_rounds_and_refuse_other_files(tmp_path, capsys):
     """``hydra_sp_mp.py`` pairs each K's rows round by round and leaves out rows of files older than
     the per-round columns; ``hydra_placement.py`` names a file that is not a results CSV in one line."""
