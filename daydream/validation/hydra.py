@@ -18,8 +18,8 @@ last K's runs sat some 30 s after that trace: over the rounds of 53 runs
 its prediction with the K = 4 runs next to its later trace 0.44, with the
 K = 2 runs next to its earlier trace (and to that trace's co-run measurement)
 0.27: the VM's speed moves within a round; a row
-holds the medians over the rounds of the prediction from each round's two
-traces (their mean, with that split, ``layers=``) and of the real makespan
+holds the medians over the rounds of the prediction from the two traces
+around that K's runs (their mean, with that split, ``layers=``) and of the real makespan
 measured in that round, as the pipeline rows (:func:`daydream.validate.median_row`;
 until session 47 the means: one slow real round in three cost shard-parallel
 K = 2 its row in two runs of session 46).  Each trace is predicted right after it
@@ -83,10 +83,10 @@ def _run_real_once(models: int, shard0_layers: int, rounds: int) -> dict:
 
 def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
                   iterations: int = ITERATIONS) -> list:
-    """Trace one MLP and run each K for real, ``repeat`` rounds, each round's runs between a
-    baseline trace before and one after them; two rows per K, each the medians over the rounds
-    of the prediction from that round's two traces (their mean) and of the real makespan (the
-    split chosen from the first trace throughout)."""
+    """Trace one MLP and run each K for real, ``repeat`` rounds, each K's runs of a round between
+    a baseline trace before and one after them; two rows per K, each the medians over the rounds
+    of the prediction from the two traces around that K's runs (their mean) and of the real
+    makespan (the split chosen from the first trace throughout)."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
