@@ -570,16 +570,22 @@ def _for_backend(figures: dict, backend: str | None):
 
 def _interp(pts, x: float, flat: bool = False) -> float:
     """``y`` at ``x`` on the points ``((x, y), ...)`` (increasing x): linear between points, the
-    first point's ``y`` below it; past the last, its ``y`` if ``flat``, else 0.0.
+    first point's ``y`` below it; past the last, its ``y`` if ``flat``, else 0.0.  Never outside
+    its two points' ``y``, which rounding could otherwise pass by a unit in the last place (a
+    curve kept non-decreasing would then fall past its last point).
 
     >>> [_interp(((1, 10), (3, 30)), x) for x in (0, 2, 4)], _interp(((1, 10), (3, 30)), 4, flat=True)
     ([10.0, 20.0, 0.0], 30.0)
+    >>> a, b = math.log(4e6), math.log(8e6)
+    >>> _interp(((a, 1.0), (b, 1.9999999999999998)), b)
+    1.9999999999999998
     """
     if x <= pts[0][0]:
         return float(pts[0][1])
     for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
         if x <= x1:
-            return float(y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+            y = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+            return float(min(max(y, min(y0, y1)), max(y0, y1)))
     return float(pts[-1][1]) if flat else 0.0
 
 
