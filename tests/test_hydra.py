@@ -651,12 +651,6 @@ def test_the_placement_benchmark_sets_each_round_beside_its_runs_and_traces_prob
     assert [(run, tr) for _, run, tr in again[(k1, "model-parallel")]] == [("far", "near"), ("far", "far")]
 
 
-def _no_hydra(tmp_path):
-    f = tmp_path / "other.csv"
-    f.write_text('workload,optimization,measured_rounds_ms,predicted_rounds_ms\nmlp,"pipeline:stages=2",1 2,2 1\n')
-    return f
-
-
 def test_the_round_correlation_benchmark_pairs_rounds_within_runs(tmp_path, capsys):
     """``benchmarks/round_correlation.py`` correlates rounds centred on their run's mean: two runs
     at different levels whose predictions follow their real rounds read +1; a prediction that
@@ -679,8 +673,10 @@ def test_the_round_correlation_benchmark_pairs_rounds_within_runs(tmp_path, caps
     assert "6 rounds a row" in out
     assert "K=2 model-parallel: prediction with real r = +1.00" in out
     assert "K=2 shard-parallel: prediction with real r = -1.00" in out
+    other = tmp_path / "other.csv"
+    other.write_text(head + 'mlp,"pipeline:stages=2",1 2,2 1\n')
     with pytest.raises(SystemExit, match="no Hydra rows"):
-        bench.main([str(_no_hydra(tmp_path))])
+        bench.main([str(other)])
 
 
 def test_the_ratio_benchmarks_leave_out_rows_without_rounds_and_refuse_other_files(tmp_path, capsys):
