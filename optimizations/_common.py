@@ -11,7 +11,7 @@ from daydream.graph import EdgeKind
 from .base import NotApplicable
 
 __all__ = ["by_rank_iteration", "launch_of", "module_table", "param_tensors", "layer_mask", "HOW_TO_RECORD",
-           "OPTIMIZER_STEP_RE", "optimizer_state_factor", "cycle_ratio"]
+           "OPTIMIZER_STEP_RE", "optimizer_state_factor", "activation_bytes", "cycle_ratio"]
 
 HOW_TO_RECORD = "record it with `daydream trace -- python train.py ...`, which stores the module table"
 OPTIMIZER_STEP_RE = r"^Optimizer\.step#"
@@ -74,14 +74,30 @@ def optimizer_state_factor(meta: dict) -> int:
     return 0
 
 
-def cycle_ratio(ctx, copies: int, param_bytes: float | None = None) -> float:
+def activation_bytes(mods) -> int:
+    """Bytes the leaf modules of a module table (``mods``, its rows) output in one forward pass:
+    the activations a training step keeps for its backward pass (a module inside another counts
+    once, as its own row; 0 where the table records no output sizes).
+
+    >>> activation_bytes([{"path": "m", "output_bytes": 40}, {"path": "m.a", "output_bytes": 30},
+    ...                   {"path": "m.b", "output_bytes": 10}, {"path": "m.c", "output_bytes": None}])
+    40
+    """
+    paths = [str(m.get("path", "")) for m in mods]
+    return sum(int(m.get("output_bytes") or 0) for m, p in zip(mods, paths)
+               if not any(q.startswith(p + ".") for q in paths))
+
+
+def cycle_ratio(ctx, copies: int, param_bytes: float | None = None, activations: bool = False) -> float:
     """The device profile's cycle factor (:meth:`daydream.device.DeviceProfile.cycle_factor`)
     for the parameters and optimizer state of ``copies`` models against one's: how much longer
     a step takes when ``copies`` copies of the traced model keep their state on the host (Hydra's
     devices taking turns, HFTA's fused copies) than the traced one did.  ``param_bytes``: the
     parameters of one copy (default: the traced model's, from its module table; Hydra passes a
-    device's shard).  1.0 off CPU, without the profile's figures, or without the trace's module
-    table."""
+    device's shard).  ``activations``: each copy's activations (:func:`activation_bytes`) count
+    with its state, for copies whose activations are all live at once (HFTA's fused step; Hydra's
+    models run one at a time).  1.0 off CPU, without the profile's figures, or without the
+    trace's module table."""
     dev = ctx.device
     mods = ctx.meta().get("modules") or []
     if dev.kind != "cpu" or not dev.cycle or not mods:
@@ -89,4 +105,6 @@ def cycle_ratio(ctx, copies: int, param_bytes: float | None = None) -> float:
     if param_bytes is None:   # each row counts the module's own parameters: the rows add up to the model's
         param_bytes = sum(int(m.get("param_bytes") or 0) for m in mods)
     state = param_bytes * (1 + optimizer_state_factor(ctx.meta()))
+    if activations:
+        state += activation_bytes(mods)
     return dev.cycle_factor(copies * state) / dev.cycle_factor(state)

@@ -89,8 +89,9 @@ def test_whatif_on_mlp_trace(own_trace):
 
 def test_compute_ops_take_the_cycle_factor_of_n_models_state(own_trace):
     """A profile whose cycle figures give x1.1 at twice the traced MLP's parameters and momentum:
-    fused 2-fold, every compute task (and its other slices) takes 1.1x its fused time, nothing
-    else changes; `cycle=false`, or a profile without the figures, leaves it out."""
+    fused 2-fold (`activations=false`: the state alone), every compute task (and its other
+    slices) takes 1.1x its fused time, nothing else changes; `cycle=false`, or a profile without
+    the figures, leaves it out."""
     import dataclasses
 
     from daydream.optimizations.hfta import TaskClass, classify
@@ -101,7 +102,8 @@ def test_compute_ops_take_the_cycle_factor_of_n_models_state(own_trace):
     state = 2 * sum(int(m.get("param_bytes") or 0) for m in leaves)          # momentum SGD
     dev = dataclasses.replace(flat_profile(), cycle=((state, 1.0), (2 * state, 1.1)))
     (off, g_off), (on, g_on) = ((r, res.graph) for r, res in (
-        predict(trace, [f"hfta:models=2,remeasure=0,cycle={c}"], device=dev) for c in ("false", "true")))
+        predict(trace, [f"hfta:models=2,remeasure=0,activations=false,cycle={c}"], device=dev)
+        for c in ("false", "true")))
     assert on.metrics["cycle_factor"] == pytest.approx(1.1) and "cycle_factor" not in off.metrics
     comp = classify(g_off) == TaskClass.COMPUTE
     d_off, d_on = g_off.tasks["dur_ns"], g_on.tasks["dur_ns"]
@@ -111,6 +113,29 @@ def test_compute_ops_take_the_cycle_factor_of_n_models_state(own_trace):
     assert (d_on[changed] > d_off[changed]).all()
     plain, _ = predict(trace, ["hfta:models=2,remeasure=0"], device=flat_profile())
     assert plain.predicted_ms == pytest.approx(off.predicted_ms) and "cycle_factor" not in plain.metrics
+
+
+def test_cycle_footprint_counts_each_copys_activations(own_trace):
+    """By default a copy's footprint on the cycle curve is its parameters, momentum and leaf
+    modules' outputs: a profile reading x1.1 at twice that footprint gives x1.1 fused 2-fold.
+    `activations=false` takes the state alone, where that curve reads something else."""
+    import dataclasses
+
+    from daydream.optimizations._common import activation_bytes
+
+    trace = own_trace("mlp")
+    mods = trace.ranks[0].meta["daydream"]["modules"]
+    state = 2 * sum(int(m.get("param_bytes") or 0) for m in mods)              # momentum SGD
+    acts = activation_bytes(mods)
+    assert acts > 0
+    dev = dataclasses.replace(flat_profile(), cycle=((state + acts, 1.0), (2 * (state + acts), 1.1)))
+    on, _ = predict(trace, ["hfta:models=2,remeasure=0"], device=dev)
+    off, _ = predict(trace, ["hfta:models=2,remeasure=0,activations=false"], device=dev)
+    assert on.metrics["cycle_factor"] == pytest.approx(1.1)
+    state_only = dev.cycle_factor(2 * state) / dev.cycle_factor(state)
+    assert state_only != pytest.approx(1.1)
+    assert off.metrics["cycle_factor"] == pytest.approx(state_only)
+    assert on.predicted_ms != pytest.approx(off.predicted_ms)
 
 
 def test_cpu_trace_convolutions_and_matmuls_rerun_fused(own_trace, profile):

@@ -484,3 +484,34 @@ def test_the_one_stage_row_is_predicted_from_the_trace_taken_in_turns_with_it(mo
     assert one.predicted_rounds_ms == (44.0, 46.0) and one.measured_rounds_ms == (50.0, 54.0)
     assert [r.measured_rounds_ms for r in rows[:2]] == [(40.0, 40.0), (38.0, 38.0)]
     assert rows[0].predicted_rounds_ms == (41.0, 41.0)
+
+
+def test_the_row_pairing_benchmark_centres_each_runs_rounds(tmp_path, monkeypatch, capsys):
+    """``benchmarks/row_pairing.py``: per row over its rounds, each run centred on its mean, the
+    prediction's correlation with the real runs (+1 where it follows them at another level, -1
+    where it moves against them) and the spread of their difference; rows without as many
+    predicted rounds as real ones are left out, and files without any are refused."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    bench = importlib.import_module("row_pairing")
+    head = "workload,optimization,measured_rounds_ms,predicted_rounds_ms\n"
+    files = []
+    for i, (real, follows, against) in enumerate([("10 12 11", "20 24 22", "12 10 11"),
+                                                  ("30 33 27", "15 16.5 13.5", "9 8.1 9.9")]):
+        f = tmp_path / f"run{i}.csv"
+        f.write_text(head + f"mlp,hfta:models=2,{real},{follows}\n"
+                     f'mlp,"pipeline:stages=2,microbatches=4,schedule=gpipe",{real},{against}\n'
+                     "cnn,hfta:models=2,1 2 3,\n")
+        files.append(str(f))
+    got = bench.pooled_rows(files)
+    assert list(got) == ["mlp / hfta:models=2", "mlp / pipeline:stages=2,schedule=gpipe"]
+    assert got["mlp / hfta:models=2"][0] == pytest.approx(got["mlp / hfta:models=2"][1])
+    bench.main(files)
+    out = capsys.readouterr().out
+    assert "mlp / hfta:models=2" in out and "n    6  r +1.00" in out and "difference  0.0" in out
+    assert "r -1.00" in out and "cnn" not in out
+    empty = tmp_path / "empty.csv"
+    empty.write_text(head + "cnn,hfta:models=2,1 2 3,\n")
+    with pytest.raises(SystemExit, match="no rows with per-round figures"):
+        bench.main([str(empty)])
