@@ -261,7 +261,8 @@ class HFTA(Optimization):
                  f"grow with N; dispatch, views and Python time are paid once; data loading is shared")
         if cycle != 1.0:
             ctx.metrics["cycle_factor"] = cycle
-            kept = "parameters, optimizer state and activations" if self.activations else "parameters and optimizer state"
+            kept = ("parameters, optimizer state and activations" if self.activations
+                    else "parameters and optimizer state")
             ctx.note(f"hfta: the fused job keeps {n} models' {kept}: its compute ops take "
                      f"x{cycle:.2f} (the profile's cycle figures, against one model's; `cycle=false` leaves it out)")
 

@@ -136,6 +136,8 @@ def test_cycle_footprint_counts_each_copys_activations(own_trace):
     assert state_only != pytest.approx(1.1)
     assert off.metrics["cycle_factor"] == pytest.approx(state_only)
     assert on.predicted_ms != pytest.approx(off.predicted_ms)
+    kept = [[n for n in rep.notes if "the fused job keeps" in n] for rep in (on, off)]
+    assert "and activations" in kept[0][0] and "and activations" not in kept[1][0]
 
 
 def test_cpu_trace_convolutions_and_matmuls_rerun_fused(own_trace, profile):
