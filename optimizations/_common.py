@@ -11,7 +11,7 @@ from daydream.graph import EdgeKind
 from .base import NotApplicable
 
 __all__ = ["by_rank_iteration", "launch_of", "module_table", "param_tensors", "layer_mask", "HOW_TO_RECORD",
-           "OPTIMIZER_STEP_RE", "optimizer_state_factor", "activation_bytes", "cycle_ratio"]
+           "OPTIMIZER_STEP_RE", "optimizer_state_factor", "leaf_paths", "activation_bytes", "cycle_ratio"]
 
 HOW_TO_RECORD = "record it with `daydream trace -- python train.py ...`, which stores the module table"
 OPTIMIZER_STEP_RE = r"^Optimizer\.step#"
@@ -74,6 +74,16 @@ def optimizer_state_factor(meta: dict) -> int:
     return 0
 
 
+def leaf_paths(paths) -> list:
+    """The module paths of ``paths`` (a module table's, in its order) that hold no other.
+
+    >>> leaf_paths(["m", "m.a", "m.b", "m.ab"])
+    ['m.a', 'm.b', 'm.ab']
+    """
+    paths = list(paths)
+    return [p for p in paths if not any(q.startswith(p + ".") for q in paths)]
+
+
 def activation_bytes(mods) -> int:
     """Bytes the leaf modules of a module table (``mods``, its rows) output in one forward pass:
     the activations a training step keeps for its backward pass (a module inside another counts
@@ -83,9 +93,8 @@ def activation_bytes(mods) -> int:
     ...                   {"path": "m.b", "output_bytes": 10}, {"path": "m.c", "output_bytes": None}])
     40
     """
-    paths = [str(m.get("path", "")) for m in mods]
-    return sum(int(m.get("output_bytes") or 0) for m, p in zip(mods, paths)
-               if not any(q.startswith(p + ".") for q in paths))
+    rows = {str(m.get("path", "")): m for m in mods}
+    return sum(int(rows[p].get("output_bytes") or 0) for p in leaf_paths(rows))
 
 
 def cycle_ratio(ctx, copies: int, param_bytes: float | None = None, activations: bool = False) -> float:

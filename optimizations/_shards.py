@@ -14,6 +14,7 @@ import numpy as np
 
 from daydream.model import EventKind, LaneKind, Phase
 
+from ._common import leaf_paths
 from ._optstep import CallCosts, call_costs, split_step_ns, step_fixed_ns
 from .base import NotApplicable, OptionError
 
@@ -69,7 +70,7 @@ def _counted_iterations(g) -> tuple:
 def layer_units(g, table: dict):
     """Per leaf module in forward order: its :class:`Unit`; and the per-iteration time of
     data loading + other work (first shard) and of the optimizer step (ns)."""
-    leaves = [p for p in table if not any(q.startswith(p + ".") for q in table)]
+    leaves = leaf_paths(table)
     lid = {g.layers.get(p): p for p in leaves if g.layers.get(p) >= 0}
     T = g.tasks
     tasks, with_gaps = _work_tasks(g)

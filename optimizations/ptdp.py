@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from daydream.model import LaneKind, Phase
 from daydream.primitives import insert
 
+from ._common import leaf_paths
 from ._layers import meta
 from .base import NotApplicable, Optimization, OptionError, Param
 
@@ -207,9 +208,7 @@ class PTDP(Optimization):
     def _memory(ctx, c, table, per_rank, tp_fraction, split=frozenset()) -> float:
         m = ctx.metrics
         state = 2 + state_factor(meta(ctx))   # weights, gradients, optimizer state
-        paths = list(table)
-        out = {p: int(table[p].get("output_bytes") or 0) for p in paths
-               if not any(q.startswith(p + ".") for q in paths)}          # leaves
+        out = {p: int(table[p].get("output_bytes") or 0) for p in leaf_paths(table)}
         act = sum(out.values())
         held = act - sum(b for p, b in out.items() if p in split) * (1 - 1 / c.tensor)
         if c.pipeline > 1:
