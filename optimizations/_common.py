@@ -1,6 +1,7 @@
 """Helpers shared by the optimization modules (graph queries, metadata)."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import defaultdict
 
@@ -11,7 +12,8 @@ from daydream.graph import EdgeKind
 from .base import NotApplicable
 
 __all__ = ["by_rank_iteration", "launch_of", "module_table", "param_tensors", "layer_mask", "HOW_TO_RECORD",
-           "OPTIMIZER_STEP_RE", "optimizer_state_factor", "leaf_paths", "activation_bytes", "cycle_ratio"]
+           "OPTIMIZER_STEP_RE", "optimizer_state_factor", "leaf_paths", "activation_bytes", "cycle_ratio",
+           "cycle_now", "forget_cycle_now"]
 
 HOW_TO_RECORD = "record it with `daydream trace -- python train.py ...`, which stores the module table"
 OPTIMIZER_STEP_RE = r"^Optimizer\.step#"
@@ -97,7 +99,8 @@ def activation_bytes(mods) -> int:
     return sum(int(rows[p].get("output_bytes") or 0) for p in leaf_paths(rows))
 
 
-def cycle_ratio(ctx, copies: int, param_bytes: float | None = None, activations: bool = False) -> float:
+def cycle_ratio(ctx, copies: int, param_bytes: float | None = None, activations: bool = False,
+                now: bool = False) -> float:
     """The device profile's cycle factor (:meth:`daydream.device.DeviceProfile.cycle_factor`)
     for the parameters and optimizer state of ``copies`` models against one's: how much longer
     a step takes when ``copies`` copies of the traced model keep their state on the host (Hydra's
@@ -105,15 +108,52 @@ def cycle_ratio(ctx, copies: int, param_bytes: float | None = None, activations:
     parameters of one copy (default: the traced model's, from its module table; Hydra passes a
     device's shard).  ``activations``: each copy's activations (:func:`activation_bytes`) count
     with its state, for copies whose activations are all live at once (HFTA's fused step; Hydra's
-    models run one at a time).  1.0 off CPU, without the profile's figures, or without the
-    trace's module table."""
+    models run one at a time).  ``now``: the curve measured on this machine now
+    (:func:`cycle_now`) instead of the profile's, where torch is here.  1.0 off CPU, without the
+    profile's figures, or without the trace's module table."""
     dev = ctx.device
     mods = ctx.meta().get("modules") or []
     if dev.kind != "cpu" or not dev.cycle or not mods:
         return 1.0
+    if now:
+        dev = dataclasses.replace(dev, cycle=cycle_now(dev.threads) or dev.cycle)
     if param_bytes is None:   # each row counts the module's own parameters: the rows add up to the model's
         param_bytes = sum(int(m.get("param_bytes") or 0) for m in mods)
     state = param_bytes * (1 + optimizer_state_factor(ctx.meta()))
     if activations:
         state += activation_bytes(mods)
     return dev.cycle_factor(copies * state) / dev.cycle_factor(state)
+
+
+#: Curves :func:`cycle_now` measured in this process, per thread count.
+_CYCLE_NOW: dict = {}
+
+
+def cycle_now(threads: int | None = None) -> tuple:
+    """The cycle curve (:func:`daydream.calibrate_cycle.cycle_points`, ``daydream calibrate``'s
+    probe: about 6 s) measured on this machine now at ``threads`` intra-op threads, once per
+    process until :func:`forget_cycle_now`; ``()`` without torch.
+
+    The curve's knee moves with what else fills the host's shared cache: on this project's VM
+    one calibration read x1.10 at 16.8 MB and another, 50 minutes later, x1.15 (the 8.4 MB
+    point x1.03-1.17 over eight calibrations); a model whose state sits near the knee (the
+    validation MLP's 9.5 MB) takes its factor from the minute the curve was measured.
+    """
+    if threads not in _CYCLE_NOW:
+        try:
+            import torch
+        except ImportError:
+            return ()
+        from daydream.calibrate_cycle import cycle_points
+        from daydream.heapmode import steady_heap
+
+        if threads:
+            torch.set_num_threads(threads)
+        with steady_heap():      # the probe's steps time without page faults, as the jobs they stand for
+            _CYCLE_NOW[threads] = cycle_points(torch)
+    return _CYCLE_NOW[threads]
+
+
+def forget_cycle_now() -> None:
+    """Forget the curves :func:`cycle_now` measured: the next one is measured again."""
+    _CYCLE_NOW.clear()

@@ -57,6 +57,8 @@ from daydream.model import EventKind, LaneKind, Phase
 from daydream.primitives import scale
 from daydream.sim import simulate
 
+from ._common import forget_cycle_now
+
 __all__ = ["corun_rate", "corun_rates", "rate_of", "rates_text", "phase_sequence", "corun_stretch", "slow_thread_work",
            "forget_measured", "SOURCES", "PHASE_SOURCES", "CORUN_ROUNDS"]
 
@@ -178,8 +180,9 @@ def _measured_phases(ctx, batch_factor: float):
 
 
 def forget_measured() -> None:
-    """Forget the rates ``source="trace"`` measured in this process: the next prediction measures
-    its sequence's rate again, in the machine's state of then.
+    """Forget the rates ``source="trace"`` measured in this process, and the cycle curves
+    (:func:`optimizations._common.cycle_now`): the next prediction measures them again, in the
+    machine's state of then.
 
     The rate follows where the host has placed the two cores at the moment: on this
     project's 2-vCPU VM the pipeline validation's micro-batch sequence read 0.61-0.67 beside
@@ -188,6 +191,7 @@ def forget_measured() -> None:
     moving between them every few seconds (docs/validation-log.md, "Session 38").
     """
     _MEASURED.clear()
+    forget_cycle_now()
 
 
 def slow_thread_work(ctx, rate, who: str, source: str) -> None:

@@ -83,7 +83,12 @@ outputs, :func:`optimizations._common.activation_bytes`) counted with its
 state (``activations=1``, the default since session 77): fused, all N copies'
 activations are live at once, and a model whose parameters are small but
 whose activations are not (the bundled CNN: 0.3 MB of parameters, 14 MB of
-activations) leaves the caches by them.
+activations) leaves the caches by them.  With ``remeasure`` the curve is the
+calibration's probe measured again when predicting (``cycle_now=1``, the
+default since session 78; :func:`optimizations._common.cycle_now`): its knee
+moves with what else fills the host's shared cache, within the hour on this
+project's VM, and a model whose state sits near it (the validation MLP's
+9.5 MB) takes a factor of x1.00 or x1.09 by the minute of the calibration.
 
 Where it stops being valid: models whose operators do not fuse
 horizontally (data-dependent control flow, ops without a batched or grouped
@@ -232,7 +237,10 @@ class HFTA(Optimization):
                     "compute ops find the caches as that leaves them, not one model's as in the trace (the "
                     "profile's cycle figures; false: leave it out)", bool),
               Param("activations", True, "with cycle: each copy's activations count with its state (fused, "
-                    "all N copies' activations are live at once)", bool))
+                    "all N copies' activations are live at once)", bool),
+              Param("cycle_now", True, "with cycle and remeasure: the cycle figures measured on this machine when "
+                    "predicting (the calibration's probe, about 6 s once per process), not the profile's: the "
+                    "curve moves with what else fills the host's caches", bool))
     assumptions = __doc__
 
     def apply(self, ctx):
@@ -249,7 +257,8 @@ class HFTA(Optimization):
                                 "(no FLOPs or tensor sizes recorded; trace with `daydream trace`)")
         base_ms = simulate(g).mean_iteration_ns()[1] / 1e6
         measured = self._measured_ratios(ctx, np.flatnonzero(cls == TaskClass.COMPUTE))
-        cycle = cycle_ratio(ctx, n, activations=self.activations) if self.cycle else 1.0
+        now = self.cycle_now and self.remeasure and n > 1
+        cycle = cycle_ratio(ctx, n, activations=self.activations, now=now) if self.cycle else 1.0
         g.tasks["dur_ns"][:] = fused_durations(g, ctx.device, n, self.dtype, measured, cycle)
         fused_ms = simulate(g).mean_iteration_ns()[1] / 1e6
         seq_ms = n * base_ms
@@ -263,8 +272,9 @@ class HFTA(Optimization):
             ctx.metrics["cycle_factor"] = cycle
             kept = ("parameters, optimizer state and activations" if self.activations
                     else "parameters and optimizer state")
+            source = "the cycle figures measured now" if now else "the profile's cycle figures"
             ctx.note(f"hfta: the fused job keeps {n} models' {kept}: its compute ops take "
-                     f"x{cycle:.2f} (the profile's cycle figures, against one model's; `cycle=false` leaves it out)")
+                     f"x{cycle:.2f} ({source}, against one model's; `cycle=false` leaves it out)")
 
 
     def _measured_ratios(self, ctx, tasks) -> dict:

@@ -40,6 +40,8 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
     """Per workload, trace the single model and its N-fold fused jobs with iterations in turns,
     ``repeat`` rounds; one row per workload and N: the means over the rounds of the prediction
     from each round's baseline and of the fused job measured in the same round."""
+    from ..optimizations._corun import forget_measured
+
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -52,6 +54,7 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
         except DaydreamError as exc:
             progress(f"hfta: {w}: skipped ({exc})")
             continue
+        forget_measured()   # the cycle curve measured when this workload's rounds are predicted
         for i, n in enumerate(ns, start=1):
             spec = f"hfta:models={n}"
             row, reports = rounds_row(w, spec, rounds, spec, profile_path, i)
