@@ -115,6 +115,62 @@ def test_compute_ops_take_the_cycle_factor_of_n_models_state(own_trace):
     assert plain.predicted_ms == pytest.approx(off.predicted_ms) and "cycle_factor" not in plain.metrics
 
 
+def _cycle_case(own_trace, threads=1):
+    """The bundled MLP's trace, a profile reading x1.1 at twice its footprint (parameters,
+    momentum, activations) and the footprint."""
+    import dataclasses
+
+    from daydream.optimizations._common import activation_bytes
+
+    trace = own_trace("mlp")
+    mods = trace.ranks[0].meta["daydream"]["modules"]
+    foot = 2 * sum(int(m.get("param_bytes") or 0) for m in mods) + activation_bytes(mods)
+    dev = dataclasses.replace(flat_profile(), threads=threads, cycle=((foot, 1.0), (2 * foot, 1.1)))
+    return trace, dev, foot
+
+
+def test_cycle_ratio_takes_the_curve_measured_now(own_trace, monkeypatch):
+    """`now=True` takes the curve `cycle_now` measured in this process (at the profile's
+    threads) over the profile's; measured once until `forget_measured`, which measures again."""
+    from daydream.analysis import trace_and_graph
+    from daydream.optimizations import WhatIfContext, _common
+    from daydream.optimizations._corun import forget_measured
+
+    trace, dev, foot = _cycle_case(own_trace)
+    calls = []
+    monkeypatch.setattr("daydream.calibrate_cycle.cycle_points",
+                        lambda torch: calls.append(torch.get_num_threads()) or ((foot, 1.0), (2 * foot, 1.3)))
+    forget_measured()
+    _, g = trace_and_graph(trace, None)
+    ctx = WhatIfContext(graph=g, trace=trace, device=dev)
+    got = [_common.cycle_ratio(ctx, 2, activations=True, now=now) for now in (False, True, True)]
+    assert got == pytest.approx([1.1, 1.3, 1.3]) and calls == [1]
+    forget_measured()
+    assert _common.cycle_ratio(ctx, 2, activations=True, now=True) == pytest.approx(1.3) and calls == [1, 1]
+    forget_measured()
+
+
+def test_hfta_cycle_now_with_remeasure(own_trace, monkeypatch):
+    """With `remeasure` (its op re-runs left out here) `hfta` takes the cycle curve measured now
+    and says so; `cycle_now=false` or `remeasure=false` take the profile's."""
+    from daydream.optimizations import _common
+    from daydream.optimizations._corun import forget_measured
+    from daydream.optimizations.hfta import HFTA
+
+    trace, dev, foot = _cycle_case(own_trace)
+    monkeypatch.setattr(HFTA, "_measured_ratios", lambda self, ctx, tasks: {})
+    forget_measured()
+    monkeypatch.setitem(_common._CYCLE_NOW, 1, ((foot, 1.0), (2 * foot, 1.25)))
+    now, _ = predict(trace, ["hfta:models=2"], device=dev)
+    assert now.metrics["cycle_factor"] == pytest.approx(1.25)
+    assert any("the cycle figures measured now" in n for n in now.notes)
+    for spec in ("hfta:models=2,cycle_now=false", "hfta:models=2,remeasure=false"):
+        prof, _ = predict(trace, [spec], device=dev)
+        assert prof.metrics["cycle_factor"] == pytest.approx(1.1), spec
+        assert any("the profile's cycle figures" in n for n in prof.notes)
+    forget_measured()
+
+
 def test_cycle_footprint_counts_each_copys_activations(own_trace):
     """By default a copy's footprint on the cycle curve is its parameters, momentum and leaf
     modules' outputs: a profile reading x1.1 at twice that footprint gives x1.1 fused 2-fold.
