@@ -135,9 +135,10 @@ def cycle_now(threads: int | None = None) -> tuple:
     process until :func:`forget_cycle_now`; ``()`` without torch.
 
     The curve's knee moves with what else fills the host's shared cache: on this project's VM
-    one calibration read x1.10 at 16.8 MB and another, 50 minutes later, x1.15 (the 8.4 MB
+    one calibration read x1.10 at 16.8 MB and another, 48 minutes later, x1.16 (the 8.4 MB
     point x1.03-1.17 over eight calibrations); a model whose state sits near the knee (the
-    validation MLP's 9.5 MB) takes its factor from the minute the curve was measured.
+    validation MLP's 9.5 MB) takes its factor from the minute the curve was measured
+    (docs/validation-log.md, "Session 78").
     """
     if threads not in _CYCLE_NOW:
         try:

@@ -515,3 +515,21 @@ def test_the_row_pairing_benchmark_centres_each_runs_rounds(tmp_path, monkeypatc
     empty.write_text(head + "cnn,hfta:models=2,1 2 3,\n")
     with pytest.raises(SystemExit, match="no rows with per-round figures"):
         bench.main([str(empty)])
+
+
+def test_the_cycle_drift_benchmark_prints_each_probe_and_the_spread(monkeypatch, capsys):
+    """``benchmarks/cycle_drift.py``: one line per probe (its time, every point of the curve, the
+    one-copy step) and per point its least, median and greatest factor; the curve's first point
+    is x1 by construction."""
+    import doctest
+    import importlib
+
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    bench = importlib.import_module("cycle_drift")
+    assert doctest.testmod(bench).failed == 0
+    bench.main(["--probes", "2", "--rounds", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 + 4
+    assert all(" s  x1.000 / " in ln and "one copy" in ln for ln in lines[:2])
+    assert lines[2].startswith("  4.2 MB: x1.000-1.000") and lines[5].startswith(" 33.6 MB: x")
