@@ -115,9 +115,9 @@ def test_compute_ops_take_the_cycle_factor_of_n_models_state(own_trace):
     assert plain.predicted_ms == pytest.approx(off.predicted_ms) and "cycle_factor" not in plain.metrics
 
 
-def _cycle_case(own_trace, threads=1):
-    """The bundled MLP's trace, a profile reading x1.1 at twice its footprint (parameters,
-    momentum, activations) and the footprint."""
+def _cycle_case(own_trace):
+    """The bundled MLP's trace, a 1-thread profile reading x1.1 at twice its footprint
+    (parameters, momentum, activations) and the footprint."""
     import dataclasses
 
     from daydream.optimizations._common import activation_bytes
@@ -125,7 +125,7 @@ def _cycle_case(own_trace, threads=1):
     trace = own_trace("mlp")
     mods = trace.ranks[0].meta["daydream"]["modules"]
     foot = 2 * sum(int(m.get("param_bytes") or 0) for m in mods) + activation_bytes(mods)
-    dev = dataclasses.replace(flat_profile(), threads=threads, cycle=((foot, 1.0), (2 * foot, 1.1)))
+    dev = dataclasses.replace(flat_profile(), threads=1, cycle=((foot, 1.0), (2 * foot, 1.1)))
     return trace, dev, foot
 
 
