@@ -88,8 +88,8 @@ calibration's probe measured again when predicting (``cycle_now=1``, the
 default since session 78; :func:`optimizations._common.cycle_now`): its knee
 moves with what else fills the host's shared cache, within the hour on this
 project's VM, and a model whose state sits near it (the validation MLP's
-9.5 MB) takes a factor anywhere from x1.00 to x1.09 by the minute of the
-calibration.
+9.5 MB, fused 2-fold) took x1.00 from a profile's curve and x1.05 from one
+measured 37 minutes later (docs/validation-log.md, "Session 78").
 
 Where it stops being valid: models whose operators do not fuse
 horizontally (data-dependent control flow, ops without a batched or grouped
