@@ -17,7 +17,7 @@ import time
 from .calibrate_corun import CORUN_SITTINGS, PROCESS_SPREAD_PAIRS, corun_factor, corun_sitting, process_spread
 from .calibrate_cycle import CYCLE_ROUNDS, RESUME_TRIES, cycle_curve, cycle_times, resume_curve, resume_times
 from .calibrate_procs import (GLOO_SIZES, P2P_HANDOVER_STEPS, gloo_fit, gloo_p2p, gloo_wake_ns, handover_latency_ns,
-                              handover_sitting, p2p_handshake_ns, pipeline_post_ns)
+                              handover_sitting, p2p_handshake_ns, pipeline_post_ns, pool_p2p)
 from .device import BMM_COPIES, Curve, DeviceProfile, measured_on
 from .errors import DaydreamError
 
@@ -432,8 +432,9 @@ def calibrate(device: str = "cpu", quick: bool = False, collectives: bool = True
 
 
 #: Sittings of the figures that drift with the host's state (co-run, ``cycle``, ``resume``,
-#: ``p2p_handover``), spread over a calibration: one before its throughput curves, one after
-#: them, one before its two-process steps (the co-run one there is the last of its three).
+#: ``p2p_handover`` and, since session 79, the point-to-point send's figures), spread over a
+#: calibration: one before its throughput curves, one after them, one before its two-process
+#: steps (the co-run one there is the last of its three).
 CALIBRATION_SITTINGS = CORUN_SITTINGS
 #: Steps of the pipeline hand-over exchange in a ``--quick`` calibration's one sitting.
 QUICK_HANDOVER_STEPS = 20
@@ -444,12 +445,15 @@ class _Sittings:
     host falls on one at most: the co-run measurement's (``corun``: where two processes are
     measured), the raw times of ``cycle`` and ``resume`` (``cold``: on a CPU), which
     :meth:`cycle` and :meth:`resume` pool, and the pipeline hand-overs (``handover``: where a CPU's
-    point-to-point sends are measured), which :meth:`handover_ns` and :meth:`post_ns` pool."""
+    point-to-point sends are measured), which :meth:`handover_ns` and :meth:`post_ns` pool, with
+    the point-to-point send's figures at ``p2p_sizes`` (:func:`~daydream.calibrate_procs.gloo_fit`),
+    which :meth:`p2p` pools."""
 
-    def __init__(self, torch, say, corun: bool, cold: bool, quick: bool, handover: bool = False):
+    def __init__(self, torch, say, corun: bool, cold: bool, quick: bool, handover: bool = False,
+                 p2p_sizes=()):
         self.torch, self.say, self.corun, self.cold, self.quick = torch, say, corun, cold, quick
-        self.handover = handover
-        self.taken, self.cycles, self.resumes, self.handovers = [], [], [], []
+        self.handover, self.p2p_sizes = handover, p2p_sizes
+        self.taken, self.cycles, self.resumes, self.handovers, self.p2ps = [], [], [], [], []
 
     def label(self) -> str:
         return f" (sitting {len(self.taken) + 1} of {CALIBRATION_SITTINGS})" if self.corun else ""
@@ -467,6 +471,8 @@ class _Sittings:
                 self.say("pipeline hand-overs (gloo, 2 processes)" + at)
                 steps = QUICK_HANDOVER_STEPS if self.quick else -(-P2P_HANDOVER_STEPS // n)
                 self.handovers.append(handover_sitting(steps))
+                self.say("point-to-point send (gloo, 2 processes)" + at)
+                self.p2ps.append(gloo_fit(self.p2p_sizes, "p2p"))
         if self.corun and not last and len(self.taken) < CORUN_SITTINGS - 1:
             self.say("compute beside a second busy process" + self.label())
             self.taken.append(corun_sitting(self.torch))
@@ -481,6 +487,11 @@ class _Sittings:
         """``p2p_handover`` of the pooled hand-overs (empty where none were measured)."""
         pooled = [x for s in self.handovers for x in s.handovers_ns]
         return {"gloo": handover_latency_ns(pooled, bandwidth)} if self.handover else {}
+
+    def p2p(self) -> dict:
+        """The point-to-point figures of the sittings pooled (:func:`~daydream.calibrate_procs.pool_p2p`),
+        each as the profile keeps it (``{field: {"gloo": figure}}``; empty where none were measured)."""
+        return {k: {"gloo": v} for k, v in pool_p2p(self.p2ps).items()} if self.p2ps else {}
 
     def post_ns(self) -> dict:
         """``p2p_post`` of the pooled hand-over sittings' posts (:func:`pipeline_post_ns`; empty
@@ -504,7 +515,8 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     say = progress or (lambda msg: None)
     matmul, conv, bmm, gconv, ew = {}, {}, {}, {}, {}
     cpu = dev.type == "cpu"
-    sittings = _Sittings(torch, say, collectives and cpu and not quick, cpu, quick, handover=collectives and cpu)
+    sittings = _Sittings(torch, say, collectives and cpu and not quick, cpu, quick, handover=collectives and cpu,
+                         p2p_sizes=sizes["allreduce"])
     sittings.take()
     for dt in _DTYPES:
         tdt = getattr(torch, dt)
@@ -548,8 +560,10 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
         if cpu:
             say("all-reduce after compute (gloo, 2 processes)")
             wake["gloo"] = gloo_wake_ns()
-        say("point-to-point send (gloo, 2 processes)")
-        p2p = {k: {"gloo": v} for k, v in gloo_fit(sizes["allreduce"], "p2p").items()}
+        p2p = sittings.p2p()
+        if not p2p:
+            say("point-to-point send (gloo, 2 processes)")
+            p2p = {k: {"gloo": v} for k, v in gloo_fit(sizes["allreduce"], "p2p").items()}
         p2p["p2p_handover"] = sittings.handover_ns(p2p["p2p"]["gloo"][0])
         p2p["p2p_post"] = sittings.post_ns()
     if dev.type == "cuda":

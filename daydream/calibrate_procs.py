@@ -20,7 +20,7 @@ from .errors import DaydreamError
 
 __all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "free_port", "first_result", "timed_post", "GLOO_SIZES",
            "MIN_SLOPE_NS_PER_BYTE", "UNRESOLVED_BYTES_PER_S", "handover_sitting", "handover_times_ns",
-           "handover_latency_ns", "HandoverSitting", "pipeline_post_ns"]
+           "handover_latency_ns", "HandoverSitting", "pipeline_post_ns", "pool_p2p"]
 
 #: Message sizes (bytes) of the all-reduce and point-to-point measurements.
 GLOO_SIZES = [2 ** 10, 2 ** 16, 2 ** 20, 2 ** 23]
@@ -898,6 +898,43 @@ def gloo_fit(sizes, kind: str = "allreduce"):
     slope = max(slope, MIN_SLOPE_NS_PER_BYTE)
     intercept = max(my - slope * mx, 0.0)
     return (1e9 / slope, intercept / 2.0)
+
+
+def pool_p2p(sittings) -> dict:
+    """The point-to-point figures of several sittings of :func:`gloo_fit` ``(..., "p2p")`` pooled:
+    per field, the median over the sittings, taken per component of a pair (the fit's bytes/s
+    and latency apart) and per point of a curve (its offsets or sizes the same in every sitting).
+
+    One sitting spreads over a few seconds, and the host's spells last longer: within one run's
+    calibrations the preposted send read 60-75 us and once 157 us, the late receive's handshake
+    0-24 us and once 108 us, and every row those figures enter read high (docs/validation-log.md,
+    "Session 79").  The median of sittings spread over the calibration lets a spell move one.
+
+    >>> a = {"p2p": (1e9, 60e3), "p2p_preposted": 60e3, "p2p_land": ((16, 100.0), (64, 150.0))}
+    >>> b = {"p2p": (2e9, 400e3), "p2p_preposted": 157e3, "p2p_land": ((16, 300.0), (64, 140.0))}
+    >>> c = {"p2p": (3e9, 70e3), "p2p_preposted": 62e3, "p2p_land": ((16, 120.0), (64, 160.0))}
+    >>> pooled = pool_p2p([a, b, c])
+    >>> pooled["p2p"], pooled["p2p_preposted"], pooled["p2p_land"]
+    ((2000000000.0, 70000.0), 62000.0, ((16, 120.0), (64, 150.0)))
+    """
+    sittings = list(sittings)
+    if len(sittings) == 1:
+        return dict(sittings[0])
+    return {k: _median_of([s[k] for s in sittings]) for k in sittings[0]}
+
+
+def _median_of(values):
+    """The median of equal-shaped figures: numbers, or tuples of them (a curve's points keep
+    their first component, which must agree)."""
+    first = values[0]
+    if not isinstance(first, (tuple, list)):
+        return statistics.median(values)
+    if first and isinstance(first[0], (tuple, list)):
+        xs = [tuple(p[0] for p in v) for v in values]
+        if len(set(xs)) != 1:
+            raise ValueError(f"sittings measured different points: {xs}")
+        return tuple((x, statistics.median(v[i][1] for v in values)) for i, x in enumerate(xs[0]))
+    return tuple(statistics.median(v[i] for v in values) for i in range(len(first)))
 
 
 def _fit_relative(pts):

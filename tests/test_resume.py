@@ -92,11 +92,20 @@ def test_calibration_pools_the_cold_state_figures_over_sittings_spread_over_its_
         times = [2000.0] * 3 + [20.0] * 3 if len(handover_calls) == 2 else [20.0] * 6
         return HandoverSitting(tuple(times), (100.0 * len(handover_calls),), (50.0,))
 
+    p2p_calls = []
+
+    def gloo_fit(sizes, kind):       # the spell's sitting reads every point-to-point figure high
+        p2p_calls.append((tuple(sizes), kind))
+        k = 3.0 if len(p2p_calls) == 2 else 1.0 + 0.1 * len(p2p_calls)
+        return {"p2p": (1e9 / k, k * 60e3), "p2p_preposted": k * 60e3, "p2p_land": ((16384, k * 100.0),)}
+
     monkeypatch.setattr(cal, "cycle_times", cycle_times)
     monkeypatch.setattr(cal, "resume_times", resume_times)
     monkeypatch.setattr(cal, "handover_sitting", handover_sitting)
+    monkeypatch.setattr(cal, "gloo_fit", gloo_fit)
     said = []
-    sittings = cal._Sittings(None, said.append, corun=False, cold=True, quick=False, handover=True)
+    sittings = cal._Sittings(None, said.append, corun=False, cold=True, quick=False, handover=True,
+                             p2p_sizes=(1024, 65536))
     sittings.take()
     sittings.take()
     sittings.take(last=True)
@@ -106,5 +115,10 @@ def test_calibration_pools_the_cold_state_figures_over_sittings_spread_over_its_
     assert [f for _, f in sittings.resume()] == [1.0, 1.0, 1.0, 2.0, 2.0]
     assert sittings.handover_ns(float("inf")) == {"gloo": (3 * 2000.0 + 15 * 20.0) / 18}
     assert sittings.post_ns() == {"gloo": (200.0, 50.0)}       # the medians of the pooled posts
+    assert p2p_calls == [((1024, 65536), "p2p")] * 3
+    p2p = sittings.p2p()                                        # each figure the median of the sittings
+    assert p2p["p2p_preposted"] == {"gloo": pytest.approx(1.3 * 60e3)}
+    assert p2p["p2p"]["gloo"] == pytest.approx((1e9 / 1.3, 1.3 * 60e3))
+    assert [(x, round(y, 6)) for x, y in p2p["p2p_land"]["gloo"]] == [(16384, 130.0)]
     assert said[:2] == ["work resumed after an idle gap (sitting 1 of 3)",
                         "training steps of several model copies in turn (sitting 1 of 3)"]
