@@ -24,6 +24,14 @@ calibrated field (as if never measured; e.g. ``resume``, the factor for work res
 idle gap), for every spec: compare with a run without it, one after the other.
 
     python benchmarks/hydra_specs.py DIR --without resume
+
+``--p2p-from PROFILE`` (repeat) predicts from a copy of the validation's profile whose
+point-to-point figures (those one sitting measures, :data:`daydream.calibrate_procs.P2P_FIELDS`)
+are pooled with those of the given profiles, each the median (as a calibration pools its
+sittings' since session 79, :func:`daydream.calibrate_procs.pool_p2p`): how much a calibration's
+one sitting in a spell moved the rows.
+
+    python benchmarks/hydra_specs.py DIR --spec corun=off --p2p-from OTHER/device-cpu-1t.json ...
 """
 from __future__ import annotations
 
@@ -34,7 +42,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-__all__ = ["main", "hydra_rows", "with_options", "profile_without", "trace_before", "TRACES"]
+__all__ = ["main", "hydra_rows", "with_options", "profile_without", "profile_p2p_pooled", "trace_before", "TRACES"]
 
 #: Each ``--opt``'s baseline trace of round R, in a validation's ``traces/``.
 TRACES = {"hydra": "hydra.mlp.base.r{}.json.gz", "pipeline": "mlp.pipeline-base.r{}.json.gz",
@@ -78,6 +86,25 @@ def profile_without(path, fields, out_dir) -> str:
     return str(out)
 
 
+def profile_p2p_pooled(path, others, out_dir) -> str:
+    """The device profile at ``path``, or a copy of it in ``out_dir`` whose point-to-point figures
+    (:data:`daydream.calibrate_procs.P2P_FIELDS`, per backend) are pooled with those of the
+    profiles ``others``: each the median of all of them (:func:`daydream.calibrate_procs.pool_p2p`)."""
+    from daydream.calibrate_procs import P2P_FIELDS, pool_p2p
+
+    if not others:
+        return str(path)
+    doc = json.loads(Path(path).read_text())
+    docs = [doc] + [json.loads(Path(o).read_text()) for o in others]
+    for backend in doc.get("p2p", {}):
+        pooled = pool_p2p([{f: d[f][backend] for f in P2P_FIELDS if f in doc} for d in docs])
+        for f, v in pooled.items():
+            doc[f][backend] = v
+    out = Path(out_dir) / ("p2p-pooled-" + Path(path).name)
+    out.write_text(json.dumps(doc))
+    return str(out)
+
+
 def trace_before(d, opt: str, spec: str, rd: int, n_rounds: int) -> int:
     """The number of the trace taken right before round ``rd``'s real runs of ``spec``'s row, in
     the validation directory ``d``: ``rd``, but for a Hydra validation of session 76 on, which
@@ -98,9 +125,12 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, nargs="+", default=None, help="round numbers (default: all)")
     ap.add_argument("--without", action="append", default=[], metavar="FIELD",
                     help="predict with the device profile less this calibrated field (repeat), e.g. resume")
+    ap.add_argument("--p2p-from", action="append", default=[], metavar="PROFILE",
+                    help="pool the profile's point-to-point figures with this profile's (repeat): each the median")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        _compare(args, profile_without(Path(args.dir) / "device-cpu-1t.json", args.without, tmp))
+        profile = profile_without(Path(args.dir) / "device-cpu-1t.json", args.without, tmp)
+        _compare(args, profile_p2p_pooled(profile, args.p2p_from, tmp))
 
 
 def _compare(args, profile: str) -> None:

@@ -20,8 +20,11 @@ from .errors import DaydreamError
 
 __all__ = ["gloo_fit", "gloo_p2p", "p2p_handshake_ns", "free_port", "first_result", "timed_post", "GLOO_SIZES",
            "MIN_SLOPE_NS_PER_BYTE", "UNRESOLVED_BYTES_PER_S", "handover_sitting", "handover_times_ns",
-           "handover_latency_ns", "HandoverSitting", "pipeline_post_ns", "pool_p2p"]
+           "handover_latency_ns", "HandoverSitting", "pipeline_post_ns", "pool_p2p", "P2P_FIELDS"]
 
+#: The device profile's fields one point-to-point sitting (:func:`gloo_fit` ``(..., "p2p")``) measures.
+P2P_FIELDS = ("p2p", "p2p_handshake", "p2p_sends", "p2p_preposted", "p2p_notified", "p2p_collision", "p2p_hold",
+              "p2p_late_hold", "p2p_land")
 #: Message sizes (bytes) of the all-reduce and point-to-point measurements.
 GLOO_SIZES = [2 ** 10, 2 ** 16, 2 ** 20, 2 ** 23]
 #: Floor of a fitted ``t = latency + bytes / bw`` slope (ns a byte): where the times do not grow
@@ -889,9 +892,7 @@ def gloo_fit(sizes, kind: str = "allreduce"):
         handshake = statistics.median(p2p_handshake_ns(p[1], p[2], p[3], p[4]) for p in small)
         sends = (statistics.median(p[5] for p in small), statistics.fmean(p[6] for p in small))
         fit = _fit_relative([p[:2] for p in pts])
-        return {"p2p": fit, "p2p_handshake": handshake,
-                "p2p_sends": sends, "p2p_preposted": preposted, "p2p_notified": notified,
-                "p2p_collision": collision, "p2p_hold": hold, "p2p_late_hold": late, "p2p_land": land}
+        return dict(zip(P2P_FIELDS, (fit, handshake, sends, preposted, notified, collision, hold, late, land)))
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
@@ -905,10 +906,11 @@ def pool_p2p(sittings) -> dict:
     per field, the median over the sittings, taken per component of a pair (the fit's bytes/s
     and latency apart) and per point of a curve (its offsets or sizes the same in every sitting).
 
-    One sitting spreads over a few seconds, and the host's spells last longer: within one run's
-    calibrations the preposted send read 60-75 us and once 157 us, the late receive's handshake
-    0-24 us and once 108 us, and every row those figures enter read high (docs/validation-log.md,
-    "Session 79").  The median of sittings spread over the calibration lets a spell move one.
+    One sitting takes some 12 s, and the host's spells last longer: in the fifteen calibrations of
+    the validation runs 2026-12-06a-o the preposted send read 59-81 us and once 157 us (run k,
+    whose Hydra rows read 3-4 points higher with the others' median figures), the late receive's
+    handshake 0-24 us and once 108 us (run j; docs/validation-log.md, "Session 79").  The median
+    of sittings spread over the calibration lets a spell move one of them.
 
     >>> a = {"p2p": (1e9, 60e3), "p2p_preposted": 60e3, "p2p_land": ((16, 100.0), (64, 150.0))}
     >>> b = {"p2p": (2e9, 400e3), "p2p_preposted": 157e3, "p2p_land": ((16, 300.0), (64, 140.0))}

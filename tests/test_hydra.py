@@ -594,6 +594,20 @@ def test_the_specs_benchmark_reads_a_validations_hydra_rows_and_sets_options(tmp
     assert json.loads(prof.read_text())["resume"] == [[1e6, 1.1]]          # the validation's own file untouched
     with pytest.raises(SystemExit, match="no field resum"):
         bench.profile_without(prof, ["resum"], out)
+    # the point-to-point figures pooled with other calibrations': each the median of all
+    spell = {"name": "cpu", "p2p": {"gloo": [2e9, 280e3]}, "p2p_preposted": {"gloo": 157e3},
+             "p2p_land": {"gloo": [[16384, 190e3], [131072, 247e3]]}, "resume": [[1e6, 1.1]]}
+    others = []
+    for i, (lat, pre, land) in enumerate(((90e3, 62e3, 144e3), (70e3, 60e3, 113e3))):
+        others.append(tmp_path / f"other{i}.json")
+        others[-1].write_text(json.dumps({"p2p": {"gloo": [3e9, lat]}, "p2p_preposted": {"gloo": pre},
+                                          "p2p_land": {"gloo": [[16384, 100e3], [131072, land]]}}))
+    prof.write_text(json.dumps(spell))
+    assert bench.profile_p2p_pooled(prof, [], out) == str(prof)
+    pooled = json.loads(Path(bench.profile_p2p_pooled(prof, others, out)).read_text())
+    assert pooled["p2p"]["gloo"] == [3e9, 90e3] and pooled["p2p_preposted"]["gloo"] == 62e3
+    assert pooled["p2p_land"]["gloo"] == [[16384, 100e3], [131072, 144e3]]
+    assert pooled["resume"] == [[1e6, 1.1]] and json.loads(prof.read_text()) == spell     # the rest kept, the file untouched
     # the trace before a round's runs: one a round (until session 76), or one before each K since
     (tmp_path / "traces").mkdir()
     for n in range(3):
