@@ -908,7 +908,7 @@ def pool_p2p(sittings) -> dict:
 
     One sitting takes some 12 s, and the host's spells last longer: in the fifteen calibrations of
     the validation runs 2026-12-06a-o the preposted send read 59-81 us and once 157 us (run k,
-    whose Hydra rows read 3-4 points higher with the others' median figures), the late receive's
+    whose Hydra rows read 3-4 points lower with the fifteen's median figures), the late receive's
     handshake 0-24 us and once 108 us (run j; docs/validation-log.md, "Session 79").  The median
     of sittings spread over the calibration lets a spell move one of them.
 
