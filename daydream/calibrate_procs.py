@@ -918,6 +918,10 @@ def pool_p2p(sittings) -> dict:
     >>> pooled = pool_p2p([a, b, c])
     >>> pooled["p2p"], pooled["p2p_preposted"], pooled["p2p_land"]
     ((2000000000.0, 70000.0), 62000.0, ((16, 120.0), (64, 150.0)))
+    >>> pool_p2p([a, b, {**c, "p2p_land": ((32, 120.0), (64, 160.0))}])
+    Traceback (most recent call last):
+    ...
+    ValueError: sittings measured different points: [(16, 64), (16, 64), (32, 64)]
     """
     sittings = list(sittings)
     if len(sittings) == 1:
