@@ -560,10 +560,10 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
         if cpu:
             say("all-reduce after compute (gloo, 2 processes)")
             wake["gloo"] = gloo_wake_ns()
-        p2p = sittings.p2p()
-        if not p2p:
+        if not sittings.p2ps:       # no CPU sittings (a GPU's calibration): one sitting here
             say("point-to-point send (gloo, 2 processes)")
-            p2p = {k: {"gloo": v} for k, v in gloo_fit(sizes["allreduce"], "p2p").items()}
+            sittings.p2ps.append(gloo_fit(sizes["allreduce"], "p2p"))
+        p2p = sittings.p2p()
         p2p["p2p_handover"] = sittings.handover_ns(p2p["p2p"]["gloo"][0])
         p2p["p2p_post"] = sittings.post_ns()
     if dev.type == "cuda":

@@ -924,8 +924,6 @@ def pool_p2p(sittings) -> dict:
     ValueError: sittings measured different points: [(16, 64), (16, 64), (32, 64)]
     """
     sittings = list(sittings)
-    if len(sittings) == 1:
-        return dict(sittings[0])
     return {k: _median_of([s[k] for s in sittings]) for k in sittings[0]}
 
 
