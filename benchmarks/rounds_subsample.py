@@ -8,10 +8,14 @@ for the others; rows with ``2 N`` rounds (tensor-parallel, device) take their fi
 It prints, per ``k``, the median and worst error, how many rows lie within 10 %, and every
 row's signed error.  The first ``k`` rounds are the run the same command with ``--repeat k``
 would have made (the calibration and the runtime-overhead probe aside), in the same minutes.
+With ``--skip s`` the rows come from rounds ``s + 1`` to ``s + k`` instead: a run of
+``--repeat 15`` read as three of ``--repeat 5`` (``--rounds 5 --skip 0 5 10``), later ones
+sharing the first's calibration.
 
 Usage::
 
     python benchmarks/rounds_subsample.py benchmarks/results/validate_parallel_2026-12-02e.csv --rounds 3 5
+    python benchmarks/rounds_subsample.py FILE --rounds 5 --skip 0 5 10
 """
 from __future__ import annotations
 
@@ -44,17 +48,22 @@ def results_rows(path) -> list:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
-def rows_at(path, k: int) -> list:
+def rows_at(path, k: int, skip: int = 0) -> list:
     """Signed errors (%) of the rows of the results at ``path`` from their first ``k`` rounds
-    (a row may have more than the run's ``--repeat``: run 2026-12-02h added rounds while a
-    row's measured rounds spread, a trial of session 48 since reverted)."""
+    after the first ``skip`` (a row may have more than the run's ``--repeat``: run 2026-12-02h
+    added rounds while a row's measured rounds spread, a trial of session 48 since reverted).
+    A row with fewer than ``skip + k`` rounds is refused."""
     out = []
     for r in results_rows(path):
         measured, predicted = round_times(r["measured_rounds_ms"]), round_times(r["predicted_rounds_ms"])
         if not measured or len(predicted) != len(measured):
             raise SystemExit(f"{path}: row {r['optimization']!r} lacks its rounds")
-        n = k * (SEQUENTIAL_ROUNDS if r["optimization"].startswith(SEQUENTIAL_ROWS) else 1)
-        out.append(row_error(r["optimization"], predicted[:n], measured[:n]))
+        per = SEQUENTIAL_ROUNDS if r["optimization"].startswith(SEQUENTIAL_ROWS) else 1
+        first, last = skip * per, (skip + k) * per
+        if last > len(measured):
+            raise SystemExit(f"{path}: row {r['optimization']!r} has {len(measured) // per} rounds, "
+                             f"not {skip + k}")
+        out.append(row_error(r["optimization"], predicted[first:last], measured[first:last]))
     return out
 
 
@@ -75,12 +84,15 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="+", help="results.csv of `daydream validate`")
     p.add_argument("--rounds", type=int, nargs="+", default=[3, 5], help="first k rounds to keep")
+    p.add_argument("--skip", type=int, nargs="+", default=[0],
+                   help="rounds to pass over before them (one line per value)")
     args = p.parse_args(argv)
     for path in args.results:
-        for k in args.rounds:
-            errs = rows_at(path, k)
+        for k, skip in ((k, s) for k in args.rounds for s in args.skip):
+            errs = rows_at(path, k, skip)
             sizes = [abs(e) for e in errs]
-            print(f"{path}: first {k} rounds: median {statistics.median(sizes):.1f} %, worst "
+            which = f"rounds {skip + 1}-{skip + k}" if skip else f"first {k} rounds"
+            print(f"{path}: {which}: median {statistics.median(sizes):.1f} %, worst "
                   f"{max(sizes):.1f} %, {sum(e <= 10 for e in sizes)} of {len(errs)} within 10 %; "
                   + " ".join(f"{e:+.1f}" for e in errs))
 

@@ -533,3 +533,25 @@ def test_the_cycle_drift_benchmark_prints_each_probe_and_the_spread(monkeypatch,
     assert len(lines) == 2 + 4
     assert all(" s  x1.000 / " in ln and "one copy" in ln for ln in lines[:2])
     assert lines[2].startswith("  4.2 MB: x1.000-1.000") and lines[5].startswith(" 33.6 MB: x")
+
+
+def test_the_rounds_subsample_benchmark_reads_any_window_of_rounds(tmp_path, monkeypatch, capsys):
+    """``benchmarks/rounds_subsample.py``: a row from rounds ``skip + 1`` to ``skip + k`` of each
+    side, as the row is made (pipeline rows the median, device rows the mean of twice as many
+    sequential rounds), and a window past a row's rounds refused."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    bench = importlib.import_module("rounds_subsample")
+    f = tmp_path / "results.csv"
+    f.write_text("# daydream: {}\nworkload,optimization,measured_rounds_ms,predicted_rounds_ms\n"
+                 'mlp,"pipeline:stages=2,schedule=gpipe",10 10 20 20,11 11 30 30\n'
+                 "mlp,device:target=cpu-2t,10 10 10 10 20 20 20 20,10 10 10 10 10 10 10 10\n")
+    assert bench.rows_at(f, 2) == pytest.approx([10.0, 0.0])
+    assert bench.rows_at(f, 2, skip=2) == pytest.approx([50.0, -50.0])
+    assert bench.rows_at(f, 3, skip=1) == pytest.approx([50.0, -40.0])
+    bench.main([str(f), "--rounds", "2", "--skip", "0", "2"])
+    out = capsys.readouterr().out
+    assert "first 2 rounds" in out and "rounds 3-4" in out and "+50.0 -50.0" in out
+    with pytest.raises(SystemExit, match="has 4 rounds, not 5"):
+        bench.rows_at(f, 3, skip=2)
