@@ -31,9 +31,9 @@ MODES = ("plain", "landed", "isend", "runtime")
 
 
 def _worker(rank, port, args, q):
-    from daydream.calibrate_procs import _pinned_gloo_rank
+    from daydream.calibrate_gloo import pinned_gloo_rank
 
-    torch, dist = _pinned_gloo_rank(rank, port)
+    torch, dist = pinned_gloo_rank(rank, port)
     import torch.nn.functional as F
     from torch import nn
 

@@ -2,7 +2,7 @@
 
 Two gloo processes, each pinned to a core of its own (as ``daydream calibrate`` runs them),
 idle CPUs polling.  Prints ``daydream calibrate``'s own figure (``p2p_land``:
-``calibrate_procs._p2p_land_pts``, one message a try landing on forward and backward passes
+``calibrate_p2p._p2p_land_pts``, one message a try landing on forward and backward passes
 of a stack of linear layers), then variants: four messages a try (the calibration before
 session 35) or one, landing on matmuls in a Python loop (``mm``) or on the passes
 (``passes``).  Each figure is the median, over pairs of tries (one quiet, the next with the
@@ -26,7 +26,7 @@ VARIANTS = ((4, "mm"), (1, "mm"), (4, "passes"), (1, "passes"))
 
 
 def _variant(torch, dist, rank, messages: int, compute: str) -> list:
-    from daydream import calibrate_procs as cp
+    from daydream import calibrate_gloo as cg, calibrate_p2p as cp
 
     a, b = torch.randn(64, 512), torch.randn(512, 512)
     net = torch.nn.Sequential(*[torch.nn.Linear(cp.P2P_LAND_FEATURES, cp.P2P_LAND_FEATURES)
@@ -53,7 +53,7 @@ def _variant(torch, dist, rank, messages: int, compute: str) -> list:
             dist.barrier()
             if rank == 0:
                 if landing:
-                    cp._spin(1e-3)
+                    cg.spin(1e-3)
                     for w in [dist.isend(buf, 1, tag=m) for m in range(messages)]:
                         w.wait()
                 continue
@@ -74,9 +74,9 @@ def _variant(torch, dist, rank, messages: int, compute: str) -> list:
 
 
 def _worker(rank, port):
-    from daydream import calibrate_procs as cp
+    from daydream import calibrate_gloo as cg, calibrate_p2p as cp
 
-    torch, dist = cp._pinned_gloo_rank(rank, port)
+    torch, dist = cg.pinned_gloo_rank(rank, port)
     own = cp._p2p_land_pts(torch, dist, rank)
     sizes = " / ".join(f"{n // 1024}" for n in cp.P2P_LAND_SIZES)
     if rank == 0:

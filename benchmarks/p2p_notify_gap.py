@@ -2,7 +2,7 @@
 shaped like the Hydra runtime's round.
 
 Two pinned gloo processes (as ``daydream calibrate`` starts them). By default they run
-``daydream.calibrate_procs._p2p_notified_ns`` once per size: preposted sends whose arrival the
+``daydream.calibrate_p2p._p2p_notified_ns`` once per size: preposted sends whose arrival the
 receiver learns by waiting on the receive or through the Hydra runtime's waiter thread
 (``daydream.workloads.hydra.Arrivals``), alternating in pairs; calibration times the smallest
 size of ``GLOO_SIZES`` only. ``--waiters K`` instead shapes each try like a shard-parallel round:
@@ -24,8 +24,8 @@ import argparse
 import statistics
 import time
 
-from daydream.calibrate_procs import (P2P_BUSY_S, _notify_gap_worker, _pinned_gloo_rank, _spin, first_result,
-                                      notify_pairs, paired_gaps)
+from daydream.calibrate_gloo import first_result, pinned_gloo_rank, spin
+from daydream.calibrate_p2p import P2P_BUSY_S, _notify_gap_worker, notify_pairs, paired_gaps
 
 #: Pairs of tries (one waited, one notified) per size.
 PAIRS = 60
@@ -40,10 +40,10 @@ def _round_try(torch, dist, rank, t, k, busy_s, notified) -> int:
     arrivals = Arrivals(reqs) if notified and reqs else None
     dist.barrier()
     if rank == 0:
-        _spin(P2P_BUSY_S)
+        spin(P2P_BUSY_S)
         stamp = time.perf_counter_ns()
         works = [dist.isend(t, 1, tag=0)]
-        _spin(busy_s)
+        spin(busy_s)
         works += [dist.isend(t, 1, tag=i) for i in range(1, k)]
         for w in works:
             w.wait()
@@ -63,7 +63,7 @@ def _round_try(torch, dist, rank, t, k, busy_s, notified) -> int:
 
 
 def _round_worker(rank, port, sizes, k, busy_s, q):
-    torch, dist = _pinned_gloo_rank(rank, port)
+    torch, dist = pinned_gloo_rank(rank, port)
     out, order = [], notify_pairs(PAIRS)
     for n in sizes:
         t = torch.zeros(n // 4)

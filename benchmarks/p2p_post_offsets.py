@@ -4,7 +4,7 @@ Two pinned processes (as ``daydream calibrate`` runs them), each running matmuls
 ``P2P_BUSY_S`` before its post; rank 1 posts its receive ``offset`` ms after rank 0 posts its
 send (negative: before).  Prints per offset the median and mean time of ``isend`` and of ``irecv``
 until they return.  At offset 0 the posts collide: on the Zen 1 host of session 45 the means read
-264-1092 us against 93-193 us with the posts 0.5 ms apart (``daydream.calibrate_procs._p2p_post_ns``
+264-1092 us against 93-193 us with the posts 0.5 ms apart (``daydream.calibrate_p2p._p2p_post_ns``
 times them apart for the handshake; in spells of that host nearly all of these barrier-started
 posts took 2.5-5.2 ms, so ``p2p_post`` itself has been timed within a pipeline exchange since
 session 46: ``pipeline_post_ns``).
@@ -18,14 +18,15 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from daydream.calibrate_procs import P2P_BUSY_S, _matmuls, _pinned_gloo_rank, first_result, timed_post
+from daydream.calibrate_gloo import busy_matmuls, first_result, pinned_gloo_rank
+from daydream.calibrate_p2p import P2P_BUSY_S, timed_post
 
 __all__ = ["main"]
 
 
 def _worker(rank, port, offsets_s, nbytes, tries, q):
-    torch, dist = _pinned_gloo_rank(rank, port)
-    t, compute, res = torch.zeros(nbytes // 4), _matmuls(torch), {}
+    torch, dist = pinned_gloo_rank(rank, port)
+    t, compute, res = torch.zeros(nbytes // 4), busy_matmuls(torch), {}
     for off in offsets_s:
         took = [timed_post(dist, rank, t, compute, P2P_BUSY_S + max(off if rank == 1 else -off, 0.0))
                 for _ in range(tries + 3)]

@@ -6,7 +6,7 @@ already waiting in ``recv``; the one-way time runs from the send's start on rank
 receive's return on rank 1 (one monotonic clock).  Tries start in one of these ways:
 
 * ``barrier``: ``dist.barrier()``, then rank 0 computes (spins) ``--busy-ms`` first (what
-  ``calibrate_procs._p2p_one_way_ns`` does);
+  ``calibrate_p2p._p2p_one_way_ns`` does);
 * ``posted-barrier``: the same, rank 1 posting its receive (``irecv``) before the barrier
   rather than after it (as the Hydra runtime posts a round's receives before its barrier);
 * ``token``: rank 1 sends a 1-element token that rank 0 receives, then the same;
@@ -29,7 +29,7 @@ import time
 import numpy as np
 import torch.multiprocessing as mp
 
-from daydream.calibrate_procs import _spin, free_port
+from daydream.calibrate_gloo import free_port, spin
 from daydream.cpuidle import polling_idle
 
 __all__ = ["main"]
@@ -68,7 +68,7 @@ def _worker(rank, port, q, start, tries, busy_s, nbytes, demote):
         else:
             dist.send(token, 0)
         if rank == 0:
-            _spin(busy_s, work)
+            spin(busy_s, work)
             stamps[i] = time.perf_counter_ns()
             dist.send(t, 1)
         else:

@@ -4,7 +4,7 @@
 own threads, pinned to the sender's core like the rest of the process, and over the loopback
 device the kernel's TCP work runs on that core too.  Where the sender computes next, the compute
 pays for it; where it waits, nothing does.  The receiver's side (``p2p_land``) is calibrated; this
-measures the sender's, the mirror of :func:`daydream.calibrate_procs._p2p_land_pts`: two pinned
+measures the sender's, the mirror of :func:`daydream.calibrate_p2p._p2p_land_pts`: two pinned
 gloo processes, tries alternating with and without a message; in each, after a barrier, rank 1
 posts its receive (a waiter thread waits on it, as the Hydra runtime's does) and waits; rank 0
 posts the send (with a message) and then runs one forward and backward pass of a stack of
@@ -34,7 +34,7 @@ def _worker(rank: int, port: int, tries: int, layers: int, q) -> None:
     import torch
     import torch.distributed as dist
 
-    from daydream.calibrate_procs import P2P_LAND_FEATURES, P2P_LAND_ROWS
+    from daydream.calibrate_p2p import P2P_LAND_FEATURES, P2P_LAND_ROWS
 
     os.sched_setaffinity(0, {rank})
     torch.set_num_threads(1)

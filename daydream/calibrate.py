@@ -16,8 +16,8 @@ import time
 
 from .calibrate_corun import CORUN_SITTINGS, PROCESS_SPREAD_PAIRS, corun_factor, corun_sitting, process_spread
 from .calibrate_cycle import CYCLE_ROUNDS, RESUME_TRIES, cycle_curve, cycle_times, resume_curve, resume_times
-from .calibrate_procs import (GLOO_SIZES, P2P_HANDOVER_STEPS, gloo_fit, gloo_p2p, gloo_wake_ns, handover_latency_ns,
-                              handover_sitting, p2p_handshake_ns, pipeline_post_ns, pool_p2p)
+from .calibrate_handover import P2P_HANDOVER_STEPS, handover_latency_ns, handover_sitting, pipeline_post_ns
+from .calibrate_procs import GLOO_SIZES, gloo_fit, gloo_p2p, gloo_wake_ns, p2p_handshake_ns, pool_p2p
 from .device import BMM_COPIES, Curve, DeviceProfile, measured_on
 from .errors import DaydreamError
 

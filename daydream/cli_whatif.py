@@ -83,7 +83,7 @@ def _bandwidth_text(bytes_per_s: float) -> str:
 
 def _sends_text(sends) -> str:
     """What a point-to-point latency is made of, for ``calibrate``'s summary line."""
-    from .calibrate_procs import P2P_STALL_FACTOR
+    from .calibrate_p2p import P2P_STALL_FACTOR
 
     median_ns, stalled = sends
     return (f" (median send {median_ns / 1e3:.0f} us; {100 * stalled:.0f} % of sends took over "

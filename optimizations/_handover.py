@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from daydream.calibrate_procs import P2P_LATE_HOLD_BUSY_S
+from daydream.calibrate_p2p import P2P_LATE_HOLD_BUSY_S
 from daydream.sim import simulate
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def add_post_collisions(pg: PipeGraph, device) -> tuple:
 
 
 #: The longest wait for a busy sender :func:`add_late_holds` counts: as long as the calibration's
-#: sender computes after its post (:data:`daydream.calibrate_procs.P2P_LATE_HOLD_BUSY_S`); past a
+#: sender computes after its post (:data:`daydream.calibrate_p2p.P2P_LATE_HOLD_BUSY_S`); past a
 #: scheduler slice or two the data leaves anyway (``benchmarks/gloo_handover.py --compute mm
 #: --after-ms 6``: receives 2 and 4 ms late waited 0.8 and 0.3 ms on average).
 LATE_HOLD_ROOM_MAX_NS = int(P2P_LATE_HOLD_BUSY_S * 1e9)

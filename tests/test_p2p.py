@@ -91,7 +91,7 @@ def test_profile_keeps_the_pipeline_hand_over_and_refuses_a_negative_one(tmp_pat
 
 
 def test_handovers_count_receivers_already_waiting_from_the_post_s_return():
-    from daydream.calibrate_procs import P2P_HANDOVER_BYTES, handover_latency_ns, handover_times_ns
+    from daydream.calibrate_handover import P2P_HANDOVER_BYTES, handover_latency_ns, handover_times_ns
 
     sends0 = [(0, 1, 0, 100), (0, 2, 500, 600)]                  # rank 0 posts tags 1 and 2
     waits1 = [(1, 1, 50, 400), (1, 2, 700, 800)]                 # waiting before 1's post ended; late for 2
@@ -108,7 +108,7 @@ def test_a_pipeline_sitting_keeps_both_ranks_posts_and_the_receive_posts_are_no_
     """``p2p_post`` comes from the posts of the hand-over exchange (kind 0 a send's, 2 a
     receive's), both ranks' pooled; a receive's post row is not a wait."""
     torch = pytest.importorskip("torch")
-    from daydream.calibrate_procs import HandoverSitting, _handover_times, pipeline_post_ns
+    from daydream.calibrate_handover import HandoverSitting, _handover_times, pipeline_post_ns
 
     rows0 = [(0, 1, 0, 100), (2, 3, 900, 940), (1, 3, 940, 2500)]          # rank 0: a send, a receive
     rows1 = [(2, 1, 20, 50), (1, 1, 50, 400), (0, 3, 1100, 1500)]          # rank 1: a receive, a send
@@ -132,7 +132,7 @@ def test_calibrate_says_what_share_of_sends_stalled():
 
 
 def _stamping_rank0(monkeypatch, torch, cp, took):
-    """A ``dist`` for rank 0 of :func:`daydream.calibrate_procs._p2p_tries`: the clock moves 10 ms
+    """A ``dist`` for rank 0 of :func:`daydream.calibrate_p2p._p2p_tries`: the clock moves 10 ms
     a read, no spinning, and the receiver's stamps that come back are each send's start plus
     ``took`` (ns, warm-ups first)."""
     sent, now = [], [0]
@@ -154,7 +154,7 @@ def _stamping_rank0(monkeypatch, torch, cp, took):
         now[0] += 10_000_000
         return now[0]
 
-    monkeypatch.setattr(cp, "_spin", lambda seconds, work=None: None)
+    monkeypatch.setattr(cp, "spin", lambda seconds, work=None: None)
     monkeypatch.setattr(cp.time, "perf_counter_ns", tick)
     return Dist
 
@@ -164,7 +164,7 @@ def test_one_way_sends_report_their_mean_median_and_stalled_share(monkeypatch):
     take 3 ms; the trimmed mean drops the slowest 6, the stalled share counts those over 10x
     the median."""
     torch = pytest.importorskip("torch")
-    from daydream import calibrate_procs as cp
+    from daydream import calibrate_p2p as cp
 
     took = [30_000] * 3 + [30_000] * 110 + [3_000_000] * 10
     monkeypatch.setattr(cp, "P2P_TRIES", 120)
@@ -179,7 +179,7 @@ def test_notified_sends_are_timed_in_pairs(monkeypatch):
     (notified second, then first, ...), so a slow spell that holds both tries of a pair (+1 ms
     on every fourth pair) moves the plain sends' mean but not the gap (100 us here)."""
     torch = pytest.importorskip("torch")
-    from daydream import calibrate_procs as cp
+    from daydream import calibrate_p2p as cp
 
     monkeypatch.setattr(cp, "P2P_TRIES", 40)
     order = [(False, True), (True, False)] * 20
@@ -370,8 +370,8 @@ def test_worker_processes_that_exit_without_a_result_are_an_error_not_a_hang():
 def test_gloo_p2p_measures_two_processes(tmp_path):
     """Two spawned gloo processes, two sizes: a few seconds."""
     pytest.importorskip("torch")
-    from daydream.calibrate_procs import (P2P_COLLIDE_GAPS_US, P2P_HOLD_GAPS_US, P2P_LAND_SIZES,
-                                          P2P_LATE_HOLD_BEFORE_MS, gloo_p2p)
+    from daydream.calibrate_p2p import P2P_COLLIDE_GAPS_US, P2P_HOLD_GAPS_US, P2P_LAND_SIZES, P2P_LATE_HOLD_BEFORE_MS
+    from daydream.calibrate_procs import gloo_p2p
 
     got = gloo_p2p([2 ** 10, 2 ** 16])
     (bw, lat), (send, recv), handshake = got["p2p"], got["p2p_post"], got["p2p_handshake"]
@@ -550,7 +550,7 @@ def test_the_two_posts_are_timed_apart_one_way_then_the_other(monkeypatch):
     """Posts two ranks make to each other at one moment collide (``p2p_collision``); ``p2p_post``
     is the post alone: the receive goes in ``P2P_POST_APART_S`` after the send, then as long before."""
     torch = pytest.importorskip("torch")
-    import daydream.calibrate_procs as cp
+    import daydream.calibrate_p2p as cp
 
     class Dist:
         def barrier(self):
@@ -574,7 +574,7 @@ def test_the_two_posts_are_timed_apart_one_way_then_the_other(monkeypatch):
     computed = {}
     for rank in (0, 1):
         busy = computed[rank] = []
-        monkeypatch.setattr(cp, "_matmuls", lambda torch, busy=busy: busy.append)
+        monkeypatch.setattr(cp, "busy_matmuls", lambda torch, busy=busy: busy.append)
         cp._p2p_post_ns(torch, Dist(), rank, torch.zeros(4))
     later = [r - s for s, r in zip(computed[0], computed[1])]     # receive's post after the send's (s)
     assert len(later) == cp.P2P_TRIES + 3
