@@ -33,7 +33,9 @@ def pooled_errors(paths) -> list:
     out = []
     for parts in zip(*tables):
         measured = [x for r in parts for x in round_times(r["measured_rounds_ms"])]
-        predicted = [x for r in parts for x in round_times(r["predicted_rounds_ms"])]
+        # rows made from their traces' own predictions (Hydra since session 80), where all runs have them
+        column = "predicted_traces_ms" if all(r.get("predicted_traces_ms") for r in parts) else "predicted_rounds_ms"
+        predicted = [x for r in parts for x in round_times(r[column])]
         out.append(row_error(parts[0]["optimization"], predicted, measured))
     return out
 

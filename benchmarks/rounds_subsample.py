@@ -4,7 +4,9 @@
 ``predicted_rounds_ms``) to its ``results.csv``.  For each ``k`` asked for, this recomputes
 every row from the first ``k`` of ``N`` rounds of both sides, as the row itself is made: the
 median for the pipeline, Tessel and Hydra rows (:func:`daydream.validate.median_row`), the mean
-for the others; rows with ``2 N`` rounds (tensor-parallel, device) take their first ``2 k``.
+for the others; rows with ``2 N`` rounds (tensor-parallel, device) take their first ``2 k``, and
+rows made from their traces' own predictions (``predicted_traces_ms``: the Hydra rows since
+session 80) the traces of those rounds.
 It prints, per ``k``, the median and worst error, how many rows lie within 10 %, and every
 row's signed error.  The first ``k`` rounds are the run the same command with ``--repeat k``
 would have made (the calibration and the runtime-overhead probe aside), in the same minutes.
@@ -25,7 +27,7 @@ import statistics
 
 from daydream.validate import SEQUENTIAL_ROUNDS
 
-__all__ = ["main", "rows_at", "row_error", "results_rows", "round_times"]
+__all__ = ["main", "rows_at", "row_error", "results_rows", "round_times", "trace_side"]
 
 #: Rows that are the median of their rounds (the others: the mean).
 MEDIAN_ROWS = ("pipeline:", "tessel:", "hydra:")
@@ -63,8 +65,29 @@ def rows_at(path, k: int, skip: int = 0) -> list:
         if last > len(measured):
             raise SystemExit(f"{path}: row {r['optimization']!r} has {len(measured) // per} rounds, "
                              f"not {skip + k}")
-        out.append(row_error(r["optimization"], predicted[first:last], measured[first:last]))
+        traces, t = trace_side(path, r, measured)
+        side = traces[first * t:last * t] if traces else predicted[first:last]
+        out.append(row_error(r["optimization"], side, measured[first:last]))
     return out
+
+
+def trace_side(path, row, measured) -> tuple:
+    """``(predictions, per round)`` of a row made from its traces' own predictions
+    (``predicted_traces_ms``, the Hydra rows since session 80: the median over them), in the
+    order traced, so many to a measured round; ``((), 0)`` for a row made from its rounds.
+
+    >>> trace_side("f", {"predicted_traces_ms": "1 2 3 4"}, [10.0, 11.0])
+    ([1.0, 2.0, 3.0, 4.0], 2)
+    >>> trace_side("f", {"predicted_rounds_ms": "1 2"}, [10.0, 11.0])
+    ((), 0)
+    """
+    traces = round_times(row.get("predicted_traces_ms") or "")
+    if not traces:
+        return (), 0
+    if len(traces) % len(measured):
+        raise SystemExit(f"{path}: row {row['optimization']!r} has {len(traces)} trace predictions "
+                         f"for {len(measured)} rounds")
+    return traces, len(traces) // len(measured)
 
 
 def row_error(optimization: str, predicted, measured) -> float:

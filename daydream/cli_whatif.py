@@ -173,7 +173,7 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     Writes OUTPUT/results.csv (workload, optimization, predicted_ms,
     measured_ms, error_pct, untouched_ratio, measured_spread_pct,
     measured_rounds_ms, core_to_core_min_ns, core_to_core_max_ns,
-    core_to_core_ns, predicted_rounds_ms),
+    core_to_core_ns, predicted_rounds_ms, predicted_traces_ms),
     OUTPUT/accuracy.png/.svg and the device profile the predictions used.
 
     measured_spread_pct is how far the rounds' measurements of the variant
@@ -181,7 +181,9 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
     inside it cannot be told from the machine's noise; measured_rounds_ms
     lists the rounds' measurements, and predicted_rounds_ms the predictions
     from each round's baseline, where the row makes one per round (the
-    predictions re-run ops, so they move with the machine too).
+    predictions re-run ops, so they move with the machine too);
+    predicted_traces_ms the prediction from each baseline trace, where the
+    row is their median (the hydra rows).
 
     untouched_ratio is a control: the real run's time of the ops the
     prediction left unchanged over their baseline time.  Away from 1 it

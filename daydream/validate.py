@@ -171,6 +171,9 @@ class ValidationRow:
     #: the prediction from each round's baseline that ``predicted_ms`` summarises (its mean, or
     #: for pipeline, tessel and hydra its median); empty where not recorded
     predicted_rounds_ms: tuple = ()
+    #: where ``predicted_ms`` is the median over the baseline traces' own predictions, not over
+    #: the rounds' (:func:`median_row` ``per_trace``): those predictions, in the order traced
+    predicted_traces_ms: tuple = ()
 
     @property
     def error_pct(self) -> float:
@@ -529,19 +532,30 @@ def bracket_predictions(rounds, spec: str, profile_path, done: dict | None = Non
     done = {p: dict(v) for p, v in (done or {}).items()}
     out = []
     for paths in rounds:
-        reps = []
-        for p in paths:
-            known = done.setdefault(p, {})
-            if spec not in known:
-                known[spec] = predict(p, [spec], profile_path=profile_path)[0]
-            reps.append(known[spec])
+        reps = [_report(p, spec, profile_path, done) for p in paths]
         out.append((statistics.fmean(r.baseline_ms for r in reps), statistics.fmean(r.predicted_ms for r in reps),
                     reps[0]))
     return out
 
 
+def trace_predictions(rounds, spec: str, profile_path, done: dict | None = None) -> list:
+    """The report of ``spec`` from each distinct baseline trace of ``rounds`` (as
+    :func:`bracket_predictions` takes them), in the order the rounds list them, each once."""
+    done = {p: dict(v) for p, v in (done or {}).items()}
+    paths = list(dict.fromkeys(p for pair in rounds for p in pair))
+    return [_report(p, spec, profile_path, done) for p in paths]
+
+
+def _report(path, spec: str, profile_path, done: dict):
+    """``spec``'s report from the trace at ``path``: ``done[path][spec]``, predicted now where missing."""
+    known = done.setdefault(path, {})
+    if spec not in known:
+        known[spec] = predict(path, [spec], profile_path=profile_path)[0]
+    return known[spec]
+
+
 def median_row(workload: str, label: str | None, rounds, spec: str, measured_ms, profile_path,
-               done: dict | None = None) -> ValidationRow:
+               done: dict | None = None, per_trace: bool = False) -> ValidationRow:
     """The row of ``spec``: medians of its per-round predictions (each the mean over the round's
     baseline traces in ``rounds``, :func:`bracket_predictions`, with the predictions ``done``
     already) and of the measured rounds ``measured_ms``, each side's rounds listed in the row;
@@ -552,12 +566,26 @@ def median_row(workload: str, label: str | None, rounds, spec: str, measured_ms,
     ms in session 46's run b; in three runs of ``benchmarks/hydra_timeline.py`` in a row both
     processes' backward passes took 20-25 % longer in two than in the first, their forward
     passes the same), and a mean carries one such round into the row.
+
+    With ``per_trace`` the prediction side is the median over the baseline traces' own
+    predictions (:func:`trace_predictions`), each trace once, not over the rounds' means of two:
+    a 1-process trace lasts a fraction of a second and falls whole into a slow spell of the
+    host now and then (x1.2-1.6), and a mean of two carries one such trace into its round, so
+    that once a fifth or more of the traces are slow, most rounds are; a median over the traces
+    themselves passes over them while they are fewer than half, as the median over the real
+    rounds passes over the real runs' spells.  Over the Hydra rows of eighteen validation runs
+    of sessions 76-80 (predicted again, ``corun=off``; docs/validation-log.md, "Session 80") the
+    rows' standard deviation over the runs fell from 4.5-7.3 to 3.4-4.3 points and their misses
+    from 7 to 1.  ``predicted_rounds_ms`` keeps the rounds' means.
     """
     got = bracket_predictions(rounds, spec, profile_path, done)
+    traces = trace_predictions(rounds, spec, profile_path, done) if per_trace else ()
+    side = [(r.baseline_ms, r.predicted_ms) for r in traces] or [(b, p) for b, p, _ in got]
     return ValidationRow(workload, got[0][2].optimizations[0] if label is None else label,
-                         statistics.median(b for b, _, _ in got), statistics.median(p for _, p, _ in got),
+                         statistics.median(b for b, _ in side), statistics.median(p for _, p in side),
                          statistics.median(measured_ms), measured_rounds_ms=tuple(measured_ms),
-                         predicted_rounds_ms=tuple(p for _, p, _ in got))
+                         predicted_rounds_ms=tuple(p for _, p, _ in got),
+                         predicted_traces_ms=tuple(r.predicted_ms for r in traces))
 
 
 def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_path=None, progress=print,
@@ -633,7 +661,7 @@ def write_results(rows, out_dir: Path, force: bool = True) -> Path:
     w = csv.writer(f)
     w.writerow(["workload", "optimization", "baseline_ms", "predicted_ms", "measured_ms", "error_pct",
                 "untouched_ratio", "measured_spread_pct", "measured_rounds_ms", "core_to_core_min_ns",
-                "core_to_core_max_ns", "core_to_core_ns", "predicted_rounds_ms"])
+                "core_to_core_max_ns", "core_to_core_ns", "predicted_rounds_ms", "predicted_traces_ms"])
     blank = lambda x, fmt: "" if x != x else format(x, fmt)   # noqa: E731 - NaN: not measured
     for r in rows:
         w.writerow([r.workload, r.optimization, f"{r.baseline_ms:.4f}", f"{r.predicted_ms:.4f}",
@@ -641,6 +669,7 @@ def write_results(rows, out_dir: Path, force: bool = True) -> Path:
                     blank(r.measured_spread_pct, ".2f"), " ".join(f"{x:.4f}" for x in r.measured_rounds_ms),
                     *(blank(x, ".0f") for x in r.core_to_core_range_ns),
                     " ".join(f"{x:.0f}" for x in r.core_to_core_ns),
-                    " ".join(f"{x:.4f}" for x in r.predicted_rounds_ms)])
+                    " ".join(f"{x:.4f}" for x in r.predicted_rounds_ms),
+                    " ".join(f"{x:.4f}" for x in r.predicted_traces_ms)])
     atomic_write_bytes(path, f.getvalue().encode())
     return path

@@ -509,7 +509,8 @@ def test_real_run_logs_every_task_and_arrival(tmp_path):
 def test_validation_rows_are_medians_over_rounds_with_each_ks_runs_between_their_own_traces(tmp_path, monkeypatch):
     """A trace before each K's runs of a round and one after the last; each K's round predicted
     from the mean of the predictions from the two traces around its runs (the split from the
-    first trace); a row the median over the rounds (a slow round does not move it)."""
+    first trace); a row the median over the traces' own predictions, each once, and over the
+    real rounds (a slow trace moves neither its two rounds nor the row, a slow round not the row)."""
     from types import SimpleNamespace
 
     import daydream.validate as validate
@@ -531,7 +532,7 @@ def test_validation_rows_are_medians_over_rounds_with_each_ks_runs_between_their
         if "models=1," in spec[0]:                            # the split: 3 layers, then 6
             return SimpleNamespace(metrics={"shard0_layers": 3 + r, "shard1_layers": 6 - r}), None
         k = int(spec[0].split("models=")[1].split(",")[0])
-        base = 8.0 + 2 * r + (20.0 if r == 6 else 0.0)       # the last trace too
+        base = 8.0 + 2 * r + (20.0 if r in (2, 6) else 0.0)  # the third and the last trace slow
         return SimpleNamespace(optimizations=[spec[0]], baseline_ms=base, predicted_ms=base * k), None
 
     monkeypatch.setattr(vh, "run_real", run_real)
@@ -546,13 +547,17 @@ def test_validation_rows_are_medians_over_rounds_with_each_ks_runs_between_their
     # each trace predicted once per spec, though most serve two K's rounds
     assert len([sp for sp in specs if "models=2," in sp and "model-parallel" in sp]) == 7
     by = {(r.workload, r.optimization.split("schedule=")[1].split(",")[0]): r for r in rows}
-    # K = 2 ran in calls 1, 3, 5 between traces 0-1, 2-3, 4-5 (8 10 | 12 14 | 16 18): rounds 9, 13, 17
+    # K = 2 ran in calls 1, 3, 5 between traces 0-1, 2-3, 4-5 (8 10 | 32 14 | 16 18): rounds 9, 23, 17,
+    # traces' median 15 (the rounds' would read 17)
     x2 = by[("mlp x2 on 2 procs", "model-parallel")]
     assert x2.measured_ms == 20 + 3 and x2.measured_rounds_ms == (21, 23, 75)
-    assert x2.predicted_rounds_ms == (18, 26, 34) and x2.baseline_ms == 13
-    # K = 4 in calls 2, 4, 6 between traces 1-2, 3-4, 5-6 (10 12 | 14 16 | 18 40): rounds 11, 15, 29
+    assert x2.predicted_rounds_ms == (18, 46, 34) and x2.predicted_traces_ms == (16, 20, 64, 28, 32, 36)
+    assert x2.predicted_ms == 30 and x2.baseline_ms == 15
+    # K = 4 in calls 2, 4, 6 between traces 1-2, 3-4, 5-6 (10 32 | 14 16 | 18 40): rounds 21, 15, 29,
+    # traces' median 17 (the rounds' would read 21)
     x4 = by[("mlp x4 on 2 procs", "shard-parallel")]
-    assert x4.measured_ms == 24 + 4 and x4.predicted_rounds_ms == (44, 60, 116) and x4.predicted_ms == 60
+    assert x4.measured_ms == 24 + 4 and x4.predicted_rounds_ms == (84, 60, 116)
+    assert x4.predicted_traces_ms == (40, 128, 56, 64, 72, 160) and x4.predicted_ms == 68
 
 
 def test_by_default_the_cycle_factor_applies_on_one_device_only(own_trace):

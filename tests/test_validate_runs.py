@@ -172,6 +172,27 @@ def test_a_pipeline_row_is_the_median_of_each_round_s_bracketed_prediction(monke
     assert (row.optimization, row.baseline_ms, row.predicted_ms, row.measured_ms) == ("label", 20.0, 27.0, 27.0)
 
 
+def test_a_row_per_trace_is_the_median_of_each_trace_s_own_prediction(monkeypatch, tmp_path):
+    """``per_trace``: the prediction side is the median over the distinct traces (each once), so
+    one slow trace shared by two rounds moves neither; the rounds' means stay in the row and
+    both lists reach the CSV."""
+    got = {"t0": (20.0, 24.0), "t1": (22.0, 40.0), "t2": (18.0, 26.0), "t3": (20.0, 28.0)}  # baseline, predicted
+    monkeypatch.setattr(validate, "predict", lambda path, specs, profile_path=None:
+                        (SimpleNamespace(baseline_ms=got[path][0], predicted_ms=got[path][1],
+                                         optimizations=specs), None))
+    rounds = validate.bracketed(["t0", "t1", "t2", "t3"])
+    plain = validate.median_row("mlp", "label", rounds, "hydra:models=2", [25.0, 28.0, 27.0], "p.json")
+    row = validate.median_row("mlp", "label", rounds, "hydra:models=2", [25.0, 28.0, 27.0], "p.json",
+                              per_trace=True)
+    assert plain.predicted_rounds_ms == row.predicted_rounds_ms == (32.0, 33.0, 27.0)
+    assert plain.predicted_ms == 32.0 and plain.predicted_traces_ms == ()
+    assert row.predicted_traces_ms == (24.0, 40.0, 26.0, 28.0)
+    assert (row.baseline_ms, row.predicted_ms, row.measured_ms) == (20.0, 27.0, 27.0)
+    text = validate.write_results([row], tmp_path).read_text().splitlines()
+    assert text[1].endswith(",predicted_rounds_ms,predicted_traces_ms")
+    assert text[2].endswith(",32.0000 33.0000 27.0000,24.0000 40.0000 26.0000 28.0000")
+
+
 def test_a_failing_runner_loses_no_other_rows(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
@@ -378,9 +399,9 @@ def test_a_row_carries_the_mean_untouched_ratio_and_the_rounds_and_the_csv_write
     text = validate.write_results([row, validate.ValidationRow("cnn", "x", 1.0, 2.0, 2.0)], tmp_path).read_text()
     lines = text.splitlines()
     assert lines[1].endswith(",measured_spread_pct,measured_rounds_ms,core_to_core_min_ns,core_to_core_max_ns,"
-                             "core_to_core_ns,predicted_rounds_ms")
-    assert lines[2].endswith(",1.0000,17.39,21.0000 25.0000,58,340,332 58 340,20.0000 20.0000")
-    assert lines[3].endswith(",0.000,,,,,,,")
+                             "core_to_core_ns,predicted_rounds_ms,predicted_traces_ms")
+    assert lines[2].endswith(",1.0000,17.39,21.0000 25.0000,58,340,332 58 340,20.0000 20.0000,")
+    assert lines[3].endswith(",0.000,,,,,,,,")
 
 
 def test_device_validation_predicts_with_two_profiles_measured_now(monkeypatch, tmp_path):
@@ -555,3 +576,13 @@ def test_the_rounds_subsample_benchmark_reads_any_window_of_rounds(tmp_path, mon
     assert "first 2 rounds" in out and "rounds 3-4" in out and "+50.0 -50.0" in out
     with pytest.raises(SystemExit, match="has 4 rounds, not 5"):
         bench.rows_at(f, 3, skip=2)
+    # a row made from its traces' own predictions (Hydra): two a round, the rounds' means beside them
+    g = tmp_path / "traces.csv"
+    g.write_text("workload,optimization,measured_rounds_ms,predicted_rounds_ms,predicted_traces_ms\n"
+                 'mlp,"hydra:models=2",10 10 20,50 50 50,11 12 13 90 30 30\n')
+    assert bench.rows_at(g, 2) == pytest.approx([25.0])          # median of 11 12 13 90 over 10
+    assert bench.rows_at(g, 1, skip=2) == pytest.approx([50.0])  # 30 30 over 20
+    g.write_text("workload,optimization,measured_rounds_ms,predicted_rounds_ms,predicted_traces_ms\n"
+                 'mlp,"hydra:models=2",10 10,50 50,11 12 13\n')
+    with pytest.raises(SystemExit, match="3 trace predictions for 2 rounds"):
+        bench.rows_at(g, 1)

@@ -18,9 +18,10 @@ last K's runs sat some 30 s after that trace: over the rounds of 53 runs
 its prediction with the K = 4 runs next to its later trace 0.44, with the
 K = 2 runs next to its earlier trace (and to that trace's co-run measurement)
 0.27: the VM's speed moves within a round; a row
-holds the medians over the rounds of the prediction from the two traces
-around that K's runs (their mean, with that split, ``layers=``) and of the real makespan
-measured in that round, as the pipeline rows (:func:`daydream.validate.median_row`;
+holds the median of the prediction from each trace around that K's runs (with that split,
+``layers=``; since session 80 over the traces themselves, not over the rounds' means of two:
+:func:`daydream.validate.median_row` ``per_trace``) and the median over the rounds of the real
+makespan measured in them (:func:`daydream.validate.median_row`;
 until session 47 the means: one slow real round in three cost shard-parallel
 K = 2 its row in two runs of session 46).  Each trace is predicted right after it
 is taken, the co-run rate of the two processes measured then
@@ -84,9 +85,9 @@ def _run_real_once(models: int, shard0_layers: int, rounds: int) -> dict:
 def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
                   iterations: int = ITERATIONS) -> list:
     """Trace one MLP and run each K for real, ``repeat`` rounds, each K's runs of a round between
-    a baseline trace before and one after them; two rows per K, each the medians over the rounds
-    of the prediction from the two traces around that K's runs (their mean) and of the real
-    makespan (the split chosen from the first trace throughout)."""
+    a baseline trace before and one after them; two rows per K, each the median of the
+    predictions from the traces around that K's runs (each trace once) and the median over the
+    rounds of the real makespan (the split chosen from the first trace throughout)."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -120,7 +121,7 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
         pairs = bracketed(bases)[i::len(MODELS)]       # each round's K runs between their own two traces
         for s in SCHEDULES:
             row = median_row(f"mlp x{k} on {DEVICES} procs", None, pairs, _specs(split)[(k, s)],
-                             measured[k][s], profile_path, done)
+                             measured[k][s], profile_path, done, per_trace=True)
             rows.append(row)
             progress(f"hydra: models={k} {s}: predicted {row.predicted_ms:.2f} ms, measured "
                      f"{row.measured_ms:.2f} ms, error {row.error_pct:.1f}% (rounds: measured "
