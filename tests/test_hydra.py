@@ -762,3 +762,44 @@ def test_the_replay_benchmark_simulates_the_real_rounds_task_times_exact(tmp_pat
     bench.main(["--profile", str(prof), "--models", "1", "--logs", str(tmp_path), "--send-bytes", "512"])
     out = capsys.readouterr().out
     assert "model-parallel (1 rounds)" in out and "replay / real" in out
+
+
+def test_the_row_estimators_benchmark_sums_up_each_row_three_ways(tmp_path, monkeypatch, capsys):
+    """``benchmarks/hydra_row_estimators.py``: every trace predicted once per row (``corun=off``),
+    round r of the K at index k between traces 2r + k and 2r + k + 1; a slow trace moves the
+    rounds' means, not the traces' median; a directory of another layout is passed over."""
+    import doctest
+    from types import SimpleNamespace
+
+    import daydream.whatif as whatif
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))   # its hydra_specs
+    bench = _bench("hydra_row_estimators")
+    assert doctest.testmod(bench).failed == 0
+    run = tmp_path / "run"
+    (run / "traces").mkdir(parents=True)
+    (run / "results.csv").write_text("workload,optimization,measured_rounds_ms\n"
+                                     'mlp x2,"hydra:models=2,schedule=model-parallel,layers=4:5",20 20\n'
+                                     'mlp x4,"hydra:models=4,schedule=model-parallel,layers=4:5",40 40\n')
+    speed = [10.0, 10.0, 15.0, 10.0, 10.0]                  # trace 2 slow: K = 2's round 1, K = 4's round 0
+    for n in range(5):
+        (run / "traces" / f"hydra.mlp.base.r{n}.json.gz").write_text("")
+    asked = []
+
+    def predict(path, specs, profile_path):
+        asked.append(specs[0])
+        k = int(specs[0].split("models=")[1].split(",")[0])
+        return SimpleNamespace(predicted_ms=speed[int(path.split(".r")[-1].split(".")[0])] * k), None
+
+    monkeypatch.setattr(whatif, "predict", predict)
+    old = tmp_path / "old"
+    (old / "traces").mkdir(parents=True)
+    (old / "results.csv").write_text((run / "results.csv").read_text())
+    for n in range(3):                                      # one trace a round: before session 76
+        (old / "traces" / f"hydra.mlp.base.r{n}.json.gz").write_text("")
+    bench.main([str(run), str(old)])
+    out = capsys.readouterr().out
+    assert len(asked) == 10 and all("corun=off" in s for s in asked)
+    assert "models=2,schedule=model-parallel: mean +12.5 min +0.0 traces +0.0" in out
+    assert "models=4,schedule=model-parallel: mean +12.5 min +0.0 traces +0.0" in out
+    assert f"{old}: not a validation of one trace before each K (passed over)" in out
