@@ -575,7 +575,7 @@ def median_row(workload: str, label: str | None, rounds, spec: str, measured_ms,
     themselves passes over them while they are fewer than half, as the median over the real
     rounds passes over the real runs' spells.  Over the Hydra rows of eighteen validation runs
     of sessions 76-80 (predicted again, ``corun=off``; docs/validation-log.md, "Session 80") the
-    rows' standard deviation over the runs fell from 4.5-7.3 to 3.4-4.3 points and their misses
+    rows' standard deviation over the runs fell from 4.4-7.0 to 3.3-4.2 points and their misses
     from 7 to 1.  ``predicted_rounds_ms`` keeps the rounds' means.
     """
     got = bracket_predictions(rounds, spec, profile_path, done)
