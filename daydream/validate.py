@@ -571,7 +571,7 @@ def median_row(workload: str, label: str | None, rounds, spec: str, measured_ms,
     predictions (:func:`trace_predictions`), each trace once, not over the rounds' means of two:
     a 1-process trace lasts a fraction of a second and falls whole into a slow spell of the
     host now and then (x1.2-1.6), and a mean of two carries one such trace into its round, so
-    that once a fifth or more of the traces are slow, most rounds are; a median over the traces
+    that once three in ten of the traces are slow, most rounds are; a median over the traces
     themselves passes over them while they are fewer than half, as the median over the real
     rounds passes over the real runs' spells.  Over the Hydra rows of eighteen validation runs
     of sessions 76-80 (predicted again, ``corun=off``; docs/validation-log.md, "Session 80") the
