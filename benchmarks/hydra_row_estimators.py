@@ -27,7 +27,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from hydra_specs import TRACES, hydra_rows, with_options
+from hydra_specs import TRACES, hydra_rows, trace_before, with_options
 
 __all__ = ["main", "row_errors", "WAYS"]
 
@@ -35,14 +35,13 @@ __all__ = ["main", "row_errors", "WAYS"]
 WAYS = ("mean", "min", "traces")
 
 
-def row_errors(preds, real, k: int) -> tuple:
-    """Signed errors (%) of the three :data:`WAYS` for a row whose K has index ``k``, from every
-    trace's prediction ``preds`` (in the order traced) and the real rounds ``real``.
+def row_errors(pairs, real) -> tuple:
+    """Signed errors (%) of the three :data:`WAYS` for a row from each round's predictions from
+    the traces before and after its runs, ``pairs``, and the real rounds ``real``.
 
-    >>> row_errors([10.0, 10.0, 20.0, 10.0, 10.0], [10.0, 10.0], 0)
+    >>> row_errors([(10.0, 10.0), (20.0, 10.0)], [10.0, 10.0])
     (25.0, 0.0, 0.0)
     """
-    pairs = [(preds[2 * r + k], preds[2 * r + k + 1]) for r in range(len(real))]
     m = statistics.median(real)
     pct = lambda x: 100.0 * (x / m - 1.0)        # noqa: E731
     return (pct(statistics.median((a + b) / 2 for a, b in pairs)), pct(statistics.median(min(p) for p in pairs)),
@@ -65,11 +64,11 @@ def main(argv=None) -> None:
             print(f"{d}: not a validation of one trace before each K (passed over)")
             continue
         for spec, real in rows:
-            k = MODELS.index(int(spec.split("models=")[1].split(",")[0]))
             preds = [predict(str(t), [with_options(spec, "corun=off")], profile_path=str(d / "device-cpu-1t.json"))[0]
                      .predicted_ms for t in traces]
+            pairs = [(preds[b], preds[b + 1]) for b in (trace_before(d, "hydra", spec, r, n) for r in range(n))]
             name = spec.split(",layers")[0]
-            table.setdefault(name, []).append(row_errors(preds, real, k))
+            table.setdefault(name, []).append(row_errors(pairs, real))
             print(f"{d} {name}: " + " ".join(f"{w} {e:+.1f}" for w, e in zip(WAYS, table[name][-1])), flush=True)
     for name, runs in table.items():
         cols = [[e[i] for e in runs] for i in range(len(WAYS))]

@@ -529,29 +529,29 @@ def bracket_predictions(rounds, spec: str, profile_path, done: dict | None = Non
     trace before, 4.1 / 2.4 % from the mean of both
     (``python benchmarks/bracket_noise.py``; docs/validation-log.md, "Session 37").
     """
-    done = {p: dict(v) for p, v in (done or {}).items()}
+    return _round_means(rounds, trace_predictions(rounds, spec, profile_path, done))
+
+
+def _round_means(rounds, reports: dict) -> list:
+    """Per round: ``(baseline_ms, predicted_ms, first report)``, the means over its traces' ``reports``."""
     out = []
     for paths in rounds:
-        reps = [_report(p, spec, profile_path, done) for p in paths]
+        reps = [reports[p] for p in paths]
         out.append((statistics.fmean(r.baseline_ms for r in reps), statistics.fmean(r.predicted_ms for r in reps),
                     reps[0]))
     return out
 
 
-def trace_predictions(rounds, spec: str, profile_path, done: dict | None = None) -> list:
-    """The report of ``spec`` from each distinct baseline trace of ``rounds`` (as
-    :func:`bracket_predictions` takes them), in the order the rounds list them, each once."""
-    done = {p: dict(v) for p, v in (done or {}).items()}
-    paths = list(dict.fromkeys(p for pair in rounds for p in pair))
-    return [_report(p, spec, profile_path, done) for p in paths]
-
-
-def _report(path, spec: str, profile_path, done: dict):
-    """``spec``'s report from the trace at ``path``: ``done[path][spec]``, predicted now where missing."""
-    known = done.setdefault(path, {})
-    if spec not in known:
-        known[spec] = predict(path, [spec], profile_path=profile_path)[0]
-    return known[spec]
+def trace_predictions(rounds, spec: str, profile_path, done: dict | None = None) -> dict:
+    """``{path: report}`` of ``spec`` from each distinct baseline trace of ``rounds`` (as
+    :func:`bracket_predictions` takes them), in the order the rounds list them: ``done[path][spec]``
+    where made already (``done`` is left as it was), each other predicted now, once."""
+    done = done or {}
+    out = {}
+    for p in dict.fromkeys(p for pair in rounds for p in pair):
+        known = done.get(p, {})
+        out[p] = known[spec] if spec in known else predict(p, [spec], profile_path=profile_path)[0]
+    return out
 
 
 def median_row(workload: str, label: str | None, rounds, spec: str, measured_ms, profile_path,
@@ -578,8 +578,9 @@ def median_row(workload: str, label: str | None, rounds, spec: str, measured_ms,
     rows' standard deviation over the runs fell from 4.4-7.0 to 3.3-4.2 points and their misses
     from 7 to 1.  ``predicted_rounds_ms`` keeps the rounds' means.
     """
-    got = bracket_predictions(rounds, spec, profile_path, done)
-    traces = trace_predictions(rounds, spec, profile_path, done) if per_trace else ()
+    reports = trace_predictions(rounds, spec, profile_path, done)
+    got = _round_means(rounds, reports)
+    traces = list(reports.values()) if per_trace else ()
     side = [(r.baseline_ms, r.predicted_ms) for r in traces] or [(b, p) for b, p, _ in got]
     return ValidationRow(workload, got[0][2].optimizations[0] if label is None else label,
                          statistics.median(b for b, _ in side), statistics.median(p for _, p in side),

@@ -586,3 +586,10 @@ def test_the_rounds_subsample_benchmark_reads_any_window_of_rounds(tmp_path, mon
                  'mlp,"hydra:models=2",10 10,50 50,11 12 13\n')
     with pytest.raises(SystemExit, match="3 trace predictions for 2 rounds"):
         bench.rows_at(g, 1)
+    # pooled runs: the traces' column where every run has it, the rounds' where one lacks it
+    pool = importlib.import_module("pool_runs")
+    h = tmp_path / "rounds.csv"
+    h.write_text("workload,optimization,measured_rounds_ms,predicted_rounds_ms\n"
+                 'mlp,"hydra:models=2",10 10,12 12\n')
+    assert pool.pooled_errors([g, g]) == pytest.approx([20.0])        # median of 11 12 13 11 12 13 over 10
+    assert pool.pooled_errors([g, h]) == pytest.approx([210.0])       # rounds: median of 50 50 12 12 over 10
