@@ -180,9 +180,10 @@ def _measured_phases(ctx, batch_factor: float):
 
 
 def forget_measured() -> None:
-    """Forget the rates ``source="trace"`` measured in this process, and the cycle curves
-    (:func:`optimizations._common.cycle_now`): the next prediction measures them again, in the
-    machine's state of then.
+    """Forget the rates ``source="trace"`` measured in this process, the cycle curves
+    (:func:`optimizations._common.cycle_now`) and the hand-over sitting of ``handover=now``
+    (:func:`optimizations._handover_now.forget_handover_now`): the next prediction measures them
+    again, in the machine's state of then.
 
     The rate follows where the host has placed the two cores at the moment: on this
     project's 2-vCPU VM the pipeline validation's micro-batch sequence read 0.61-0.67 beside
@@ -190,8 +191,11 @@ def forget_measured() -> None:
     of one core, presumably), 0.88-0.97 at 77-97 ns and 0.98-1.00 at 386-434 ns, the host
     moving between them every few seconds (docs/validation-log.md, "Session 38").
     """
+    from ._handover_now import forget_handover_now
+
     _MEASURED.clear()
     forget_cycle_now()
+    forget_handover_now()
 
 
 def slow_thread_work(ctx, rate, who: str, source: str) -> None:

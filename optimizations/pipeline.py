@@ -78,6 +78,7 @@ from daydream.model import EventKind, Phase
 from . import _schedules as sch
 from ._common import optimizer_state_factor
 from ._corun import PHASE_SOURCES
+from ._handover_now import HANDOVER_SOURCES, handover_now
 from ._pipegraph import (build_graph, non_negative, recording_ns, parse_partition, partition, simulate_pipeline, stage_costs,
                          unit_costs)
 from .base import Optimization, OptionError, Param
@@ -123,6 +124,9 @@ class Pipeline(Optimization):
                     "own ops re-run beside a twin at the micro-batch, per phase (trace) or one rate of the "
                     "compute ops (compute), of the device profile (profile), or alone (off)", str,
                     PHASE_SOURCES),
+              Param("handover", "profile", "CPU, 2+ ranks: the hand-over figures (p2p_handover, p2p_post) of the "
+                    "device profile (profile) or of a sitting of its exchange measured when predicting (now, a few "
+                    "seconds; once per process)", str, HANDOVER_SOURCES),
               Param("action_overhead_us", 0.0, "pipeline runtime's own cost per F/B action, us (0: not modelled)"),
               Param("recording_us", "auto", "CPU trace: the tracer's cost per recorded op, us, taken out of every "
                     "micro-batch pass, since the run predicted is not traced (auto: measured here; 0: kept)", str),
@@ -149,6 +153,7 @@ class Pipeline(Optimization):
         acts = self.actions()          # refuses impossible schedules before any costing
         n_stages = self.stages * (self.virtual if self.schedule == "interleaved" else 1)
         non_negative(self, "action_overhead_us")
+        handover_now(ctx, self.handover, self.stages)
         units = unit_costs(ctx, self.microbatches, self.stages, self.corun, recording_ns(self, ctx.graph))
         if n_stages > len(units.names):
             raise sch.ScheduleError(f"pipeline: {n_stages} stages but the model has only {len(units.names)} layers")

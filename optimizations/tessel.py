@@ -43,6 +43,7 @@ import time
 
 from . import _schedules as sch
 from ._corun import PHASE_SOURCES
+from ._handover_now import HANDOVER_SOURCES, handover_now
 from ._pipegraph import (build_graph, non_negative, recording_ns, parse_partition, partition, simulate_pipeline, stage_costs,
                          unit_costs)
 from .base import Optimization, OptionError, Param
@@ -180,6 +181,9 @@ class Tessel(Optimization):
                     "own ops re-run beside a twin at the micro-batch, per phase (trace) or one rate of the "
                     "compute ops (compute), of the device profile (profile), or alone (off)", str,
                     PHASE_SOURCES),
+              Param("handover", "profile", "CPU, 2+ ranks: the hand-over figures (p2p_handover, p2p_post) of the "
+                    "device profile (profile) or of a sitting of its exchange measured when predicting (now, a few "
+                    "seconds; once per process)", str, HANDOVER_SOURCES),
               Param("placement", "", "device of each stage, ':'-separated (default: stage k on device k)", str),
               Param("max_lag", 0, "largest micro-batch lag of a block (0: 2 x stages)", int),
               Param("memory_mb", 0.0, "limit on stashed activations per device, MB (0: none)"),
@@ -197,6 +201,7 @@ class Tessel(Optimization):
         place = parse_placement(self.placement, self.stages)
         n = len(place)
         non_negative(self, "action_overhead_us")
+        handover_now(ctx, self.handover, max(place) + 1)
         units = unit_costs(ctx, self.microbatches, max(place) + 1, self.corun, recording_ns(self, ctx.graph))
         if n > len(units.names):
             raise sch.ScheduleError(f"tessel: {n} stages but the model has only {len(units.names)} layers")

@@ -20,8 +20,10 @@ is the median over the rounds of the prediction from each round's two
 baselines (their mean) and the median of the measured rounds; each trace is
 predicted right after it is taken, with the co-run rate of two ranks measured
 then (:func:`daydream.validate.predict_now`; until session 38, once after the
-last round).  (Until session 36 it predicted once,
-from the round whose baseline iteration was the median: a prediction re-runs
+last round), and since session 81 the hand-over figures too (``handover=now``,
+:mod:`optimizations._handover_now`: a calibration's figure did not follow the
+real runs of its validation minutes later, and the rows' errors grew with it).
+(Until session 36 it predicted once, from the round whose baseline iteration was the median: a prediction re-runs
 the micro-batch ops, and five predictions from one trace and one profile
 spread over 1.7 ms for the Tessel V.)
 """
@@ -203,7 +205,7 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
     tdir.mkdir(parents=True, exist_ok=True)
     overhead, rec = action_overhead_us(repeat, progress), recording_us(progress)
     specs = {s: (f"pipeline:stages=2,microbatches={MICROBATCHES},schedule={s},partition={PARTITION},"
-                 f"action_overhead_us={overhead:.0f},recording_us={rec:.2f}") for s in SCHEDULES}
+                 f"action_overhead_us={overhead:.0f},recording_us={rec:.2f},handover=now") for s in SCHEDULES}
     one = (f"pipeline:stages=1,microbatches={MICROBATCHES},schedule=gpipe,action_overhead_us={overhead:.0f},"
            f"recording_us={rec:.2f}")
     done, paired = {}, []

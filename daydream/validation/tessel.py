@@ -11,7 +11,8 @@ runs then alternate (:func:`daydream.validation.pipeline.alternate`: a trace
 before and after each round) and the median of the predictions of the
 schedule that ran (``schedule_csv=``), one from each round's baselines, is
 compared with the median run (each trace predicted right after it is taken, the
-ranks' co-run rate measured then: :func:`daydream.validate.predict_now`; a round's run is
+ranks' co-run rate and, since session 81, the hand-over figures measured then:
+:func:`daydream.validate.predict_now`, ``handover=now``; a round's run is
 the mean of :data:`daydream.validate.REAL_PROCESSES` runs in fresh processes, since session 63).  Until session 16 the
 row predicted what a new search on the median baseline found, another
 schedule than the one measured in three of five runs in session 16 (marked "other
@@ -48,7 +49,7 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
     for tag, extra in PLACEMENTS:
         csv = out_dir / f"tessel-{tag}.csv"
         specs[tag] = (f"tessel:stages=2,microbatches={MICROBATCHES},{extra},action_overhead_us={overhead:.0f},"
-                      f"recording_us={rec:.2f}")
+                      f"recording_us={rec:.2f},handover=now")
         rep, _ = predict(first, [f"{specs[tag]},csv={csv}"], profile_path=profile_path)
         ref = rep.metrics.get("1f1b_ms")
         ref = f"1F1B on the same stages {ref:.2f} ms" if ref else "no 1F1B for this placement"
