@@ -14,6 +14,7 @@ Usage::
 """
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -52,7 +53,9 @@ def pooled_rounds(paths) -> dict:
 
 
 def main(argv=None) -> None:
-    paths = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("results", nargs="+", help="results.csv files of `daydream validate` with Hydra rows")
+    paths = ap.parse_args(argv).results
     got = pooled_rounds(paths)
     keys = sorted({(k, s) for k, s, _ in got})
     if not keys:

@@ -97,3 +97,46 @@ def test_a_bad_handover_source_is_refused():
 
     with pytest.raises(OptionError, match="handover must be one of profile, now"):
         predict(REPO / "traces" / "mlp.trace.json.gz", ["pipeline:stages=2,handover=later"], device=flat_profile())
+
+
+def _bench(name):
+    import importlib.util
+    import sys
+
+    folder = REPO / "benchmarks"
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location(f"{name}_bench", folder / f"{name}.py")
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(folder))
+    return bench
+
+
+def test_the_calibration_vs_rows_benchmark_tells_a_figure_that_follows_from_one_that_misleads(tmp_path, capsys):
+    """Three fake runs whose ``p2p_handover`` grows with the Tessel V row's error but not with its
+    real time over the baseline: error r +1, real / baseline r 0 (the other rows constant: nan)."""
+    import doctest
+    import json
+
+    bench = _bench("calibration_vs_rows")
+    assert doctest.testmod(bench).failed == 0 and doctest.testmod(_bench("handover_drift")).failed == 0
+    head = "workload,optimization,baseline_ms,predicted_ms,measured_ms\n"
+    dirs = []
+    for i, (handover, v_pred, v_real) in enumerate([(300e3, 30.0, 30.0), (400e3, 33.0, 30.0), (500e3, 36.0, 30.0)]):
+        d = tmp_path / f"v{i}"
+        d.mkdir()
+        (d / "device-cpu-1t.json").write_text(json.dumps({"p2p_handover": {"gloo": handover}}))
+        (d / "results.csv").write_text(
+            head + 'mlp,"pipeline:stages=2,schedule=gpipe",20,30,30\nmlp,"pipeline:stages=2,schedule=1f1b",20,28,28\n'
+            'mlp,"tessel:stages=2,partition=MLP.blocks.2",20,29,29\n'
+            f'mlp,"tessel:stages=2,placement=0:1:1:0",20,{v_pred},{v_real}\n')
+        dirs.append(str(d))
+    (tmp_path / "bad").mkdir()
+    bench.main([*dirs, str(tmp_path / "bad")])
+    out = capsys.readouterr().out
+    assert "bad: passed over" in out and "3 runs;" in out
+    assert "tessel V: error r +1.00, real / baseline r +nan" in out
+    with pytest.raises(SystemExit, match="fewer than three"):
+        bench.main(dirs[:2])
