@@ -124,6 +124,17 @@ def run_daydream(*args: str, cwd=None, timeout=120, pythonpath=()) -> _subproces
     return _subprocess.run(daydream_cmd(*args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def bench_module(name: str):
+    """The benchmark ``benchmarks/NAME.py`` loaded as a module (its own folder put on the path
+    by the script itself where it imports a sibling)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", REPO / "benchmarks" / f"{name}.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
 def flat_profile(matmul=1e10, bf16_matmul=None, bw=1e10, overhead_ns=1000, allreduce=(1e9, 10_000.0),
                  fetch=(100_000.0, 0.0)):
     """A deterministic device profile for what-if tests (flat curves)."""

@@ -13,7 +13,7 @@ from daydream.optimizations._corun import forget_measured
 from daydream.optimizations._handover_now import NOW_STEPS, handover_now
 from daydream.whatif import predict
 
-from conftest import flat_profile
+from conftest import bench_module, flat_profile
 
 REPO = Path(__file__).resolve().parent.parent
 #: Two hand-overs of 100 and 300 us, one send's post of 50 us, one receive's of 30 us.
@@ -99,29 +99,14 @@ def test_a_bad_handover_source_is_refused():
         predict(REPO / "traces" / "mlp.trace.json.gz", ["pipeline:stages=2,handover=later"], device=flat_profile())
 
 
-def _bench(name):
-    import importlib.util
-    import sys
-
-    folder = REPO / "benchmarks"
-    sys.path.insert(0, str(folder))
-    try:
-        spec = importlib.util.spec_from_file_location(f"{name}_bench", folder / f"{name}.py")
-        bench = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench)
-    finally:
-        sys.path.remove(str(folder))
-    return bench
-
-
 def test_the_calibration_vs_rows_benchmark_tells_a_figure_that_follows_from_one_that_misleads(tmp_path, capsys):
     """Three fake runs whose ``p2p_handover`` grows with the Tessel V row's error but not with its
     real time over the baseline: error r +1, real / baseline r 0 (the other rows constant: nan)."""
     import doctest
     import json
 
-    bench = _bench("calibration_vs_rows")
-    assert doctest.testmod(bench).failed == 0 and doctest.testmod(_bench("handover_drift")).failed == 0
+    bench = bench_module("calibration_vs_rows")
+    assert doctest.testmod(bench).failed == 0 and doctest.testmod(bench_module("handover_drift")).failed == 0
     head = "workload,optimization,baseline_ms,predicted_ms,measured_ms\n"
     dirs = []
     for i, (handover, v_pred, v_real) in enumerate([(300e3, 30.0, 30.0), (400e3, 33.0, 30.0), (500e3, 36.0, 30.0)]):

@@ -20,7 +20,7 @@ from daydream.optimizations.hydra import (Schedule, ShardCosts, balanced_split, 
 from daydream.sim import simulate
 from daydream.whatif import predict
 
-from conftest import assert_profile_refuses, flat_profile
+from conftest import assert_profile_refuses, bench_module, flat_profile
 
 COSTS = ShardCosts(fwd_ns=(10, 12), bwd_ns=(20, 20), opt_ns=(5, 5), send_bytes=(100,), layers=(1, 1))
 
@@ -30,13 +30,7 @@ def _one(_nbytes):
 
 
 def _bench(name):
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"{name}_bench", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return bench_module(name)
 
 
 def test_balanced_split():
