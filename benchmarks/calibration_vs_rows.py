@@ -85,7 +85,8 @@ def main(argv=None) -> None:
         raise SystemExit("calibration_vs_rows: fewer than three usable directories")
     print(f"{len(figures)} runs; correlation over them of {args.field} with each row's error / real over baseline:")
     for k in ROWS:
-        print(f"  {k}: error r {correlation(figures, errs[k]):+.2f}, real / baseline r {correlation(figures, ratios[k]):+.2f}")
+        print(f"  {k}: error r {correlation(figures, errs[k]):+.2f}, "
+              f"real / baseline r {correlation(figures, ratios[k]):+.2f}")
 
 
 if __name__ == "__main__":

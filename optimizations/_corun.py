@@ -58,6 +58,7 @@ from daydream.primitives import scale
 from daydream.sim import simulate
 
 from ._common import forget_cycle_now
+from ._handover_now import forget_handover_now
 
 __all__ = ["corun_rate", "corun_rates", "rate_of", "rates_text", "phase_sequence", "corun_stretch", "slow_thread_work",
            "forget_measured", "SOURCES", "PHASE_SOURCES", "CORUN_ROUNDS"]
@@ -191,8 +192,6 @@ def forget_measured() -> None:
     of one core, presumably), 0.88-0.97 at 77-97 ns and 0.98-1.00 at 386-434 ns, the host
     moving between them every few seconds (docs/validation-log.md, "Session 38").
     """
-    from ._handover_now import forget_handover_now
-
     _MEASURED.clear()
     forget_cycle_now()
     forget_handover_now()

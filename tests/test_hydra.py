@@ -29,8 +29,7 @@ def _one(_nbytes):
     return 1
 
 
-def _bench(name):
-    return bench_module(name)
+_bench = bench_module
 
 
 def test_balanced_split():
