@@ -3,8 +3,8 @@ its real runs, or only move its predictions?
 
 For each validation directory (``daydream validate -o DIR``: its ``device-cpu-1t.json`` and
 ``results.csv``) takes one scalar of the profile (``--field``, a backend's figure such as
-``p2p_handover``, or ``p2p_post`` whose send side is taken) and, per row whose optimization
-starts with one of ``--rows`` (default: the 2-process pipeline and Tessel rows), the row's signed
+``p2p_handover``, or ``p2p_post`` whose send side is taken) and, per row of :data:`ROWS` (the
+2-process pipeline and Tessel rows), the row's signed
 error and its real time over its baseline.  Prints the table, then per row the correlation over
 the runs of the figure with the error and with real / baseline.  A figure that follows the
 machine correlates with real / baseline; one that only carries its calibration's noise into the
@@ -15,7 +15,6 @@ predictions correlates with the error alone (docs/validation-log.md, "Session 81
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from handover_drift import correlation  # noqa: E402
+from rounds_subsample import results_rows  # noqa: E402
 
 __all__ = ["main", "figure_of", "ROWS"]
 
@@ -51,11 +51,6 @@ def figure_of(profile: dict, field: str, backend: str = "gloo") -> float:
     return float(v)
 
 
-def _rows(path: Path) -> dict:
-    with open(path, newline="") as f:
-        return {r["optimization"]: r for r in csv.DictReader(line for line in f if not line.startswith("#"))}
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dirs", nargs="+", help="validation output directories")
@@ -65,7 +60,7 @@ def main(argv=None) -> None:
     for d in map(Path, args.dirs):
         try:
             fig = figure_of(json.loads((d / "device-cpu-1t.json").read_text()), args.field)
-            rows = _rows(d / "results.csv")
+            rows = {r["optimization"]: r for r in results_rows(d / "results.csv")}
         except (OSError, KeyError, ValueError) as exc:
             print(f"{d}: passed over ({exc})")
             continue

@@ -60,7 +60,8 @@ def main(argv=None) -> None:
         rows = hydra_rows(d / "results.csv", "hydra")
         n = min((len(r) for _, r in rows), default=0)
         traces = [d / "traces" / TRACES["hydra"].format(i) for i in range(n * len(MODELS) + 1)]
-        if not rows or not all(t.exists() for t in traces) or (d / "traces" / TRACES["hydra"].format(len(traces))).exists():
+        extra = d / "traces" / TRACES["hydra"].format(len(traces))
+        if not rows or not all(t.exists() for t in traces) or extra.exists():
             print(f"{d}: not a validation of one trace before each K (passed over)")
             continue
         for spec, real in rows:

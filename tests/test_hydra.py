@@ -29,9 +29,6 @@ def _one(_nbytes):
     return 1
 
 
-_bench = bench_module
-
-
 def test_balanced_split():
     assert balanced_split([5, 5, 5, 5], 2) == [2, 2]
     assert balanced_split([1, 1, 1, 1, 4], 2) == [4, 1]
@@ -574,7 +571,7 @@ def test_by_default_the_cycle_factor_applies_on_one_device_only(own_trace):
 def test_the_specs_benchmark_reads_a_validations_hydra_rows_and_sets_options(tmp_path):
     import doctest
 
-    bench = _bench("hydra_specs")
+    bench = bench_module("hydra_specs")
     csv = tmp_path / "results.csv"
     csv.write_text('# daydream: {}\nworkload,optimization,measured_rounds_ms\n'
                    'mlp,"pipeline:stages=2",30.0 31.0\n'
@@ -626,7 +623,7 @@ def test_the_placement_benchmark_sets_each_round_beside_its_runs_and_traces_prob
     from daydream.validate import REAL_PROCESSES
     from daydream.validation.hydra import MODELS
 
-    bench = _bench("hydra_placement")
+    bench = bench_module("hydra_placement")
     assert doctest.testmod(bench).failed == 0
     near, far, per_k = 100.0, 400.0, 2 * REAL_PROCESSES
 
@@ -669,7 +666,7 @@ def test_the_round_correlation_benchmark_pairs_rounds_within_runs(tmp_path, caps
     moves against them -1."""
     import doctest
 
-    bench = _bench("round_correlation")
+    bench = bench_module("round_correlation")
     assert doctest.testmod(bench).failed == 0
     head = "workload,optimization,measured_rounds_ms,predicted_rounds_ms\n"
     files = []
@@ -694,7 +691,7 @@ def test_the_round_correlation_benchmark_pairs_rounds_within_runs(tmp_path, caps
 def test_the_ratio_benchmarks_leave_out_rows_without_rounds_and_refuse_other_files(tmp_path, capsys):
     """``hydra_sp_mp.py`` pairs each K's rows round by round and leaves out rows of files older than
     the per-round columns; ``hydra_placement.py`` names a file that is not a results CSV in one line."""
-    sp_mp = _bench("hydra_sp_mp")
+    sp_mp = bench_module("hydra_sp_mp")
     new = tmp_path / "new.csv"
     new.write_text("workload,optimization,measured_rounds_ms,predicted_rounds_ms\n"
                    'x,"hydra:models=2,devices=2,schedule=model-parallel",20 10,18 10\n'
@@ -707,7 +704,7 @@ def test_the_ratio_benchmarks_leave_out_rows_without_rounds_and_refuse_other_fil
     assert sp_mp.ratios(old) == {}
     sp_mp.main([str(old)])
     assert capsys.readouterr().out == f"{old}: no Hydra rows with per-round figures\n"
-    placement = _bench("hydra_placement")
+    placement = bench_module("hydra_placement")
     not_csv = tmp_path / "notes.txt"
     not_csv.write_text("just words\nand more\n")
     with pytest.raises(SystemExit, match=r"hydra_placement: .*notes.txt: not a validation results CSV"):
@@ -720,7 +717,7 @@ def test_the_replay_benchmark_simulates_the_real_rounds_task_times_exact(tmp_pat
     with shard-parallel's hand-overs taking the profile's arrival notice (110 us) more."""
     import doctest
 
-    bench = _bench("hydra_replay")
+    bench = bench_module("hydra_replay")
     assert doctest.testmod(bench).failed == 0
     dev = dataclasses.replace(flat_profile(), p2p={"gloo": (1e9, 300_000.0)}, p2p_preposted={"gloo": 40_000.0},
                               p2p_notified={"gloo": 150_000.0})
@@ -767,7 +764,7 @@ def test_the_row_estimators_benchmark_sums_up_each_row_three_ways(tmp_path, monk
     import daydream.whatif as whatif
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))   # its hydra_specs
-    bench = _bench("hydra_row_estimators")
+    bench = bench_module("hydra_row_estimators")
     assert doctest.testmod(bench).failed == 0
     run = tmp_path / "run"
     (run / "traces").mkdir(parents=True)
