@@ -25,7 +25,10 @@ import json
 import statistics
 from collections import defaultdict
 
-__all__ = ["main", "occurrence_times_us"]
+__all__ = ["main", "occurrence_times_us", "FUSED_NAME"]
+
+#: The name a traced op takes in the fused job, where it changes (``opbench.fused_signature``).
+FUSED_NAME = {"aten::addmm": "aten::baddbmm", "aten::mm": "aten::bmm"}
 
 
 def occurrence_times_us(path: str, op: str) -> list:
@@ -55,7 +58,10 @@ def main(argv=None) -> None:
     ap.add_argument("models", type=int)
     ap.add_argument("--profile", help="device profile (default: the cached CPU profile)")
     ap.add_argument("--op", default="aten::convolution_backward")
+    ap.add_argument("--real-op", help="the op's name in the fused job (default: --op; "
+                    "aten::baddbmm for aten::addmm, aten::bmm for aten::mm)")
     a = ap.parse_args(argv)
+    real_op = a.real_op or FUSED_NAME.get(a.op, a.op)
 
     import daydream.opseq as opseq
     from daydream.whatif import predict
@@ -75,15 +81,16 @@ def main(argv=None) -> None:
         opseq._per_signature = per_signature
     if "calls" not in seen:
         raise SystemExit("hfta_rerun: the prediction re-ran no sequence (a trace without shapes?)")
-    base, real = occurrence_times_us(a.baseline, a.op), occurrence_times_us(a.real, a.op)
+    base, real = occurrence_times_us(a.baseline, a.op), occurrence_times_us(a.real, real_op)
     reruns = [(sig, rows) for (sig, _, _, _), rows in zip(seen["calls"], seen["got"]) if json.loads(sig)[0] == a.op]
-    print(f"{'k':>2} {'base us':>9} {'real us':>9} {'real/base':>9} {'re-run':>7} {'its sig':>7} {'re-run 1 us':>11}")
+    print(f"{'k':>2} {'base us':>9} {'real us':>9} {'real/base':>9} {'re-run':>7} {'its sig':>7} {'re-run 1 us':>11} {'re-run N us':>11}")
     for k, (b, r) in enumerate(zip(base, real)):
         sig, rows = reruns[k] if k < len(reruns) else (None, [])
         occ = statistics.median(y / x for x, y in rows) if rows else float("nan")
         one = statistics.median(x for x, _ in rows) / 1e3 if rows else float("nan")
+        fused = statistics.median(y for _, y in rows) / 1e3 if rows else float("nan")
         print(f"{k:2d} {b:9.1f} {r:9.1f} {r / b:9.2f} {occ:7.2f} {seen['ratios'].get(sig, float('nan')):7.2f} "
-              f"{one:11.1f}")
+              f"{one:11.1f} {fused:11.1f}")
     print(f"sum: base {sum(base) / 1e3:.2f} ms, real {sum(real) / 1e3:.2f} ms (x{sum(real) / sum(base):.2f}); "
           f"re-run of the traced calls {sum(statistics.median(x for x, _ in rows) for _, rows in reruns) / 1e6:.2f} "
           f"ms, of the fused {sum(statistics.median(y for _, y in rows) for _, rows in reruns) / 1e6:.2f} ms; "

@@ -16,7 +16,7 @@ from .errors import DaydreamError
 
 __all__ = ["call_for", "KEEP_DTYPE_INPUTS", "time_signature_ns", "dtype_time_ratios", "dtype_time_pairs", "channels_last_time_pairs",
            "thread_time_ratios", "float_inputs", "cast_ns", "scaled_signature", "batch_time_ratios",
-           "fused_signature", "fused_time_ratios", "inductor_ns", "inductor_time_ratios", "PAIR_ROUNDS", "PAIR_SPAN_S"]
+           "fused_signature", "fused_time_ratios", "LINEAR_LAYOUTS", "inductor_ns", "inductor_time_ratios", "PAIR_ROUNDS", "PAIR_SPAN_S"]
 
 _TENSOR_TYPES = {"float": "float32", "double": "float64", "c10::half": "float16", "c10::bfloat16": "bfloat16",
                  "long int": "int64", "int": "int32", "bool": "bool", "unsigned char": "uint8",
@@ -380,6 +380,47 @@ def _ratios_by(signatures, variant, threads, sequence, **kw) -> dict:
     return _ratios(signatures, lambda sig: _time_or_none(variant(sig)), threads)
 
 
+#: How :func:`fused_signature` lays out the N copies of a linear layer's GEMM operands.
+LINEAR_LAYOUTS = ("hfta", "traced")
+
+
+def _row_major(strides) -> bool:
+    return isinstance(strides, list) and len(strides) == 2 and strides[1] == 1
+
+
+def _hfta_gemm(name: str, dims: list, strides: list, n: int) -> tuple | None:
+    """``(name, dims, strides)`` of the leading tensor operands of a linear layer's traced ``addmm``
+    or ``mm`` as HFTA's fused ``Linear`` runs them over ``n`` copies; None for other shapes.
+
+    HFTA keeps each copy's weight ``[in, out]`` row-major, the transpose of
+    ``nn.Linear``'s ``[out, in]`` (``hfta.nn.Linear``: ``weight [B, in, out]``,
+    ``bias [B, 1, out]``, forward ``baddbmm(bias, x, weight)``).  So the forward
+    reads every operand row-major; the input's gradient ``g @ W`` reads the
+    weight in the other layout than traced; and the weight's gradient, traced
+    as ``g.t() @ x`` (its first operand transposed), is computed as its
+    transpose ``x.t() @ g``, whose output is ``[in, out]``.  For a narrow layer
+    that matters: a ``512 -> 10`` head's weight gradient ran 5x longer this way
+    on the development VM, fused 2- and 8-fold (session 82).
+
+    >>> _hfta_gemm("aten::mm", [[10, 64], [64, 512]], [[1, 10], [512, 1]], 2)   # g.t() @ x
+    ('aten::bmm', [[2, 512, 64], [2, 64, 10]], [[32768, 1, 512], [640, 10, 1]])
+    >>> _hfta_gemm("aten::mm", [[64, 10], [10, 512]], [[10, 1], [512, 1]], 2)   # g @ W
+    ('aten::bmm', [[2, 64, 10], [2, 10, 512]], [[640, 10, 1], [5120, 1, 10]])
+    """
+    if name == "aten::addmm":
+        if len(dims) < 3 or not all(isinstance(d, list) and len(d) == w for d, w in zip(dims, (1, 2, 2))):
+            return None
+        (o,), (m, k) = dims[0], dims[1]
+        return "aten::baddbmm", [[n, 1, o], [n, m, k], [n, k, o]], [[o, o, 1], [m * k, k, 1], [k * o, o, 1]]
+    if len(dims) != 2 or not all(isinstance(d, list) and len(d) == 2 for d in dims):
+        return None
+    (m, k), (_, o) = dims
+    if strides[0] is not None and not _row_major(strides[0]):     # the weight's gradient, transposed
+        return "aten::bmm", [[n, o, k], [n, k, m]], [[k * o, 1, o], [k * m, m, 1]]
+    weight = [k * o, 1, k] if strides[1] is None or _row_major(strides[1]) else [k * o, o, 1]
+    return "aten::bmm", [[n, m, k], [n, k, o]], [[m * k, k, 1], weight]
+
+
 #: Convolution ops: position of ``groups`` among their arguments.
 _CONV_GROUPS_ARG = {"aten::conv2d": 6, "aten::convolution": 8, "aten::_convolution": 8,
                     "aten::mkldnn_convolution": 6}
@@ -391,17 +432,24 @@ def _times(dims: list, axis: int, n: int) -> list:
     return out
 
 
-def fused_signature(signature: str, copies: int) -> str | None:
+def fused_signature(signature: str, copies: int, layout: str = "hfta") -> str | None:
     """The call computing ``copies`` copies of a traced op at once, as HFTA fuses them.
 
     A convolution (forward or ``convolution_backward``) becomes a grouped one
     (channels and ``groups`` x N); ``mm`` becomes ``bmm`` and ``addmm``
-    ``baddbmm`` over N stacked operands.  ``None`` for any other op.
+    ``baddbmm`` over N stacked operands, laid out as ``layout`` says
+    (:data:`LINEAR_LAYOUTS`): ``"hfta"`` as HFTA's fused ``Linear`` keeps its
+    weights (:func:`_hfta_gemm`), ``"traced"`` each operand in its traced
+    layout with a leading dimension of N.  ``None`` for any other op.
 
     >>> sig = json.dumps(["aten::mm", [[16, 64], [64, 10]], ["float", "float"], [[64, 1], [1, 64]], ["", ""]])
-    >>> json.loads(fused_signature(sig, 4))[:4]
+    >>> json.loads(fused_signature(sig, 4, "traced"))[:4]
     ['aten::bmm', [[4, 16, 64], [4, 64, 10]], ['float', 'float'], [[1024, 64, 1], [640, 1, 64]]]
+    >>> json.loads(fused_signature(sig, 4))[:4]      # x @ W.t() of a bias-less linear: HFTA's W is [in, out]
+    ['aten::bmm', [[4, 16, 64], [4, 64, 10]], ['float', 'float'], [[1024, 64, 1], [640, 10, 1]]]
     """
+    if layout not in LINEAR_LAYOUTS:
+        raise ValueError(f"fused_signature: layout must be one of {', '.join(LINEAR_LAYOUTS)}, got {layout!r}")
     name, dims, types, strides, concrete = json.loads(signature)
     if not isinstance(dims, list) or not isinstance(concrete, list):
         return None
@@ -422,6 +470,12 @@ def fused_signature(signature: str, copies: int) -> str | None:
             if isinstance(bias, list) and bias and bias[0]:
                 concrete[3] = str([bias[0] * n])
             concrete[9] = str(int(concrete[9] or 1) * n)
+        elif layout == "hfta" and name in ("aten::mm", "aten::addmm"):
+            got = _hfta_gemm(name, new, strides, n)
+            if got is None:
+                return None
+            name, new[:len(got[1])], fixed = got
+            return json.dumps([name, new, types, fixed + strides[len(fixed):], concrete])
         elif name == "aten::mm" and len(new) == 2:
             name, new = "aten::bmm", [[n] + new[0], [n] + new[1]]
         elif name == "aten::addmm" and len(new) >= 3 and len(new[0]) == 1:
@@ -440,12 +494,15 @@ def fused_signature(signature: str, copies: int) -> str | None:
 
 
 def fused_time_ratios(signatures, copies: int, threads: int | None = None, sequence=None,
-                      chained: bool = False) -> dict:
+                      chained: bool = False, layout: str = "hfta", warm: bool = False) -> dict:
     """Per signature: ``t(N copies fused) / t(one)``, both re-run now; ops without a fused form left out.
 
-    ``sequence``: as for :func:`batch_time_ratios`; ``chained``: as for :func:`thread_time_ratios`."""
-    return _ratios_by(signatures, lambda sig: fused_signature(sig, copies), threads, sequence,
-                      chained=chained, by_time=chained)
+    ``sequence``: as for :func:`batch_time_ratios`; ``chained``: as for :func:`thread_time_ratios`;
+    ``layout``: as for :func:`fused_signature`; ``warm``: as for
+    :func:`daydream.opseq.sequence_ratios` (in sequence only)."""
+    kw = {"warm": True} if warm else {}
+    return _ratios_by(signatures, lambda sig: fused_signature(sig, copies, layout), threads, sequence,
+                      chained=chained, by_time=chained, **kw)
 
 
 def _time_or_none(signature: str | None) -> float | None:

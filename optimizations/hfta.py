@@ -61,6 +61,13 @@ instead re-run on this machine as traced and fused as HFTA runs it
 the channels, ``bmm`` / ``baddbmm`` over N stacked operands), and the measured
 time ratio scales it: oneDNN's grouped convolutions here often take more
 than N times one group's time, which a FLOP-indexed curve cannot know.
+The batched GEMMs take the operands' layouts of HFTA's fused ``Linear``
+(``layout=hfta``, the default since session 82): its weights are
+``[N, in, out]`` row-major, the transpose of ``nn.Linear``'s, so the
+backward reads them the other way and computes the weight's gradient as
+the transpose of the traced product; a narrow layer (the MLP's 10-wide
+head) runs its forward and weight gradient 2x and 5x longer that way than
+as N traced calls stacked (``layout=traced``).
 With ``in_sequence`` (the default) the ops are re-run in the order of one
 traced iteration, alternating with the fused sequence
 (:func:`daydream.opseq.sequence_ratios`), so each finds the caches as the
@@ -108,7 +115,7 @@ import numpy as np
 from daydream.model import EventKind, LaneKind, Phase
 from daydream.sim import simulate
 
-from daydream.opbench import fused_time_ratios
+from daydream.opbench import LINEAR_LAYOUTS, fused_time_ratios
 
 from ._common import cycle_ratio
 from ._layers import rerun_ratios, spread_to_slices
@@ -234,6 +241,12 @@ class HFTA(Optimization):
                     "as the rest of the iteration leaves them), not each alone in a loop", bool),
               Param("chained", True, "in sequence, each op reads the output of a recent op of its layout (the "
                     "data flow: in training an op's input was just written by the op before it)", bool),
+              Param("layout", "hfta", "the fused linear layers' operands: as HFTA's Linear keeps them (weights "
+                    "[N, in, out] row-major, the transpose of nn.Linear's) or each as traced with N stacked",
+                    str, LINEAR_LAYOUTS),
+              Param("warm", False, "in sequence, each side's timed pass follows an untimed pass of its own, as a "
+                    "training iteration follows the one before it, not the other side's pass (the MLP's rows read "
+                    "3-7 points higher, the more copies the more: docs/validation-log.md, session 82)", bool),
               Param("cycle", True, "CPU: the fused job keeps N models' parameters and optimizer state, and its "
                     "compute ops find the caches as that leaves them, not one model's as in the trace (the "
                     "profile's cycle figures; false: leave it out)", bool),
@@ -284,7 +297,7 @@ class HFTA(Optimization):
             return {}
         seq = iteration_sequence(ctx, tasks, shared=True) if self.in_sequence else None
         return rerun_ratios(ctx, tasks, lambda sigs: fused_time_ratios(sigs, self.models, ctx.device.threads or None,
-                                                                       seq, self.chained),
+                                                                       seq, self.chained, self.layout, self.warm),
                             "hfta: {n} distinct convolutions/matmuls re-run fused " f"x{self.models} on this machine")
 
 

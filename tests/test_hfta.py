@@ -213,15 +213,16 @@ def test_the_fused_rerun_follows_the_data_flow_unless_told_not_to(own_trace, pro
 
     calls = []
 
-    def fake(sigs, copies, threads=None, sequence=None, chained=False):
-        calls.append((copies, chained, len(sequence or ())))
+    def fake(sigs, copies, threads=None, sequence=None, chained=False, layout="hfta", warm=False):
+        calls.append((copies, chained, len(sequence or ()), layout, warm))
         return {s: 3.0 for s in sigs}
 
     monkeypatch.setattr(hfta_opt, "fused_time_ratios", fake)
     trace = own_trace("cnn")
     rep, _ = predict(trace, ["hfta:models=2"], device=profile)
-    off, _ = predict(trace, ["hfta:models=2,chained=false"], device=profile)
-    assert [c[:2] for c in calls] == [(2, True), (2, False)] and min(c[2] for c in calls) >= 16
+    off, _ = predict(trace, ["hfta:models=2,chained=false,layout=traced,warm=true"], device=profile)
+    assert [c[:2] + c[3:] for c in calls] == [(2, True, "hfta", False), (2, False, "traced", True)]
+    assert min(c[2] for c in calls) >= 16
     assert rep.predicted_ms == pytest.approx(off.predicted_ms)      # same ratios: same prediction
     curve, _ = predict(trace, ["hfta:models=2,remeasure=0"], device=profile)
     assert rep.predicted_ms > curve.predicted_ms                     # x3 for 2 copies: slower than the curves
@@ -260,6 +261,59 @@ def _train_fused_and_copies(fused, copies, lrs, x, y, steps: int = 2):
             r.zero_grad()
             F.cross_entropy(c(x), y).backward()
             r.step()
+
+
+def _gemm_calls(step) -> list:
+    """``(op, dims, strides)`` of each ``mm`` / ``addmm`` / ``bmm`` / ``baddbmm`` that ``step()`` runs,
+    autograd's backward included (recorded below autograd, as the aten calls are made)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = f"aten::{func.overloadpacket.__name__}"
+            if name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"):
+                ts = [a for a in args if isinstance(a, torch.Tensor)]
+                calls.append((name, [list(t.shape) for t in ts], [list(t.stride()) for t in ts]))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        step()
+    return calls
+
+
+@pytest.mark.parametrize("width", [512, 10])
+def test_fused_linear_calls_are_those_hftas_linear_makes(width):
+    """Each GEMM of a traced linear layer (forward and backward) becomes exactly the call that the
+    fused workload's HFTA-style ``FusedLinear`` makes over 2 copies, operands' layouts included: its
+    weights are ``[N, in, out]`` row-major, and a narrow layer's weight gradient computed that way
+    runs several times longer than N copies of the traced call stacked (session 82)."""
+    import json
+
+    import torch
+
+    from daydream.opbench import fused_signature
+    from daydream.workloads.hfta import FusedLinear
+
+    copies = [torch.nn.Linear(64, width) for _ in range(2)]
+    x1, xs = torch.randn(16, 64, requires_grad=True), torch.randn(2, 16, 64, requires_grad=True)
+    def step(model, x):
+        y = model(x)
+        y.backward(torch.randn_like(y))      # a gradient of its own layout (a sum's would be expanded)
+    single = _gemm_calls(lambda: step(copies[0], x1))
+    fused = _gemm_calls(lambda: step(FusedLinear(copies), xs))
+    assert len(single) == len(fused) == 3
+    for (name, dims, strides), want in zip(single, fused):
+        sig = json.dumps([name, dims, ["float"] * len(dims), strides, [""] * len(dims)])
+        got = json.loads(fused_signature(sig, 2))
+        assert (got[0], got[1], got[3]) == want
+    stacked = json.loads(fused_signature(json.dumps([*single[-1][:2], ["float"] * 2, single[-1][2], ["", ""]]), 2,
+                                          "traced"))
+    assert stacked[1] == [[2] + d for d in single[-1][1]] and stacked[1] != fused[-1][1]
+    with pytest.raises(ValueError, match="layout must be one of hfta, traced"):
+        fused_signature(json.dumps(["aten::mm", *single[-1][1:], ["", ""]]), 2, "columns")
 
 
 def test_fused_workload_trains_each_copy_like_the_unfused_model():

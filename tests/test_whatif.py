@@ -719,7 +719,9 @@ def test_fused_ratios_in_sequence_pass_the_chaining_on(monkeypatch):
     monkeypatch.setattr(opseq, "sequence_ratios", lambda seq, variant, threads, **kw: calls.append(kw) or {"a": 1.7})
     assert opbench.fused_time_ratios(["a"], 2, 1, sequence=["a"]) == {"a": 1.7}
     assert opbench.fused_time_ratios(["a"], 2, 1, sequence=["a"], chained=True) == {"a": 1.7}
-    assert calls == [{"chained": False, "by_time": False}, {"chained": True, "by_time": True}]
+    assert opbench.fused_time_ratios(["a"], 2, 1, sequence=["a"], warm=True) == {"a": 1.7}
+    assert calls == [{"chained": False, "by_time": False}, {"chained": True, "by_time": True},
+                     {"chained": False, "by_time": False, "warm": True}]
 
 
 def test_thread_ratios_time_the_variant_at_the_target_threads_and_restore(monkeypatch):
