@@ -474,8 +474,8 @@ def fused_signature(signature: str, copies: int, layout: str = "hfta") -> str | 
             got = _hfta_gemm(name, new, strides, n)
             if got is None:
                 return None
-            name, new[:len(got[1])], fixed = got
-            return json.dumps([name, new, types, fixed + strides[len(fixed):], concrete])
+            name, head, fixed = got
+            return json.dumps([name, head + new[len(head):], types, fixed + strides[len(fixed):], concrete])
         elif name == "aten::mm" and len(new) == 2:
             name, new = "aten::bmm", [[n] + new[0], [n] + new[1]]
         elif name == "aten::addmm" and len(new) >= 3 and len(new[0]) == 1:
@@ -500,9 +500,8 @@ def fused_time_ratios(signatures, copies: int, threads: int | None = None, seque
     ``sequence``: as for :func:`batch_time_ratios`; ``chained``: as for :func:`thread_time_ratios`;
     ``layout``: as for :func:`fused_signature`; ``warm``: as for
     :func:`daydream.opseq.sequence_ratios` (in sequence only)."""
-    kw = {"warm": True} if warm else {}
     return _ratios_by(signatures, lambda sig: fused_signature(sig, copies, layout), threads, sequence,
-                      chained=chained, by_time=chained, **kw)
+                      chained=chained, by_time=chained, warm=warm)
 
 
 def _time_or_none(signature: str | None) -> float | None:

@@ -720,7 +720,8 @@ def test_fused_ratios_in_sequence_pass_the_chaining_on(monkeypatch):
     assert opbench.fused_time_ratios(["a"], 2, 1, sequence=["a"]) == {"a": 1.7}
     assert opbench.fused_time_ratios(["a"], 2, 1, sequence=["a"], chained=True) == {"a": 1.7}
     assert opbench.fused_time_ratios(["a"], 2, 1, sequence=["a"], warm=True) == {"a": 1.7}
-    assert calls == [{"chained": False, "by_time": False}, {"chained": True, "by_time": True},
+    assert calls == [{"chained": False, "by_time": False, "warm": False},
+                     {"chained": True, "by_time": True, "warm": False},
                      {"chained": False, "by_time": False, "warm": True}]
 
 
