@@ -297,23 +297,26 @@ def test_fused_linear_calls_are_those_hftas_linear_makes(width):
     from daydream.opbench import fused_signature
     from daydream.workloads.hfta import FusedLinear
 
-    copies = [torch.nn.Linear(64, width) for _ in range(2)]
-    x1, xs = torch.randn(16, 64, requires_grad=True), torch.randn(2, 16, 64, requires_grad=True)
     def step(model, x):
         y = model(x)
         y.backward(torch.randn_like(y))      # a gradient of its own layout (a sum's would be expanded)
+
+    def signature(name, dims, strides):
+        return json.dumps([name, dims, ["float"] * len(dims), strides, [""] * len(dims)])
+
+    copies = [torch.nn.Linear(64, width) for _ in range(2)]
+    x1, xs = torch.randn(16, 64, requires_grad=True), torch.randn(2, 16, 64, requires_grad=True)
     single = _gemm_calls(lambda: step(copies[0], x1))
     fused = _gemm_calls(lambda: step(FusedLinear(copies), xs))
     assert len(single) == len(fused) == 3
-    for (name, dims, strides), want in zip(single, fused):
-        sig = json.dumps([name, dims, ["float"] * len(dims), strides, [""] * len(dims)])
-        got = json.loads(fused_signature(sig, 2))
+    for call, want in zip(single, fused):
+        got = json.loads(fused_signature(signature(*call), 2))
         assert (got[0], got[1], got[3]) == want
-    stacked = json.loads(fused_signature(json.dumps([*single[-1][:2], ["float"] * 2, single[-1][2], ["", ""]]), 2,
-                                          "traced"))
+    weight_grad = signature(*single[-1])
+    stacked = json.loads(fused_signature(weight_grad, 2, "traced"))
     assert stacked[1] == [[2] + d for d in single[-1][1]] and stacked[1] != fused[-1][1]
     with pytest.raises(ValueError, match="layout must be one of hfta, traced"):
-        fused_signature(json.dumps(["aten::mm", *single[-1][1:], ["", ""]]), 2, "columns")
+        fused_signature(weight_grad, 2, "columns")
 
 
 def test_fused_workload_trains_each_copy_like_the_unfused_model():
