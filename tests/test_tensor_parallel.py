@@ -200,8 +200,8 @@ def test_a_row_without_output_size_is_refused_before_measuring(own_trace, monkey
 
 
 def test_the_validation_measures_the_api_overhead_afresh(tmp_path, monkeypatch):
-    """The cached DTensor overhead is re-measured at the start of a validation (every cache file
-    of its thread count, whatever its input rank and all-reduce size); other thread counts stay."""
+    """The validation forgets the cached DTensor overhead (every cache file of its thread count,
+    whatever its input rank and all-reduce size), so it is measured again; other thread counts stay."""
     import subprocess
 
     from daydream.optimizations.tensor_parallel import API_MESH_RANKS, _torch_version
@@ -325,8 +325,9 @@ def test_the_validation_row_takes_the_co_run_rate_of_the_trace_s_own_ops(tmp_pat
 
 
 def test_the_validation_predicts_each_round_as_it_is_traced_at_a_fresh_co_run_rate(tmp_path, monkeypatch):
-    """Each round's baseline is predicted right after the round, the co-run rate forgotten first,
-    and the row takes those predictions (not one rate for all rounds, measured after the last)."""
+    """Each round's baseline is predicted right after the round, the co-run rate and torch's TP
+    API overhead forgotten first, and the row takes those predictions (not one rate for all rounds,
+    measured after the last; not one API overhead for all, measured before the first)."""
     import types
 
     import daydream.optimizations._corun as corun
@@ -342,7 +343,7 @@ def test_the_validation_predicts_each_round_as_it_is_traced_at_a_fresh_co_run_ra
             after_round(out[-1])
         return out
 
-    monkeypatch.setattr(vtp, "_fresh_api_overhead", lambda: None)
+    monkeypatch.setattr(vtp, "_fresh_api_overhead", lambda: events.append("forget api"))
     monkeypatch.setattr(vtp, "paired_rounds", rounds)
     monkeypatch.setattr(corun, "forget_measured", lambda: events.append("forget"))
     monkeypatch.setattr(vtp, "predict", lambda path, specs, profile_path: events.append(f"predict {path}") or path)
@@ -351,5 +352,5 @@ def test_the_validation_predicts_each_round_as_it_is_traced_at_a_fresh_co_run_ra
                         (taken.setdefault("predicted", predicted), (row, None))[1])
     monkeypatch.setattr(vtp, "rounds_label", lambda repeat, configs: "x3")
     vtp.validate_rows(tmp_path, "profile.json", progress=lambda m: None, repeat=3)
-    assert events == [x for k in range(3) for x in (f"traced {k}", "forget", f"predict base{k}")]
+    assert events == [x for k in range(3) for x in (f"traced {k}", "forget", "forget api", f"predict base{k}")]
     assert taken["predicted"] == ["base0", "base1", "base2"]

@@ -8,7 +8,12 @@ tensor-parallel API (``ColwiseParallel``/``RowwiseParallel`` on a CPU
 get a core each on a 2-core machine; both are measured the same way (mean of
 the ProfilerStep iterations after the first, rank 0), in ``repeat`` rounds of
 a baseline run and then a split run; the row is the mean over the rounds.
-torch's TP API overhead, part of the prediction, is re-measured at the start.
+torch's TP API overhead and its in-line all-reduce, part of the prediction,
+are measured again for each round's prediction (:func:`_fresh_api_overhead`;
+until session 83 once, at the start: the in-line all-reduce of one MiB read
+3.01-3.90 ms in four measurements within two minutes, the API's figures per
+iteration 33-43 ms of a 150 ms prediction, so one measurement moved every
+round of a run alike; ``/tmp`` one-off ``/tmp/s83/apiover.py``).
 The ranks' co-run rate is the trace's own ops re-run beside a twin when
 predicting (``corun=trace``, as the pipeline, Tessel and Hydra rows; since
 session 46): the profile's matmul probe (``corun=profile``, the what-if's
@@ -46,7 +51,6 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     spec = f"tensor-parallel:degree={DEGREE},backend=gloo,heads={HEADS},corun=trace"
-    _fresh_api_overhead()
     configs = [(WORKLOAD, tdir / "tp.base.json.gz", ARGS, 1), (WORKLOAD, tdir / f"tp.t{DEGREE}.json.gz", ARGS, DEGREE)]
     progress(f"tensor-parallel: tracing the unsplit transformer (1 process) and the split one "
              f"({DEGREE} gloo ranks), {rounds_label(repeat, configs)}")
@@ -65,15 +69,18 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
 
 def _predict_now(path, spec: str, profile_path):
     """``predict``'s ``(report, result)`` of ``spec`` from the trace at ``path``, its co-run rate
-    measured now (:func:`optimizations._corun.forget_measured`)."""
+    (:func:`optimizations._corun.forget_measured`) and torch's TP API overhead
+    (:func:`_fresh_api_overhead`) measured now."""
     from ..optimizations._corun import forget_measured
 
     forget_measured()
+    _fresh_api_overhead()
     return predict(path, [spec], profile_path=profile_path)
 
 
 def _fresh_api_overhead():
-    """Re-measure torch's TP API overhead now (it is part of the prediction being validated)."""
+    """Forget torch's TP API overhead figures, so that the next prediction measures them again
+    (they are part of the prediction being validated; about 35 s of two processes)."""
     from ..optimizations.tensor_parallel import forget_api_overhead
 
     forget_api_overhead(THREADS)
