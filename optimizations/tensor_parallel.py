@@ -338,7 +338,7 @@ def api_overhead_ns(threads: int = 1, input_dims: int = 2, allreduce_bytes: int 
             return cached
     except (OSError, ValueError):
         pass
-    print(f"tensor-parallel: measuring torch's TP API (DTensor) overhead on this machine once "
+    print(f"tensor-parallel: measuring torch's TP API (DTensor) overhead on this machine "
           f"(2 processes, about 30 s; cached in {path})", file=sys.stderr, flush=True)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode != 0:
