@@ -13,7 +13,8 @@ are measured again for each round's prediction (:func:`_fresh_api_overhead`;
 until session 83 once, at the start: the in-line all-reduce of one MiB read
 3.01-3.90 ms in four measurements within two minutes, the API's figures per
 iteration 33-43 ms of a 150 ms prediction, so one measurement moved every
-round of a run alike; ``/tmp`` one-off ``/tmp/s83/apiover.py``).
+round of a run alike: ``python benchmarks/tp_api_overhead.py --times 4``;
+docs/validation-log.md, "Session 83").
 The ranks' co-run rate is the trace's own ops re-run beside a twin when
 predicting (``corun=trace``, as the pipeline, Tessel and Hydra rows; since
 session 46): the profile's matmul probe (``corun=profile``, the what-if's
