@@ -156,6 +156,11 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                    "pipeline, tessel and hydra take the medians of each side's rounds.  Their 2-process runs "
                    "move by up to 40 % from one run to the next on a shared VM: docs/parallel.md's figures "
                    "use 5 rounds.")
+@click.option("--interleave/--no-interleave", default=True, show_default=True,
+              help="Run the parallelism runners' rounds in turns, a round of each at a time, so that each "
+                   "runner's rounds spread over the whole validation: a shared machine's slow spells last "
+                   "minutes and otherwise fall on all of one row's rounds.  --no-interleave: each runner's "
+                   "rounds back to back, one runner after the other.")
 @click.option("--public/--no-public", default=True, help="Also the public ResNet-50 DataLoader pair.")
 @click.option("--shared", type=click.Path(), default=None, help="Folder of the public traces.")
 @click.option("--profile", "profile_path", type=click.Path(), help="Device profile (default: calibrated now, see "
@@ -167,7 +172,7 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                    "`daydream calibrate`.")
 @click.option("--force", is_flag=True, help="Overwrite an existing OUTPUT/results.csv, plots and profile.")
 @handle_errors
-def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profile_path, fresh, force):
+def validate(workloads, opts, out_dir, iterations, repeat, interleave, public, shared, profile_path, fresh, force):
     """Predict each optimization, apply it for real, measure, and compare.
 
     Writes OUTPUT/results.csv (workload, optimization, predicted_ms,
@@ -224,7 +229,8 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
             progress(f"calibrating this machine at {THREADS} thread(s) for this run (about 30 s) ...")
             prof = calibrate("cpu", threads=THREADS, progress=lambda m: progress(f"calibrating: {m}"))
             profile_path = save_profile(prof, str(out / fresh_name))
-        rows, failed = _measure(wanted, workloads, out, iterations, profile_path, progress, repeat, public, shared)
+        rows, failed = _measure(wanted, workloads, out, iterations, profile_path, progress, repeat, interleave, public,
+                                shared)
     path = write_results(rows, out, force=force)
     import matplotlib
 
@@ -248,7 +254,7 @@ def validate(workloads, opts, out_dir, iterations, repeat, public, shared, profi
         internal_error_exit("; ".join(failed))
 
 
-def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat, public, shared) -> tuple:
+def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat, interleave, public, shared) -> tuple:
     """The rows of ``daydream validate`` (the matrix, the parallelism runners, the public pair) and
     the runners that failed by a bug, each as ``'name: error'``."""
     from pathlib import Path
@@ -256,25 +262,34 @@ def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat,
     from .corelink import CoreLinkLog
     from .validate import (CASES, RUNNERS, ensure_profile, public_dataloader_rows, run_validation, runner,
                            with_placement)
+    from .validation.turns import run_in_turns, started
 
     rows, failed = run_validation([w for w in workloads.split(",") if w], [o for o in wanted if o in CASES], out,
                                   iterations, profile_path, progress=progress, repeat=repeat), []
+    runners = {}
     for name in (o for o in wanted if o in RUNNERS):
         fn = runner(name)
         if fn is None:
             progress(f"{name}: no validation runner installed; skipped")
             continue
-        try:
-            with CoreLinkLog() as log:
-                got = fn(out, ensure_profile(profile_path, progress), progress, repeat, iterations)
-            rows += with_placement(got, log)
-        except DaydreamError as exc:   # the other runners' rows are still written
+        runners[name] = started(fn, out, ensure_profile(profile_path, progress), progress, repeat, iterations)
+    if interleave and len(runners) > 1:
+        progress(f"validate: the rounds of {', '.join(runners)} in turns, one round of each at a time "
+                 "(--no-interleave: one after the other)")
+
+    def on_error(name, exc):
+        if isinstance(exc, DaydreamError):   # the other runners' rows are still written
             progress(f"{name}: skipped ({exc})")
-        except Exception as exc:   # noqa: BLE001 - a bug in one runner must not lose the others' rows
-            if debugging():
-                raise
-            failed.append(f"{name}: {one_line(exc)}")
-            progress(f"{name}: internal error ({one_line(exc)}); skipped, the other rows are still written")
+            return
+        if debugging():
+            raise exc
+        failed.append(f"{name}: {one_line(exc)}")   # a bug in one runner must not lose the others' rows
+        progress(f"{name}: internal error ({one_line(exc)}); skipped, the other rows are still written")
+
+    logs = {name: CoreLinkLog() for name in runners}
+    got = run_in_turns(runners, logs, on_error, interleave)
+    for name in runners:
+        rows += with_placement(got[name], logs[name])
     if public:
         from .demo import _DEFAULT_SHARED  # noqa: F811
         rows += public_dataloader_rows(Path(shared) if shared else _DEFAULT_SHARED, profile_path)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from .errors import DaydreamError
 
 __all__ = ["CoreLinkUnavailable", "CoreLinkLog", "core_to_core_ns", "try_probe", "span_text", "note_placement",
-           "probed", "ROUND_TRIPS", "MAX_PROBE_S"]
+           "only_open", "probed", "ROUND_TRIPS", "MAX_PROBE_S"]
 
 #: Round trips a probe makes: ~1-7 ms on the VM, short against the host's moves
 #: (seconds apart) and long against one trip.
@@ -132,6 +132,29 @@ class CoreLinkLog:
 
 
 _OPEN: list = []
+
+
+@contextlib.contextmanager
+def only_open(logs: list):
+    """Within: exactly ``logs`` are open, the others set aside; on leaving, ``logs`` holds the
+    logs open then (a log opened within and not yet closed stays in it) and the others are back.
+
+    For work done in turns (:func:`daydream.validation.turns.run_in_turns`): each part's
+    probes go to its own logs, even those it keeps open across its turns.
+
+    >>> mine, other = CoreLinkLog(), CoreLinkLog()
+    >>> with other, only_open([mine]):
+    ...     note_placement(probe=lambda: 90.0)
+    >>> mine.values_ns, other.values_ns
+    ((90.0,), ())
+    """
+    saved = _OPEN[:]
+    _OPEN[:] = logs
+    try:
+        yield
+    finally:
+        logs[:] = _OPEN
+        _OPEN[:] = saved
 
 
 def note_placement(probe=None) -> None:

@@ -27,7 +27,7 @@ from .loader import load_trace
 from .model import Trace
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "replay_rank0", "rank_files", "paired_rounds", "rounds_label", "SEQUENTIAL_ROUNDS", "REAL_PROCESSES", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_beside", "run_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "replay_rank0", "rank_files", "paired_rounds", "iter_paired_rounds", "rounds_count", "rounds_label", "SEQUENTIAL_ROUNDS", "REAL_PROCESSES", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_beside", "run_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -53,14 +53,17 @@ CASES = {
 
 #: Validations that need their own runner (several processes, several models):
 #: name -> "module:function".  The function is called as
-#: ``fn(out_dir: Path, profile_path: str, progress, repeat: int, iterations: int)`` and returns a
-#: list of :class:`ValidationRow`.  Modules that are absent are skipped.
+#: ``fn(out_dir: Path, profile_path: str, progress, repeat: int, iterations: int)``; a generator
+#: function's generator yields between rounds and returns a list of :class:`ValidationRow`
+#: (:mod:`daydream.validation.turns` runs several in turns), another function returns the list.
+#: ``device`` keeps its rounds together, right after the profiles it calibrates for them.
+#: Modules that are absent are skipped.
 RUNNERS = {
-    "pipeline": "daydream.validation.pipeline:validate_rows",
-    "tensor-parallel": "daydream.validation.tensor_parallel:validate_rows",
-    "hfta": "daydream.validation.hfta:validate_rows",
-    "hydra": "daydream.validation.hydra:validate_rows",
-    "tessel": "daydream.validation.tessel:validate_rows",
+    "pipeline": "daydream.validation.pipeline:validation_rounds",
+    "tensor-parallel": "daydream.validation.tensor_parallel:validation_rounds",
+    "hfta": "daydream.validation.hfta:validation_rounds",
+    "hydra": "daydream.validation.hydra:validation_rounds",
+    "tessel": "daydream.validation.tessel:validation_rounds",
     "device": "daydream.validation.device:validate_rows",
 }
 
@@ -411,9 +414,8 @@ def rounds_label(repeat: int, configs, turns: bool = True) -> str:
     >>> rounds_label(3, [("mlp", None, (), 1), ("mlp", None, (), 1)])
     'iterations in turns, x3'
     """
-    if _in_turns(configs, turns):
-        return f"iterations in turns, x{max(repeat, 1)}"
-    return f"one after the other, x{max(repeat, 1) * SEQUENTIAL_ROUNDS}"
+    how = "iterations in turns" if _in_turns(configs, turns) else "one after the other"
+    return f"{how}, x{rounds_count(repeat, configs, turns)}"
 
 
 def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True, after_round=None) -> list:
@@ -429,10 +431,30 @@ def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True,
     comparable.  Traced one after the other, every second round goes in reverse order, so
     that a drift of the machine's speed over the rounds weighs on each config alike.
     ``after_round(runs)``, where given, is called with each round's list as soon as it is done.
+    :func:`iter_paired_rounds` gives the rounds one at a time.
     """
     rounds = []
+    for runs in iter_paired_rounds(repeat, configs, iterations, turns):
+        rounds.append(runs)
+        if after_round is not None:
+            after_round(runs)
+    return rounds
+
+
+def rounds_count(repeat: int, configs, turns: bool = True) -> int:
+    """How many rounds :func:`paired_rounds` runs.
+
+    >>> rounds_count(3, [("mlp", None, (), 1), ("mlp", None, (), 2)])
+    6
+    """
+    return max(repeat, 1) * (1 if _in_turns(configs, turns) else SEQUENTIAL_ROUNDS)
+
+
+def iter_paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True):
+    """The rounds of :func:`paired_rounds`, each yielded as soon as it is done (a round's
+    traces are taken when the generator is advanced to it)."""
     together = _in_turns(configs, turns)
-    n_rounds = max(repeat, 1) * (1 if together else SEQUENTIAL_ROUNDS)
+    n_rounds = rounds_count(repeat, configs, turns)
     for k in range(n_rounds):
         cfgs = [(n, _round_path(p, k, n_rounds), a, np_) for n, p, a, np_ in configs]
         if together:
@@ -441,10 +463,7 @@ def paired_rounds(repeat: int, configs, iterations: int = 5, turns: bool = True,
             order = range(len(cfgs)) if k % 2 == 0 else reversed(range(len(cfgs)))
             done = {i: trace_workload(*cfgs[i][:3], iterations=iterations, nproc=cfgs[i][3]) for i in order}
             paths = [done[i] for i in range(len(cfgs))]
-        rounds.append([(p, *replay_rank0(p, c[3])) for p, c in zip(paths, cfgs)])
-        if after_round is not None:
-            after_round(rounds[-1])
-    return rounds
+        yield [(p, *replay_rank0(p, c[3])) for p, c in zip(paths, cfgs)]
 
 
 #: An op (name and phase) is untouched by a prediction when its predicted time per iteration is

@@ -16,7 +16,7 @@ MODULES = ["daydream", "daydream.model", "daydream.errors", "daydream.primitives
            "daydream.collect.shapes", "daydream.loader.iterations", "daydream.calibrate", "daydream.calibrate_procs",
            "daydream.calibrate_p2p", "daydream.calibrate_handover", "daydream.optimizations._handover_now",
            "daydream.overhead", "daydream.calibrate_corun", "daydream.optimizations._optstep", "daydream.corelink",
-           "daydream.validate"]
+           "daydream.validate", "daydream.validation.turns"]
 # hfta, hydra, pipeline, tessel and _schedules run their examples in their own test files
 
 

@@ -315,7 +315,7 @@ def test_the_validation_row_takes_the_co_run_rate_of_the_trace_s_own_ops(tmp_pat
 
     specs = []
     monkeypatch.setattr(vtp, "_fresh_api_overhead", lambda: None)
-    monkeypatch.setattr(vtp, "paired_rounds", lambda repeat, configs, iterations, after_round=None: [])
+    monkeypatch.setattr(vtp, "iter_paired_rounds", lambda repeat, configs, iterations: iter(()))
     row = types.SimpleNamespace(predicted_ms=1.0, measured_ms=1.0, error_pct=0.0)
     monkeypatch.setattr(vtp, "rounds_row", lambda label, opt, rounds, spec, profile, predicted=None:
                         (specs.append(spec) or (row, None)))
@@ -335,16 +335,13 @@ def test_the_validation_predicts_each_round_as_it_is_traced_at_a_fresh_co_run_ra
 
     events, taken = [], {}
 
-    def rounds(repeat, configs, iterations, after_round=None):
-        out = []
+    def rounds(repeat, configs, iterations):
         for k in range(3):
             events.append(f"traced {k}")
-            out.append([(f"base{k}", None, None), (f"split{k}", None, None)])
-            after_round(out[-1])
-        return out
+            yield [(f"base{k}", None, None), (f"split{k}", None, None)]
 
     monkeypatch.setattr(vtp, "_fresh_api_overhead", lambda: events.append("forget api"))
-    monkeypatch.setattr(vtp, "paired_rounds", rounds)
+    monkeypatch.setattr(vtp, "iter_paired_rounds", rounds)
     monkeypatch.setattr(corun, "forget_measured", lambda: events.append("forget"))
     monkeypatch.setattr(vtp, "predict", lambda path, specs, profile_path: events.append(f"predict {path}") or path)
     row = types.SimpleNamespace(predicted_ms=1.0, measured_ms=1.0, error_pct=0.0)

@@ -479,16 +479,17 @@ def test_the_one_stage_row_is_predicted_from_the_trace_taken_in_turns_with_it(mo
     monkeypatch.setattr(pipeline, "one_stage_in_turns", lambda path, iterations: next(paired))
     brackets = [tmp_path / f"base{k}" for k in range(3)]
 
-    def alternate(repeat, tdir, runs, progress, iterations, on_trace):
+    def alternating(repeat, tdir, runs, progress, iterations, on_trace):
         got = {name: [] for name in runs}
         for k in range(repeat):
             on_trace(brackets[k])
             for name, fn in runs.items():
                 got[name].append(fn())
+            yield (k + 1) / repeat
         on_trace(brackets[repeat])
         return brackets[1], validate.bracketed(brackets), got
 
-    monkeypatch.setattr(pipeline, "alternate", alternate)
+    monkeypatch.setattr(pipeline, "alternating", alternating)
     asked = []
 
     def predict_now(path, specs, profile_path):

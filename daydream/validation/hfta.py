@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 from ..errors import DaydreamError
-from ..validate import WORKLOAD_ARGS, paired_rounds, rounds_row
+from ..validate import WORKLOAD_ARGS, iter_paired_rounds, rounds_count, rounds_row
+from .turns import drain
 
-__all__ = ["MODELS", "ITERATIONS", "validate_rows"]
+__all__ = ["MODELS", "ITERATIONS", "validate_rows", "validation_rounds"]
 
 #: Per bundled workload: numbers of fused copies validated (each traced run takes seconds).
 MODELS = {"mlp": (2, 4, 8), "cnn": (2, 4)}
@@ -35,22 +36,30 @@ def _configs(w, tdir: Path) -> list:
         for n in MODELS[w]]
 
 
-def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
-                  iterations: int = ITERATIONS) -> list:
+def validation_rounds(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
+                      iterations: int = ITERATIONS):
     """Per workload, trace the single model and its N-fold fused jobs with iterations in turns,
     ``repeat`` rounds; one row per workload and N: the means over the rounds of the prediction
-    from each round's baseline and of the fused job measured in the same round."""
+    from each round's baseline and of the fused job measured in the same round.  A runner
+    (:mod:`daydream.validation.turns`): yields between rounds; returns the rows."""
     from ..optimizations._corun import forget_measured
 
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     rows = []
     t0 = time.time()
+    total = len(MODELS) * rounds_count(repeat, _configs("mlp", tdir))
+    taken = 0
     for w, ns in MODELS.items():
         progress(f"hfta: {w}: tracing the single model and {', '.join(map(str, ns))} fused copies, "
                  f"iterations in turns, x{max(repeat, 1)}")
+        rounds = []
         try:
-            rounds = paired_rounds(repeat, _configs(w, tdir), iterations)
+            for runs in iter_paired_rounds(repeat, _configs(w, tdir), iterations):
+                rounds.append(runs)
+                taken += 1
+                if taken < total:
+                    yield taken / total
         except DaydreamError as exc:
             progress(f"hfta: {w}: skipped ({exc})")
             continue
@@ -66,3 +75,9 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
                      f"measured {n * single / row.measured_ms:.2f}x)")
     progress(f"hfta: {time.time() - t0:.0f} s")
     return rows
+
+
+def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
+                  iterations: int = ITERATIONS) -> list:
+    """:func:`validation_rounds` alone, its rounds back to back."""
+    return drain(validation_rounds(out_dir, profile_path, progress, repeat, iterations))

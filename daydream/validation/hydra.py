@@ -10,9 +10,10 @@ rounds); a round of the validation measures the mean of
 :data:`daydream.validate.REAL_PROCESSES` such runs, each in fresh processes
 (since session 63).  Baseline traces and real runs alternate, ``repeat`` rounds, all
 with the split chosen from the first trace, each K's runs of a round between a
-trace before and one after them (:func:`daydream.validate.bracketed`): a round
-traces before each K, and the trace before the next K (or the last one)
-closes it.  Until session 76 a round traced once, before its first K, so its
+trace before and one after them: a round traces before each K, and the
+trace before the next K (or the last one) closes it; run in turns with other
+runners (:mod:`daydream.validation.turns`), a round takes a fresh trace before
+its first K.  Until session 76 a round traced once, before its first K, so its
 last K's runs sat some 30 s after that trace: over the rounds of 53 runs
 (2026-12-04a to 12-06a) a round's K = 2 and K = 4 real runs correlated 0.43,
 its prediction with the K = 4 runs next to its later trace 0.44, with the
@@ -45,10 +46,11 @@ from pathlib import Path
 
 from ..corelink import probed
 from ..errors import DaydreamError
-from ..validate import REAL_PROCESSES, WORKLOAD_ARGS, bracketed, median_row, predict_now, run_env, trace_workload
+from ..validate import REAL_PROCESSES, WORKLOAD_ARGS, median_row, predict_now, run_env, trace_workload
 from ..whatif import predict
+from .turns import drain
 
-__all__ = ["MODELS", "DEVICES", "SCHEDULES", "validate_rows", "run_real"]
+__all__ = ["MODELS", "DEVICES", "SCHEDULES", "validate_rows", "validation_rounds", "run_real"]
 
 SCHEDULES = ("model-parallel", "shard-parallel")
 
@@ -82,45 +84,53 @@ def _run_real_once(models: int, shard0_layers: int, rounds: int) -> dict:
     return {s: out[f"{s}_ms"] for s in SCHEDULES}
 
 
-def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
-                  iterations: int = ITERATIONS) -> list:
+def validation_rounds(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
+                      iterations: int = ITERATIONS):
     """Trace one MLP and run each K for real, ``repeat`` rounds, each K's runs of a round between
     a baseline trace before and one after them; two rows per K, each the median of the
     predictions from the traces around that K's runs (each trace once) and the median over the
-    rounds of the real makespan (the split chosen from the first trace throughout)."""
+    rounds of the real makespan (the split chosen from the first trace throughout).  A runner
+    (:mod:`daydream.validation.turns`): yields between rounds (a round's first K then takes a
+    fresh trace before its runs if other work ran meanwhile); returns the rows."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     repeat = max(1, repeat)
     bases, split = [], None
     measured = {k: {s: [] for s in SCHEDULES} for k in MODELS}
-
+    pairs = {k: [] for k in MODELS}       # each K's (trace before, trace after) its runs, per round
     done = {}
 
-    def trace(r, when):
+    def trace(when):
         nonlocal split
         progress(f"hydra: {when}: tracing the single-model mlp baseline")
-        bases.append(trace_workload("mlp", tdir / f"hydra.mlp.base.r{r}.json.gz", (), iterations=iterations))
+        bases.append(trace_workload("mlp", tdir / f"hydra.mlp.base.r{len(bases)}.json.gz", (), iterations=iterations))
         split = split or _split(bases[0], profile_path)
         done[bases[-1]] = predict_now(bases[-1], _specs(split).values(), profile_path)
+        return bases[-1]
 
     try:
+        before = trace(f"run 1/{repeat}")
         for r in range(repeat):
             for i, k in enumerate(MODELS):
-                trace(r * len(MODELS) + i, f"run {r + 1}/{repeat}" + (f", before {k} models" if i else ""))
                 progress(f"hydra: run {r + 1}/{repeat}: {k} models x {DEVICES} shards for real "
                          f"(first shard: {split[0]} layers)")
                 for s, v in run_real(k, split[0], processes=REAL_PROCESSES).items():
                     measured[k][s].append(v)
-        trace(repeat * len(MODELS), "after the last run")
+                nxt = MODELS[i + 1] if i + 1 < len(MODELS) else None
+                after = trace(f"run {r + 1}/{repeat}, before {nxt} models" if nxt else
+                              "after the last run" if r == repeat - 1 else f"after run {r + 1}/{repeat}")
+                pairs[k].append((before, after))
+                before = after
+            if r < repeat - 1 and (yield (r + 1) / repeat):
+                before = trace(f"run {r + 2}/{repeat}")
     except DaydreamError as exc:
         progress(f"hydra: skipped ({exc})")
         return []
     rows = []
-    for i, k in enumerate(MODELS):
-        pairs = bracketed(bases)[i::len(MODELS)]       # each round's K runs between their own two traces
+    for k in MODELS:
         for s in SCHEDULES:
-            row = median_row(f"mlp x{k} on {DEVICES} procs", None, pairs, _specs(split)[(k, s)],
+            row = median_row(f"mlp x{k} on {DEVICES} procs", None, pairs[k], _specs(split)[(k, s)],
                              measured[k][s], profile_path, done, per_trace=True)
             rows.append(row)
             progress(f"hydra: models={k} {s}: predicted {row.predicted_ms:.2f} ms, measured "
@@ -131,6 +141,12 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
                  f"measured {mp.measured_ms / sp.measured_ms:.2f}x")
     progress(f"hydra: {time.time() - t0:.0f} s")
     return rows
+
+
+def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
+                  iterations: int = ITERATIONS) -> list:
+    """:func:`validation_rounds` alone, its rounds back to back."""
+    return drain(validation_rounds(out_dir, profile_path, progress, repeat, iterations))
 
 
 def _specs(split) -> dict:

@@ -15,7 +15,7 @@ checked without cross-process effects; its steps take turns with a baseline
 trace of its own (:func:`one_stage_in_turns`), from which it is predicted.
 Baseline traces and 2-process runs are taken in turns, ``repeat`` rounds,
 each round's runs between a trace before and one after them
-(:func:`alternate`): on a shared machine they then see the same load.  A row
+(:func:`alternating`): on a shared machine they then see the same load.  A row
 is the median over the rounds of the prediction from each round's two
 baselines (their mean) and the median of the measured rounds; each trace is
 predicted right after it is taken, with the co-run rate of two ranks measured
@@ -38,10 +38,11 @@ from pathlib import Path
 
 from ..corelink import probed
 from ..errors import DaydreamError
-from ..validate import REAL_PROCESSES, THREADS, bracketed, median_row, predict_now, run_env
+from ..validate import REAL_PROCESSES, THREADS, median_row, predict_now, run_env
+from .turns import drain
 
-__all__ = ["validate_rows", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES", "action_overhead_us",
-           "alternate", "recording_us", "one_stage_in_turns"]
+__all__ = ["validate_rows", "validation_rounds", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES",
+           "action_overhead_us", "alternate", "alternating", "recording_us", "one_stage_in_turns"]
 
 #: Model sizes shared by the 1-process trace and the 2-process run (``mlp`` flags).
 MODEL_ARGS = ("--hidden", "1024", "--batch-size", "64", "--layers", "4", "--in-features", "512")
@@ -156,51 +157,67 @@ def recording_us(progress=print) -> float:
     return us
 
 
-def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "pipeline", iterations: int = STEPS,
-              on_trace=None):
+def alternating(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "pipeline", iterations: int = STEPS,
+                on_trace=None):
     """Baseline traces and measurements of each run, taken in turns; each round's runs bracketed.
 
-    ``repeat`` rounds each call every run in ``runs`` (name -> callable
-    returning ms) once; the 1-process baseline is traced (``iterations``;
-    file ``mlp.TAG-base.rK.json.gz``) before the first round, between rounds
-    and after the last, so that every round has a trace right before and
-    right after it (:func:`daydream.validate.bracketed`).  Returns
-    ``(median, rounds, {name: [ms of each round]})``: the baseline trace whose
-    measured iteration is the median, each round's ``(before, after)`` traces,
-    and every run's measurements.  Callers take medians (the fastest of each
-    is biased here: a 1-process trace catches a quiet spell of this machine
-    far more often than a 14-step 2-process run).  (Until session 37 each
-    round traced once, before its runs.)  ``on_trace(path)``, if given, is called right
-    after each baseline trace (to predict from it then: :func:`daydream.validate.predict_now`).
+    A generator, a runner's part (:mod:`daydream.validation.turns`): ``repeat``
+    rounds each call every run in ``runs`` (name -> callable returning ms) once;
+    the 1-process baseline is traced (``iterations``; files
+    ``mlp.TAG-base.rJ.json.gz``, ``J`` counting the traces) before the first
+    round and after every round, so that every round has a trace right before
+    and right after it; the trace after a round serves as the next one's trace
+    before unless other work ran between them (the value sent back at the
+    yield between them), and then a fresh one is taken.  Returns ``(median,
+    rounds, {name: [ms of each round]})``: the baseline trace whose measured
+    iteration is the median, each round's ``(before, after)`` traces, and
+    every run's measurements.  Callers take medians (the fastest of each is
+    biased here: a 1-process trace catches a quiet spell of this machine far
+    more often than a 14-step 2-process run).  (Until session 37 each round
+    traced once, before its runs.)  ``on_trace(path)``, if given, is called
+    right after each baseline trace (to predict from it then:
+    :func:`daydream.validate.predict_now`).  :func:`alternate` runs it alone.
     """
     from ..analysis import replay
     from ..validate import trace_workload
 
     n = max(repeat, 1)
-    traces, got = [], {k: [] for k in runs}
+    traces, got, rounds = [], {k: [] for k in runs}, []
 
-    def trace(k):
-        path = trace_workload("mlp", tdir / f"mlp.{tag}-base.r{k}.json.gz", MODEL_ARGS, iterations=iterations)
-        traces.append((replay(path)[0].measured_ms, Path(path)))
+    def trace(when):
+        progress(f"{tag}: {when}: tracing the 1-process baseline (mlp)")
+        path = Path(trace_workload("mlp", tdir / f"mlp.{tag}-base.r{len(traces)}.json.gz", MODEL_ARGS,
+                                   iterations=iterations))
+        traces.append((replay(path)[0].measured_ms, path))
         if on_trace is not None:
-            on_trace(Path(path))
+            on_trace(path)
+        return path
 
+    before = trace(f"round 1/{n}")
     for k in range(n):
-        progress(f"{tag}: round {k + 1}/{n}: tracing the 1-process baseline (mlp)")
-        trace(k)
         for name, fn in runs.items():
             progress(f"{tag}: round {k + 1}/{n}: running {name}")
             got[name].append(fn())
-    progress(f"{tag}: tracing the 1-process baseline (mlp) after the last round")
-    trace(n)
-    paths = [p for _, p in traces]
-    return sorted(traces)[(len(traces) - 1) // 2][1], bracketed(paths), got
+        after = trace("after the last round" if k == n - 1 else f"after round {k + 1}/{n}")
+        rounds.append((before, after))
+        if k < n - 1:
+            stale = yield (k + 1) / n
+            before = trace(f"round {k + 2}/{n}") if stale else after
+    return sorted(traces)[(len(traces) - 1) // 2][1], rounds, got
 
 
-def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS) -> list:
+def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "pipeline", iterations: int = STEPS,
+              on_trace=None) -> tuple:
+    """:func:`alternating` alone, its rounds back to back: ``repeat + 1`` traces, each round
+    between the trace before it and the one after."""
+    return drain(alternating(repeat, tdir, runs, progress, tag, iterations, on_trace))
+
+
+def validation_rounds(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS):
     """Rows for GPipe and 1F1B on 2 stages, and 1 stage x M micro-batches on one process
     (the micro-batch cost model without cross-process effects, measured in turns with a
-    baseline trace of its own: :func:`one_stage_in_turns`; see the module docstring)."""
+    baseline trace of its own: :func:`one_stage_in_turns`; see the module docstring).
+    A runner (:mod:`daydream.validation.turns`): yields between rounds; returns the rows."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     overhead, rec = action_overhead_us(repeat, progress), recording_us(progress)
@@ -218,8 +235,9 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
 
     runs = {s: (lambda s=s: measure_pipeline(s, steps=iterations, processes=REAL_PROCESSES)) for s in SCHEDULES}
     runs["1-stage"] = one_stage
-    _, rounds, got = alternate(repeat, tdir, runs, progress, iterations=iterations,
-                               on_trace=lambda p: done.update({p: predict_now(p, specs.values(), profile_path)}))
+    _, rounds, got = yield from alternating(
+        repeat, tdir, runs, progress, iterations=iterations,
+        on_trace=lambda p: done.update({p: predict_now(p, specs.values(), profile_path)}))
     rows = []
     for s, spec, its_rounds in [*((s, specs[s], rounds) for s in SCHEDULES), ("1-stage", one, paired)]:
         row = median_row("mlp", spec, its_rounds, spec, got[s], profile_path, done)
@@ -227,3 +245,8 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
                  f"error {row.error_pct:.1f}%")
         rows.append(row)
     return rows
+
+
+def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS) -> list:
+    """:func:`validation_rounds` alone, its rounds back to back."""
+    return drain(validation_rounds(out_dir, profile_path, progress, repeat, iterations))

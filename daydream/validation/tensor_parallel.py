@@ -32,10 +32,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from daydream.errors import DaydreamError
-from daydream.validate import THREADS, paired_rounds, rounds_label, rounds_row
+from daydream.validate import THREADS, iter_paired_rounds, rounds_count, rounds_label, rounds_row
+from daydream.validation.turns import drain
 from daydream.whatif import predict
 
-__all__ = ["validate_rows", "WORKLOAD", "ARGS", "DEGREE"]
+__all__ = ["validate_rows", "validation_rounds", "WORKLOAD", "ARGS", "DEGREE"]
 
 WORKLOAD = "tensor_parallel"
 #: Model and batch of the validation run (heads divisible by the degree).
@@ -45,20 +46,24 @@ ARGS = ("--batch-size", "8", "--d-model", "256", "--heads", str(HEADS), "--seq-l
 DEGREE = 2
 
 
-def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1, iterations: int = 5) -> list:
+def validation_rounds(out_dir: Path, profile_path: str, progress=print, repeat: int = 1, iterations: int = 5):
     """Trace the unsplit baseline and the split run, ``repeat`` rounds; one row: the means over
     the rounds of ``tensor-parallel:degree=2`` predicted from each round's baseline and of the
-    split run measured in the same round (:func:`daydream.validate.rounds_row`)."""
+    split run measured in the same round (:func:`daydream.validate.rounds_row`).  A runner
+    (:mod:`daydream.validation.turns`): yields between rounds; returns the rows."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
     spec = f"tensor-parallel:degree={DEGREE},backend=gloo,heads={HEADS},corun=trace"
     configs = [(WORKLOAD, tdir / "tp.base.json.gz", ARGS, 1), (WORKLOAD, tdir / f"tp.t{DEGREE}.json.gz", ARGS, DEGREE)]
     progress(f"tensor-parallel: tracing the unsplit transformer (1 process) and the split one "
              f"({DEGREE} gloo ranks), {rounds_label(repeat, configs)}")
+    n, rounds, predicted = rounds_count(repeat, configs), [], []
     try:
-        predicted = []
-        rounds = paired_rounds(repeat, configs, iterations,
-                               after_round=lambda runs: predicted.append(_predict_now(runs[0][0], spec, profile_path)))
+        for runs in iter_paired_rounds(repeat, configs, iterations):
+            rounds.append(runs)
+            predicted.append(_predict_now(runs[0][0], spec, profile_path))
+            if len(rounds) < n:
+                yield len(rounds) / n
         row, _ = rounds_row("transformer (torch TP)", spec, rounds, spec, profile_path, predicted=predicted)
     except DaydreamError as exc:
         progress(f"tensor-parallel: skipped ({exc})")
@@ -66,6 +71,11 @@ def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int 
     progress(f"tensor-parallel: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "
              f"error {row.error_pct:.1f}%")
     return [row]
+
+
+def validate_rows(out_dir: Path, profile_path: str, progress=print, repeat: int = 1, iterations: int = 5) -> list:
+    """:func:`validation_rounds` alone, its rounds back to back."""
+    return drain(validation_rounds(out_dir, profile_path, progress, repeat, iterations))
 
 
 def _predict_now(path, spec: str, profile_path):

@@ -7,7 +7,7 @@ over 2 devices) and writes each winner as a per-rank action CSV; the pipeline
 workload runs that CSV on 2 gloo processes with ``_PipelineScheduleRuntime``
 (``--schedule csv``, the model cut into as many stages as the CSV names).
 The schedules are searched on a first baseline trace; baseline traces and
-runs then alternate (:func:`daydream.validation.pipeline.alternate`: a trace
+runs then alternate (:func:`daydream.validation.pipeline.alternating`: a trace
 before and after each round) and the median of the predictions of the
 schedule that ran (``schedule_csv=``), one from each round's baselines, is
 compared with the median run (each trace predicted right after it is taken, the
@@ -24,10 +24,11 @@ from pathlib import Path
 
 from ..validate import REAL_PROCESSES, median_row, predict_now
 from ..whatif import predict
-from .pipeline import (MICROBATCHES, MODEL_ARGS, PARTITION, STEPS, action_overhead_us, alternate, measure_pipeline,
-                       recording_us)
+from .pipeline import (MICROBATCHES, MODEL_ARGS, PARTITION, STEPS, action_overhead_us, alternating,
+                       measure_pipeline, recording_us)
+from .turns import drain
 
-__all__ = ["validate_rows", "PLACEMENTS"]
+__all__ = ["validate_rows", "validation_rounds", "PLACEMENTS"]
 
 #: Searched placements: a chain (stage k on device k, the workload's 2-stage split) and a V
 #: (4 stages, one hidden block each, the head with the last; stages 0 and 3 on device 0).
@@ -35,8 +36,9 @@ PLACEMENTS = (("chain", f"partition={PARTITION}"),
               ("v", "placement=0:1:1:0,partition=MLP.blocks.1:MLP.blocks.2:MLP.blocks.3,max_lag=3,budget=3000"))
 
 
-def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS) -> list:
-    """One row per placement: the searched schedule, predicted and executed."""
+def validation_rounds(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS):
+    """One row per placement: the searched schedule, predicted and executed.  A runner
+    (:mod:`daydream.validation.turns`): yields between rounds; returns the rows."""
     from ..validate import trace_workload
 
     out_dir = Path(out_dir)
@@ -60,8 +62,9 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
             for tag in specs}
     executed = {tag: f"{spec},schedule_csv={out_dir / f'tessel-{tag}.csv'}" for tag, spec in specs.items()}
     done = {}
-    base, rounds, got = alternate(repeat, tdir, runs, progress, tag="tessel", iterations=iterations,
-                                  on_trace=lambda p: done.update({p: predict_now(p, executed.values(), profile_path)}))
+    base, rounds, got = yield from alternating(
+        repeat, tdir, runs, progress, tag="tessel", iterations=iterations,
+        on_trace=lambda p: done.update({p: predict_now(p, executed.values(), profile_path)}))
     rows = []
     for tag, spec in specs.items():
         ran = out_dir / f"tessel-{tag}.csv"
@@ -77,3 +80,8 @@ def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, 
                  f"error {row.error_pct:.1f}%")
         rows.append(row)
     return rows
+
+
+def validate_rows(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS) -> list:
+    """:func:`validation_rounds` alone, its rounds back to back."""
+    return drain(validation_rounds(out_dir, profile_path, progress, repeat, iterations))
