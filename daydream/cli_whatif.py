@@ -153,7 +153,8 @@ def calibrate(device, output, quick, no_collectives, threads, force):
                    "iterations in turns; multi-process variants (and device's 2 threads) run after the "
                    "baseline instead, in twice as many rounds; a row is the mean over "
                    "its rounds (hfta, device and tensor-parallel too).  Of the other parallelism runners, "
-                   "pipeline, tessel and hydra take the medians of each side's rounds.  Their 2-process runs "
+                   "pipeline, tessel and hydra take the median round's prediction over its measurement, "
+                   "at the measured rounds' median.  Their 2-process runs "
                    "move by up to 40 % from one run to the next on a shared VM: docs/parallel.md's figures "
                    "use 5 rounds.")
 @click.option("--interleave/--no-interleave", default=True, show_default=True,

@@ -172,10 +172,11 @@ class ValidationRow:
     #: order taken (:mod:`daydream.corelink`); empty where not probed
     core_to_core_ns: tuple = ()
     #: the prediction from each round's baseline that ``predicted_ms`` summarises (its mean, or
-    #: for pipeline, tessel and hydra its median); empty where not recorded
+    #: for pipeline, tessel and hydra the median round's over its measurement, :func:`median_row`);
+    #: empty where not recorded
     predicted_rounds_ms: tuple = ()
-    #: where ``predicted_ms`` is the median over the baseline traces' own predictions, not over
-    #: the rounds' (:func:`median_row` ``per_trace``): those predictions, in the order traced
+    #: where ``predicted_ms`` is made of the baseline traces' own predictions, not of the
+    #: rounds' (:func:`median_row` ``per_trace``): those predictions, in the order traced
     predicted_traces_ms: tuple = ()
 
     @property
@@ -575,37 +576,48 @@ def trace_predictions(rounds, spec: str, profile_path, done: dict | None = None)
 
 def median_row(workload: str, label: str | None, rounds, spec: str, measured_ms, profile_path,
                done: dict | None = None, per_trace: bool = False) -> ValidationRow:
-    """The row of ``spec``: medians of its per-round predictions (each the mean over the round's
-    baseline traces in ``rounds``, :func:`bracket_predictions`, with the predictions ``done``
-    already) and of the measured rounds ``measured_ms``, each side's rounds listed in the row;
-    ``label`` ``None``: the what-if as its report describes it.
+    """The row of ``spec``: the median of the measured rounds ``measured_ms``, and the median over
+    the rounds of each round's prediction over its own measurement (the prediction the mean
+    over the round's baseline traces in ``rounds``, :func:`bracket_predictions`, with the
+    predictions ``done`` already); the row's ``predicted_ms`` is that median ratio times the
+    measured median, so that its error is the median round's.  Each side's rounds are listed in
+    the row; ``label`` ``None``: the what-if as its report describes it.
 
     Medians, not means: on this project's Zen 1 VM a 2-process run's time moves by up to 40 %
     from one run to the next (Hydra shard-parallel with 2 models: rounds of 26.9 / 28.5 / 37.8
     ms in session 46's run b; in three runs of ``benchmarks/hydra_timeline.py`` in a row both
     processes' backward passes took 20-25 % longer in two than in the first, their forward
-    passes the same), and a mean carries one such round into the row.
+    passes the same), and a mean carries one such round into the row.  Of each round's ratio,
+    not of each side (until session 84): a median takes a middle round, and each side's middle
+    round is another round once the rounds lie in different states of the machine, as rounds
+    spread over a validation do (:mod:`daydream.validation.turns`): the prediction then comes
+    from one state and the measurement from another.
 
-    With ``per_trace`` the prediction side is the median over the baseline traces' own
-    predictions (:func:`trace_predictions`), each trace once, not over the rounds' means of two:
-    a 1-process trace lasts a fraction of a second and falls whole into a slow spell of the
-    host now and then (x1.2-1.6), and a mean of two carries one such trace into its round, so
-    that once three in ten of the traces are slow, most rounds are; a median over the traces
-    themselves passes over them while they are fewer than half, as the median over the real
-    rounds passes over the real runs' spells.  Over the Hydra rows of eighteen validation runs
-    of sessions 76-80 (predicted again, ``corun=off``; docs/validation-log.md, "Session 80") the
-    rows' standard deviation over the runs fell from 4.4-7.0 to 3.3-4.2 points and their misses
-    from 7 to 1.  ``predicted_rounds_ms`` keeps the rounds' means.
+    With ``per_trace`` every baseline trace's own prediction (:func:`trace_predictions`) is a
+    ratio of its own over the round it brackets, not the round's mean of two: a 1-process trace
+    lasts a fraction of a second and falls whole into a slow spell of the host now and then
+    (x1.2-1.6), and a mean of two carries one such trace into its round, so that once three in
+    ten of the traces are slow, most rounds are; a median over the traces themselves passes over
+    them while they are fewer than half, as the median over the real rounds passes over the real
+    runs' spells.  Over the Hydra rows of eighteen validation runs of sessions 76-80 (predicted
+    again, ``corun=off``; docs/validation-log.md, "Session 80") the rows' standard deviation over
+    the runs fell from 4.4-7.0 to 3.3-4.2 points and their misses from 7 to 1 (the median over
+    the traces' predictions and over the real rounds, each side's).  ``predicted_rounds_ms``
+    keeps the rounds' means, ``predicted_traces_ms`` the traces' own predictions.
     """
     reports = trace_predictions(rounds, spec, profile_path, done)
     got = _round_means(rounds, reports)
-    traces = list(reports.values()) if per_trace else ()
-    side = [(r.baseline_ms, r.predicted_ms) for r in traces] or [(b, p) for b, p, _ in got]
+    if per_trace:
+        ratios = [reports[p].predicted_ms / m for paths, m in zip(rounds, measured_ms) for p in dict.fromkeys(paths)]
+        baselines = [r.baseline_ms for r in reports.values()]
+    else:
+        ratios = [p / m for (_, p, _), m in zip(got, measured_ms)]
+        baselines = [b for b, _, _ in got]
+    measured = statistics.median(measured_ms)
     return ValidationRow(workload, got[0][2].optimizations[0] if label is None else label,
-                         statistics.median(b for b, _ in side), statistics.median(p for _, p in side),
-                         statistics.median(measured_ms), measured_rounds_ms=tuple(measured_ms),
-                         predicted_rounds_ms=tuple(p for _, p, _ in got),
-                         predicted_traces_ms=tuple(r.predicted_ms for r in traces))
+                         statistics.median(baselines), measured * statistics.median(ratios), measured,
+                         measured_rounds_ms=tuple(measured_ms), predicted_rounds_ms=tuple(p for _, p, _ in got),
+                         predicted_traces_ms=tuple(r.predicted_ms for r in reports.values()) if per_trace else ())
 
 
 def run_validation(workloads, opts, out_dir: Path, iterations: int = 5, profile_path=None, progress=print,

@@ -542,12 +542,15 @@ def test_validation_rows_are_medians_over_rounds_with_each_ks_runs_between_their
     x2 = by[("mlp x2 on 2 procs", "model-parallel")]
     assert x2.measured_ms == 20 + 3 and x2.measured_rounds_ms == (21, 23, 75)
     assert x2.predicted_rounds_ms == (18, 46, 34) and x2.predicted_traces_ms == (16, 20, 64, 28, 32, 36)
-    assert x2.predicted_ms == 30 and x2.baseline_ms == 15
+    # each trace over the round it brackets: 16 / 21, 20 / 21, 64 / 23 (the slow trace), 28 / 23,
+    # 32 / 75, 36 / 75 (the slow round): the median lies between the first round's two
+    assert x2.predicted_ms == pytest.approx(23 * (16 / 21 + 20 / 21) / 2) and x2.baseline_ms == 15
     # K = 4 in calls 2, 4, 6 between traces 1-2, 3-4, 5-6 (10 32 | 14 16 | 18 40): rounds 21, 15, 29,
     # traces' median 17 (the rounds' would read 21)
     x4 = by[("mlp x4 on 2 procs", "shard-parallel")]
     assert x4.measured_ms == 24 + 4 and x4.predicted_rounds_ms == (84, 60, 116)
-    assert x4.predicted_traces_ms == (40, 128, 56, 64, 72, 160) and x4.predicted_ms == 68
+    # over the rounds 26 / 28 / 80: 40 / 26, 128 / 26 (slow trace), 56 / 28, 64 / 28, 72 / 80, 160 / 80
+    assert x4.predicted_traces_ms == (40, 128, 56, 64, 72, 160) and x4.predicted_ms == pytest.approx(28 * 2.0)
 
 
 def test_by_default_the_cycle_factor_applies_on_one_device_only(own_trace):

@@ -155,7 +155,8 @@ def test_bracket_predictions_take_the_predictions_made_already(monkeypatch):
 
 def test_a_pipeline_row_is_the_median_of_each_round_s_bracketed_prediction(monkeypatch):
     """Each round predicts from the traces before and after it (their mean; a shared trace
-    predicted once); the row holds the medians of both sides and every round."""
+    predicted once); the row holds the measured median, the median round's prediction over its
+    measurement at that level, and every round."""
     got = {"t0": (20.0, 24.0), "t1": (22.0, 28.0), "t2": (18.0, 26.0), "t3": (20.0, 36.0)}  # baseline, predicted
     asked = []
 
@@ -169,7 +170,10 @@ def test_a_pipeline_row_is_the_median_of_each_round_s_bracketed_prediction(monke
     row = validate.median_row("mlp", "label", rounds, "pipeline:stages=2", [25.0, 28.0, 27.0], "p.json")
     assert sorted(asked) == ["t0", "t1", "t2", "t3"]
     assert row.predicted_rounds_ms == (26.0, 27.0, 31.0) and row.measured_rounds_ms == (25.0, 28.0, 27.0)
-    assert (row.optimization, row.baseline_ms, row.predicted_ms, row.measured_ms) == ("label", 20.0, 27.0, 27.0)
+    # rounds 26 / 25, 27 / 28, 31 / 27: the median ratio is the first round's (the sides' medians,
+    # 27 and 27, are the second round's prediction and the third round's measurement)
+    assert (row.optimization, row.baseline_ms, row.measured_ms) == ("label", 20.0, 27.0)
+    assert row.predicted_ms == pytest.approx(27.0 * 26.0 / 25.0)
 
 
 def test_a_row_per_trace_is_the_median_of_each_trace_s_own_prediction(monkeypatch, tmp_path):
@@ -185,9 +189,12 @@ def test_a_row_per_trace_is_the_median_of_each_trace_s_own_prediction(monkeypatc
     row = validate.median_row("mlp", "label", rounds, "hydra:models=2", [25.0, 28.0, 27.0], "p.json",
                               per_trace=True)
     assert plain.predicted_rounds_ms == row.predicted_rounds_ms == (32.0, 33.0, 27.0)
-    assert plain.predicted_ms == 32.0 and plain.predicted_traces_ms == ()
+    # rounds' means over their measurements 32 / 25, 33 / 28, 27 / 27: the median is the second's
+    assert plain.predicted_ms == pytest.approx(27.0 * 33.0 / 28.0) and plain.predicted_traces_ms == ()
     assert row.predicted_traces_ms == (24.0, 40.0, 26.0, 28.0)
-    assert (row.baseline_ms, row.predicted_ms, row.measured_ms) == (20.0, 27.0, 27.0)
+    # each trace over the round it brackets: 24 / 25, 40 / 25, 40 / 28, 26 / 28, 26 / 27, 28 / 27;
+    # the slow trace t1 (40) lands in the two highest of six, the median is (26 / 27 + 28 / 27) / 2
+    assert (row.baseline_ms, row.measured_ms) == (20.0, 27.0) and row.predicted_ms == pytest.approx(27.0)
     text = validate.write_results([row], tmp_path).read_text().splitlines()
     assert text[1].endswith(",predicted_rounds_ms,predicted_traces_ms")
     assert text[2].endswith(",32.0000 33.0000 27.0000,24.0000 40.0000 26.0000 28.0000")
