@@ -27,9 +27,14 @@ import statistics
 
 from daydream.validate import SEQUENTIAL_ROUNDS
 
-__all__ = ["main", "rows_at", "row_error", "results_rows", "round_times", "trace_side"]
+__all__ = ["main", "rows_at", "row_error", "results_rows", "round_times", "trace_side", "PAIRED_HELP"]
 
-#: Rows that are the median of their rounds (the others: the mean).
+#: ``--paired``'s help, shared by the benchmarks that read rows from their rounds.
+PAIRED_HELP = ("the pipeline, Tessel, Hydra, tensor-parallel and hfta rows as made since session 84 (runs "
+               "2026-12-06zf on): the median over the rounds of each prediction over its round's measurement")
+#: Rows that are the median round's error since session 84 (``--paired``).
+PAIRED_ROWS = ("pipeline:", "tessel:", "hydra:", "tensor-parallel:", "hfta:")
+#: Rows that were the median of each side's rounds until then (the others: the mean).
 MEDIAN_ROWS = ("pipeline:", "tessel:", "hydra:")
 #: Rows whose runs go one after the other, ``SEQUENTIAL_ROUNDS`` rounds to a round asked for.
 SEQUENTIAL_ROWS = ("tensor-parallel:", "device:")
@@ -50,11 +55,11 @@ def results_rows(path) -> list:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
-def rows_at(path, k: int, skip: int = 0) -> list:
+def rows_at(path, k: int, skip: int = 0, paired: bool = False) -> list:
     """Signed errors (%) of the rows of the results at ``path`` from their first ``k`` rounds
     after the first ``skip`` (a row may have more than the run's ``--repeat``: run 2026-12-02h
     added rounds while a row's measured rounds spread, a trial of session 48 since reverted).
-    A row with fewer than ``skip + k`` rounds is refused."""
+    A row with fewer than ``skip + k`` rounds is refused.  ``paired``: as :func:`row_error`."""
     out = []
     for r in results_rows(path):
         measured, predicted = round_times(r["measured_rounds_ms"]), round_times(r["predicted_rounds_ms"])
@@ -67,7 +72,7 @@ def rows_at(path, k: int, skip: int = 0) -> list:
                              f"not {skip + k}")
         traces, t = trace_side(path, r, measured)
         side = traces[first * t:last * t] if traces else predicted[first:last]
-        out.append(row_error(r["optimization"], side, measured[first:last]))
+        out.append(row_error(r["optimization"], side, measured[first:last], paired))
     return out
 
 
@@ -90,17 +95,30 @@ def trace_side(path, row, measured) -> tuple:
     return traces, len(traces) // len(measured)
 
 
-def row_error(optimization: str, predicted, measured) -> float:
+def row_error(optimization: str, predicted, measured, paired: bool = False) -> float:
     """Signed error (%) of a row from its rounds, as the row is made: the median of each side
-    for the pipeline, Tessel and Hydra rows, the mean for the others.
+    for the pipeline, Tessel and Hydra rows, the mean for the others; with ``paired`` (the
+    :data:`PAIRED_ROWS` since session 84, :func:`daydream.validate.median_round`) the median
+    over the rounds of each prediction over its round's measurement, ``len(predicted) /
+    len(measured)`` predictions to a round, in order (a row made from its traces' own
+    predictions: two).
 
     >>> round(row_error("hydra:models=2", [10.0, 12.0, 30.0], [10.0, 10.0, 10.0]), 6)
     20.0
     >>> round(row_error("hfta:models=2", [10.0, 12.0, 30.0], [10.0, 10.0, 10.0]), 6)
     73.333333
+    >>> round(row_error("tessel:stages=2", [12.0, 9.0, 30.0], [10.0, 10.0, 20.0], paired=True), 6)
+    20.0
     """
+    if paired and optimization.startswith(PAIRED_ROWS):
+        each = len(predicted) // len(measured)
+        ratios = [p / m for j, m in enumerate(measured) for p in predicted[j * each:(j + 1) * each]]
+        return 100.0 * (statistics.median(ratios) - 1.0)
     how = statistics.median if optimization.startswith(MEDIAN_ROWS) else statistics.fmean
     return 100.0 * (how(predicted) / how(measured) - 1.0)
+    each = len(predicted) // len(measured)
+    ratios = [p / m for j, m in enumerate(measured) for p in predicted[j * each:(j + 1) * each]]
+    return 100.0 * (statistics.median(ratios) - 1.0)
 
 
 def main(argv=None) -> None:
@@ -109,10 +127,11 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, nargs="+", default=[3, 5], help="first k rounds to keep")
     p.add_argument("--skip", type=int, nargs="+", default=[0],
                    help="rounds to pass over before them (one line per value)")
+    p.add_argument("--paired", action="store_true", help=PAIRED_HELP)
     args = p.parse_args(argv)
     for path in args.results:
         for k, skip in ((k, s) for k in args.rounds for s in args.skip):
-            errs = rows_at(path, k, skip)
+            errs = rows_at(path, k, skip, args.paired)
             sizes = [abs(e) for e in errs]
             which = f"rounds {skip + 1}-{skip + k}" if skip else f"first {k} rounds"
             print(f"{path}: {which}: median {statistics.median(sizes):.1f} %, worst "

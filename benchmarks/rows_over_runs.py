@@ -19,7 +19,7 @@ import argparse
 import math
 import statistics
 
-from rounds_subsample import results_rows, rows_at
+from rounds_subsample import PAIRED_HELP, results_rows, rows_at
 
 __all__ = ["main", "row_names", "summary", "rounds_spread_pct"]
 
@@ -61,9 +61,10 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", nargs="+", help="results.csv files of `daydream validate`, same rows in each")
     p.add_argument("--rounds", type=int, default=5, help="first k rounds of each row (as rounds_subsample.py)")
+    p.add_argument("--paired", action="store_true", help=PAIRED_HELP)
     args = p.parse_args(argv)
     names = row_names(args.results[0])
-    runs = [rows_at(path, args.rounds) for path in args.results]
+    runs = [rows_at(path, args.rounds, paired=args.paired) for path in args.results]
     for path, errs in zip(args.results, runs):
         if len(errs) != len(names):
             raise SystemExit(f"{path}: {len(errs)} rows, not the {len(names)} of {args.results[0]}")

@@ -29,7 +29,8 @@ import argparse
 import random
 import statistics
 
-from rounds_subsample import SEQUENTIAL_ROUNDS, SEQUENTIAL_ROWS, results_rows, round_times, row_error, rows_at
+from rounds_subsample import (PAIRED_HELP, SEQUENTIAL_ROUNDS, SEQUENTIAL_ROWS, results_rows, round_times, row_error,
+                              rows_at)
 from rows_over_runs import row_names
 
 __all__ = ["main", "correlation", "runner_of", "independent_rows"]
@@ -67,15 +68,15 @@ def _pooled_rounds(paths, i: int) -> list:
     return out
 
 
-def independent_rows(paths, i: int, rounds: int, draws: int, seed: int = 0) -> list:
+def independent_rows(paths, i: int, rounds: int, draws: int, seed: int = 0, paired: bool = False) -> list:
     """Signed errors (%) of ``draws`` rows of row ``i`` made from ``rounds`` rounds drawn at random
-    (with replacement) from all runs' rounds of it."""
+    (with replacement) from all runs' rounds of it (``paired``: as :func:`rounds_subsample.row_error`)."""
     pool, rng = _pooled_rounds(paths, i), random.Random(seed)
     opt = results_rows(paths[0])[i]["optimization"]
     out = []
     for _ in range(draws):
         picked = [rng.choice(pool) for _ in range(rounds)]
-        out.append(row_error(opt, [x for p, _ in picked for x in p], [x for _, m in picked for x in m]))
+        out.append(row_error(opt, [x for p, _ in picked for x in p], [x for _, m in picked for x in m], paired))
     return out
 
 
@@ -84,12 +85,13 @@ def main(argv=None) -> None:
     p.add_argument("results", nargs="+", help="results.csv files of `daydream validate`, same rows in each")
     p.add_argument("--rounds", type=int, default=5, help="first k rounds of each row (as rounds_subsample.py)")
     p.add_argument("--draws", type=int, default=5000, help="rows drawn for the independent figures")
+    p.add_argument("--paired", action="store_true", help=PAIRED_HELP)
     args = p.parse_args(argv)
     if len(args.results) < 3:
         raise SystemExit("runner_spells: give at least three results files")
     names = row_names(args.results[0])
     opts = [r["optimization"] for r in results_rows(args.results[0])]
-    runs = [rows_at(path, args.rounds) for path in args.results]
+    runs = [rows_at(path, args.rounds, paired=args.paired) for path in args.results]
     for path, errs in zip(args.results, runs):
         if len(errs) != len(names):
             raise SystemExit(f"{path}: {len(errs)} rows, not the {len(names)} of {args.results[0]}")
@@ -102,7 +104,7 @@ def main(argv=None) -> None:
             if j != i:
                 rs[runner_of(opts[j]) == runner_of(opts[i])].append(correlation(cols[i], cols[j]))
         within, across = (statistics.fmean(v) if v else float("nan") for v in (rs[True], rs[False]))
-        drawn = independent_rows(args.results, i, args.rounds, args.draws)
+        drawn = independent_rows(args.results, i, args.rounds, args.draws, paired=args.paired)
         missed = sum(abs(e) > 10.0 for e in cols[i]) / len(runs)
         print(f"{name[:56]:56s} within {within:+5.2f} across {across:+5.2f}  sd {statistics.stdev(cols[i]):4.1f} "
               f"missed {missed:4.2f}  independent: sd {statistics.stdev(drawn):4.1f} "

@@ -263,7 +263,7 @@ def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat,
     from .corelink import CoreLinkLog
     from .validate import (CASES, RUNNERS, ensure_profile, public_dataloader_rows, run_validation, runner,
                            with_placement)
-    from .validation.turns import run_in_turns, started
+    from .validation.turns import run_rounds, started
 
     rows, failed = run_validation([w for w in workloads.split(",") if w], [o for o in wanted if o in CASES], out,
                                   iterations, profile_path, progress=progress, repeat=repeat), []
@@ -288,7 +288,7 @@ def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat,
         progress(f"{name}: internal error ({one_line(exc)}); skipped, the other rows are still written")
 
     logs = {name: CoreLinkLog() for name in runners}
-    got = run_in_turns(runners, logs, on_error, interleave)
+    got = run_rounds(runners, logs, on_error, interleave)
     for name in runners:
         rows += with_placement(got[name], logs[name])
     if public:

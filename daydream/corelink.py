@@ -139,7 +139,7 @@ def only_open(logs: list):
     """Within: exactly ``logs`` are open, the others set aside; on leaving, ``logs`` holds the
     logs open then (a log opened within and not yet closed stays in it) and the others are back.
 
-    For work done in turns (:func:`daydream.validation.turns.run_in_turns`): each part's
+    For work done in turns (:func:`daydream.validation.turns.run_rounds`): each part's
     probes go to its own logs, even those it keeps open across its turns.
 
     >>> mine, other = CoreLinkLog(), CoreLinkLog()

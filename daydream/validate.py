@@ -27,7 +27,7 @@ from .loader import load_trace
 from .model import Trace
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "replay_rank0", "rank_files", "paired_rounds", "iter_paired_rounds", "rounds_count", "rounds_label", "SEQUENTIAL_ROUNDS", "REAL_PROCESSES", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "untouched_ratio", "trace_in_turns", "trace_beside", "run_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "replay_rank0", "rank_files", "paired_rounds", "iter_paired_rounds", "rounds_count", "rounds_label", "SEQUENTIAL_ROUNDS", "REAL_PROCESSES", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "median_round", "untouched_ratio", "trace_in_turns", "trace_beside", "run_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -488,23 +488,45 @@ def untouched_ratio(base, predicted, real) -> float:
 
 
 def rounds_row(workload: str, label: str, rounds, spec: str, profile_path, variant: int = 1,
-               predicted=None) -> tuple:
+               predicted=None, paired: bool = False) -> tuple:
     """A row from :func:`paired_rounds`: the means over the rounds of the prediction of ``spec``
-    from each round's baseline (its first run) and of run ``variant`` measured in the same round,
-    and of :func:`untouched_ratio` where the rounds carry their schedules.
+    from each round's baseline (its first run) and of run ``variant`` measured in the same round
+    (``paired``: :func:`median_round` of them instead), and of :func:`untouched_ratio` where the
+    rounds carry their schedules.
     ``predicted``: the rounds' ``predict`` results made already (else they are made now).
     Returns (row, the rounds' what-if reports)."""
     outs = predicted or [predict(r[0][0], [spec], profile_path=profile_path) for r in rounds]
     reports = [o[0] for o in outs]
     ratios = [untouched_ratio(r[0][2], o[1], r[variant][2]) for r, o in zip(rounds, outs)
               if r[0][2] is not None and o[1] is not None]
-    row = ValidationRow(workload, label, statistics.fmean(r.baseline_ms for r in reports),
-                        statistics.fmean(r.predicted_ms for r in reports),
-                        statistics.fmean(r[variant][1].measured_ms for r in rounds),
-                        statistics.fmean(ratios) if ratios else float("nan"),
-                        tuple(r[variant][1].measured_ms for r in rounds),
-                        predicted_rounds_ms=tuple(r.predicted_ms for r in reports))
+    predictions, measured = [r.predicted_ms for r in reports], [r[variant][1].measured_ms for r in rounds]
+    sides = median_round(predictions, measured) if paired else (statistics.fmean(predictions),
+                                                                statistics.fmean(measured))
+    row = ValidationRow(workload, label, statistics.fmean(r.baseline_ms for r in reports), *sides,
+                        statistics.fmean(ratios) if ratios else float("nan"), tuple(measured),
+                        predicted_rounds_ms=tuple(predictions))
     return row, reports
+
+
+def median_round(predictions, measured_ms) -> tuple:
+    """``(predicted_ms, measured_ms)`` of a row made of its rounds' own errors: the measured
+    rounds' median, and that times the median over the rounds of each prediction over its
+    round's measurement (``len(predictions) / len(measured_ms)`` predictions to a round, in
+    order), so that the row's error is the median round's.
+
+    A median of each side takes a middle round on each, and once the rounds lie in different
+    states of the machine, as rounds spread over a validation do
+    (:mod:`daydream.validation.turns`), those are different rounds: a prediction from one state
+    compared with a measurement in another.  A mean would carry a round of a slow spell into
+    the row.
+
+    >>> median_round([12.0, 9.0, 30.0], [10.0, 10.0, 20.0])
+    (12.0, 10.0)
+    """
+    each = len(predictions) // len(measured_ms)
+    ratios = [p / m for j, m in enumerate(measured_ms) for p in predictions[j * each:(j + 1) * each]]
+    measured = statistics.median(measured_ms)
+    return measured * statistics.median(ratios), measured
 
 
 def bracketed(traces: list) -> list:
@@ -588,10 +610,7 @@ def median_row(workload: str, label: str | None, rounds, spec: str, measured_ms,
     ms in session 46's run b; in three runs of ``benchmarks/hydra_timeline.py`` in a row both
     processes' backward passes took 20-25 % longer in two than in the first, their forward
     passes the same), and a mean carries one such round into the row.  Of each round's ratio,
-    not of each side (until session 84): a median takes a middle round, and each side's middle
-    round is another round once the rounds lie in different states of the machine, as rounds
-    spread over a validation do (:mod:`daydream.validation.turns`): the prediction then comes
-    from one state and the measurement from another.
+    not of each side (until session 84): :func:`median_round`.
 
     With ``per_trace`` every baseline trace's own prediction (:func:`trace_predictions`) is a
     ratio of its own over the round it brackets, not the round's mean of two: a 1-process trace
@@ -608,14 +627,12 @@ def median_row(workload: str, label: str | None, rounds, spec: str, measured_ms,
     reports = trace_predictions(rounds, spec, profile_path, done)
     got = _round_means(rounds, reports)
     if per_trace:
-        ratios = [reports[p].predicted_ms / m for paths, m in zip(rounds, measured_ms) for p in dict.fromkeys(paths)]
+        predictions = [reports[p].predicted_ms for paths in rounds for p in dict.fromkeys(paths)]
         baselines = [r.baseline_ms for r in reports.values()]
     else:
-        ratios = [p / m for (_, p, _), m in zip(got, measured_ms)]
-        baselines = [b for b, _, _ in got]
-    measured = statistics.median(measured_ms)
+        predictions, baselines = [p for _, p, _ in got], [b for b, _, _ in got]
     return ValidationRow(workload, got[0][2].optimizations[0] if label is None else label,
-                         statistics.median(baselines), measured * statistics.median(ratios), measured,
+                         statistics.median(baselines), *median_round(predictions, measured_ms),
                          measured_rounds_ms=tuple(measured_ms), predicted_rounds_ms=tuple(p for _, p, _ in got),
                          predicted_traces_ms=tuple(r.predicted_ms for r in reports.values()) if per_trace else ())
 

@@ -9,7 +9,7 @@ import pytest
 import daydream.validate as validate
 from daydream.corelink import CoreLinkLog, note_placement
 from daydream.errors import DaydreamError
-from daydream.validation.turns import drain, run_in_turns, started
+from daydream.validation.turns import drain, run_rounds, started
 
 
 def _runner(name, rounds, log, rows=None, fail_at=None):
@@ -25,7 +25,7 @@ def _runner(name, rounds, log, rows=None, fail_at=None):
 
 def test_the_runner_least_far_along_goes_next_and_hears_whether_others_ran():
     log = []
-    got = run_in_turns({"a": _runner("a", 2, log), "b": _runner("b", 4, log), "c": _runner("c", 1, log)})
+    got = run_rounds({"a": _runner("a", 2, log), "b": _runner("b", 4, log), "c": _runner("c", 1, log)})
     assert got == {"a": ["a"], "b": ["b"], "c": ["c"]}
     # a at 1/2, b at 1/4 then 2/4 (b ran last: False), c done at once; then a (1/2 < 3/4 ...)
     assert log == ["a0", "b0", "c0", True, "b1", True, "a1", True, "b2", False, "b3"]
@@ -33,19 +33,19 @@ def test_the_runner_least_far_along_goes_next_and_hears_whether_others_ran():
 
 def test_without_interleaving_each_runner_runs_to_its_end_in_order():
     log = []
-    got = run_in_turns({"a": _runner("a", 2, log), "b": _runner("b", 3, log)}, interleave=False)
+    got = run_rounds({"a": _runner("a", 2, log), "b": _runner("b", 3, log)}, interleave=False)
     assert got == {"a": ["a"], "b": ["b"]}
     assert log == ["a0", False, "a1", "b0", False, "b1", False, "b2"]
 
 
 def test_a_failing_runner_stops_alone_and_without_on_error_the_error_propagates():
     log, errors = [], []
-    got = run_in_turns({"a": _runner("a", 3, log, fail_at=1), "b": _runner("b", 3, log)},
+    got = run_rounds({"a": _runner("a", 3, log, fail_at=1), "b": _runner("b", 3, log)},
                        on_error=lambda name, exc: errors.append((name, str(exc))))
     assert got == {"a": [], "b": ["b"]} and errors == [("a", "a failed")]
     assert [x for x in log if isinstance(x, str)] == ["a0", "b0", "b1", "b2"]
     with pytest.raises(DaydreamError, match="a failed"):
-        run_in_turns({"a": _runner("a", 3, [], fail_at=1)})
+        run_rounds({"a": _runner("a", 3, [], fail_at=1)})
 
 
 def test_each_runner_s_probes_go_to_its_own_logs_even_one_kept_open_across_turns():
@@ -65,7 +65,7 @@ def test_each_runner_s_probes_go_to_its_own_logs_even_one_kept_open_across_turns
     logs = {"a": CoreLinkLog(), "b": CoreLinkLog()}
     outside = CoreLinkLog()
     with outside:
-        run_in_turns({"a": probing(1.0, 3, keep_open=True), "b": probing(2.0, 3)}, logs)
+        run_rounds({"a": probing(1.0, 3, keep_open=True), "b": probing(2.0, 3)}, logs)
     assert logs["a"].values_ns == (1.0, 1.0, 1.0) and inner.values_ns == (1.0, 1.0, 1.0)
     assert logs["b"].values_ns == (2.0, 2.0, 2.0) and outside.values_ns == ()
 
@@ -155,3 +155,22 @@ def test_validate_runs_the_runners_rounds_in_turns_unless_told_not_to(monkeypatc
     assert log == ["hfta0", False, "hfta1", "hydra0", False, "hydra1"]
     rows = (tmp_path / "results.csv").read_text().splitlines()
     assert [r.split(",")[1] for r in rows if r.startswith("mlp,")] == ["hfta:x=1", "hydra:x=1"]
+
+
+def test_hfta_yields_between_all_its_rounds_and_makes_paired_rows(monkeypatch, tmp_path):
+    """Both workloads' rounds count toward the fraction done; each row is the median round's."""
+    import daydream.validation.hfta as vhfta
+
+    monkeypatch.setattr(vhfta, "iter_paired_rounds", lambda repeat, configs, iterations: iter(
+        [[(f"{configs[0][0]}{k}", None, None)] for k in range(repeat)]))
+    made = []
+    monkeypatch.setattr(vhfta, "rounds_row", lambda w, label, rounds, spec, profile, variant, paired=False:
+                        (made.append((w, len(rounds), paired)) or validate.ValidationRow(w, label, 1.0, 1.0, 1.0),
+                         [SimpleNamespace(measured_ms=1.0, metrics={"throughput_gain": 1.0})]))
+    gen = vhfta.validation_rounds(tmp_path, "prof.json", progress=lambda m: None, repeat=2)
+    fractions = [next(gen)] + [gen.send(True) for _ in range(2)]
+    assert fractions == [0.25, 0.5, 0.75]
+    with pytest.raises(StopIteration) as stop:
+        gen.send(True)
+    assert len(stop.value.value) == sum(len(n) for n in vhfta.MODELS.values())
+    assert made == [(w, 2, True) for w, ns in vhfta.MODELS.items() for _ in ns]

@@ -7,7 +7,7 @@ through the value sent back when it resumes, whether other runners' rounds
 ran meanwhile: a baseline trace taken before the pause then no longer shows
 the machine as it is, and the runner takes a fresh one before its next runs.
 
-:func:`run_in_turns` resumes the runner least far along (ties in the given
+:func:`run_rounds` resumes the runner least far along (ties in the given
 order), so that each one's rounds spread over the whole validation instead of
 sitting together in a few minutes of it.  On this project's VM the host's
 slow spells last minutes: over 40 full validations (2026-12-05/06) the errors
@@ -26,7 +26,7 @@ Examples
 ...             log.append((yield (k + 1) / rounds))
 ...     return [name]
 >>> log = []
->>> run_in_turns({"a": runner("a", 2, log), "b": runner("b", 3, log)})
+>>> run_rounds({"a": runner("a", 2, log), "b": runner("b", 3, log)})
 {'a': ['a'], 'b': ['b']}
 >>> log
 ['a0', 'b0', False, 'b1', True, 'a1', True, 'b2']
@@ -41,12 +41,12 @@ import inspect
 
 from ..corelink import CoreLinkLog, only_open
 
-__all__ = ["run_in_turns", "drain", "started"]
+__all__ = ["run_rounds", "drain", "started"]
 
 
 def drain(runner):
     """Run the runner generator ``runner`` alone to its end; its rows."""
-    return run_in_turns({"": runner})[""]
+    return run_rounds({"": runner})[""]
 
 
 def started(fn, *args):
@@ -62,7 +62,7 @@ def started(fn, *args):
     return got
 
 
-def run_in_turns(runners: dict, logs: dict | None = None, on_error=None, interleave: bool = True) -> dict:
+def run_rounds(runners: dict, logs: dict | None = None, on_error=None, interleave: bool = True) -> dict:
     """``{name: rows}``: the runner generators ``runners`` (``{name: generator}``) run to their
     ends in turns, one round at a time, the one least far along next (``interleave=False``:
     each to its end, in the given order).
