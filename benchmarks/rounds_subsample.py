@@ -30,11 +30,10 @@ from daydream.validate import SEQUENTIAL_ROUNDS
 __all__ = ["main", "rows_at", "row_error", "results_rows", "round_times", "trace_side", "PAIRED_HELP"]
 
 #: ``--paired``'s help, shared by the benchmarks that read rows from their rounds.
-PAIRED_HELP = ("the pipeline, Tessel, Hydra, tensor-parallel and hfta rows as made since session 84 (runs "
-               "2026-12-06zf on): the median over the rounds of each prediction over its round's measurement")
-#: Rows that are the median round's error since session 84 (``--paired``).
-PAIRED_ROWS = ("pipeline:", "tessel:", "hydra:", "tensor-parallel:", "hfta:")
-#: Rows that were the median of each side's rounds until then (the others: the mean).
+PAIRED_HELP = ("the pipeline, Tessel and Hydra rows as made since session 84 (runs 2026-12-06zf on): the "
+               "median over the rounds of each prediction over its round's measurement, not each side's median")
+#: Rows that are the median of their rounds (the others: the mean): of each side's until session
+#: 84, the median round's error since (``--paired``).
 MEDIAN_ROWS = ("pipeline:", "tessel:", "hydra:")
 #: Rows whose runs go one after the other, ``SEQUENTIAL_ROUNDS`` rounds to a round asked for.
 SEQUENTIAL_ROWS = ("tensor-parallel:", "device:")
@@ -97,11 +96,10 @@ def trace_side(path, row, measured) -> tuple:
 
 def row_error(optimization: str, predicted, measured, paired: bool = False) -> float:
     """Signed error (%) of a row from its rounds, as the row is made: the median of each side
-    for the pipeline, Tessel and Hydra rows, the mean for the others; with ``paired`` (the
-    :data:`PAIRED_ROWS` since session 84, :func:`daydream.validate.median_round`) the median
-    over the rounds of each prediction over its round's measurement, ``len(predicted) /
-    len(measured)`` predictions to a round, in order (a row made from its traces' own
-    predictions: two).
+    for the pipeline, Tessel and Hydra rows, the mean for the others; with ``paired`` (those
+    rows since session 84, :func:`daydream.validate.median_round`) the median over the rounds
+    of each prediction over its round's measurement, ``len(predicted) / len(measured)``
+    predictions to a round, in order (a row made from its traces' own predictions: two).
 
     >>> round(row_error("hydra:models=2", [10.0, 12.0, 30.0], [10.0, 10.0, 10.0]), 6)
     20.0
@@ -110,7 +108,7 @@ def row_error(optimization: str, predicted, measured, paired: bool = False) -> f
     >>> round(row_error("tessel:stages=2", [12.0, 9.0, 30.0], [10.0, 10.0, 20.0], paired=True), 6)
     20.0
     """
-    if paired and optimization.startswith(PAIRED_ROWS):
+    if paired and optimization.startswith(MEDIAN_ROWS):
         each = len(predicted) // len(measured)
         ratios = [p / m for j, m in enumerate(measured) for p in predicted[j * each:(j + 1) * each]]
         return 100.0 * (statistics.median(ratios) - 1.0)

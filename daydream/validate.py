@@ -488,23 +488,30 @@ def untouched_ratio(base, predicted, real) -> float:
 
 
 def rounds_row(workload: str, label: str, rounds, spec: str, profile_path, variant: int = 1,
-               predicted=None, paired: bool = False) -> tuple:
+               predicted=None) -> tuple:
     """A row from :func:`paired_rounds`: the means over the rounds of the prediction of ``spec``
-    from each round's baseline (its first run) and of run ``variant`` measured in the same round
-    (``paired``: :func:`median_round` of them instead), and of :func:`untouched_ratio` where the
-    rounds carry their schedules.
+    from each round's baseline (its first run) and of run ``variant`` measured in the same round,
+    and of :func:`untouched_ratio` where the rounds carry their schedules.
     ``predicted``: the rounds' ``predict`` results made already (else they are made now).
-    Returns (row, the rounds' what-if reports)."""
+    Returns (row, the rounds' what-if reports).
+
+    Means, which take every round on both sides, so that rounds in different states of the
+    machine stay compared with their own (unlike each side's median: :func:`median_round`).
+    Over the 40 validation runs 2026-12-05s to 12-06zd, rows of five rounds drawn at random from
+    all runs' rounds of a row missed the 10 % goal in 1.1 % (tensor-parallel) and 1.5 % (HFTA
+    mlp x2) of draws with means, 2.0 % and 4.3 % with the median round's error
+    (``python benchmarks/runner_spells.py FILE...`` with and without ``--paired``).
+    """
     outs = predicted or [predict(r[0][0], [spec], profile_path=profile_path) for r in rounds]
     reports = [o[0] for o in outs]
     ratios = [untouched_ratio(r[0][2], o[1], r[variant][2]) for r, o in zip(rounds, outs)
               if r[0][2] is not None and o[1] is not None]
-    predictions, measured = [r.predicted_ms for r in reports], [r[variant][1].measured_ms for r in rounds]
-    sides = median_round(predictions, measured) if paired else (statistics.fmean(predictions),
-                                                                statistics.fmean(measured))
-    row = ValidationRow(workload, label, statistics.fmean(r.baseline_ms for r in reports), *sides,
-                        statistics.fmean(ratios) if ratios else float("nan"), tuple(measured),
-                        predicted_rounds_ms=tuple(predictions))
+    row = ValidationRow(workload, label, statistics.fmean(r.baseline_ms for r in reports),
+                        statistics.fmean(r.predicted_ms for r in reports),
+                        statistics.fmean(r[variant][1].measured_ms for r in rounds),
+                        statistics.fmean(ratios) if ratios else float("nan"),
+                        tuple(r[variant][1].measured_ms for r in rounds),
+                        predicted_rounds_ms=tuple(r.predicted_ms for r in reports))
     return row, reports
 
 
@@ -517,8 +524,8 @@ def median_round(predictions, measured_ms) -> tuple:
     A median of each side takes a middle round on each, and once the rounds lie in different
     states of the machine, as rounds spread over a validation do
     (:mod:`daydream.validation.turns`), those are different rounds: a prediction from one state
-    compared with a measurement in another.  A mean would carry a round of a slow spell into
-    the row.
+    compared with a measurement in another.  (A mean over the same rounds of each side has no
+    such problem, but carries a round of a slow spell into the row.)
 
     >>> median_round([12.0, 9.0, 30.0], [10.0, 10.0, 20.0])
     (12.0, 10.0)

@@ -317,12 +317,11 @@ def test_the_validation_row_takes_the_co_run_rate_of_the_trace_s_own_ops(tmp_pat
     monkeypatch.setattr(vtp, "_fresh_api_overhead", lambda: None)
     monkeypatch.setattr(vtp, "iter_paired_rounds", lambda repeat, configs, iterations: iter(()))
     row = types.SimpleNamespace(predicted_ms=1.0, measured_ms=1.0, error_pct=0.0)
-    monkeypatch.setattr(vtp, "rounds_row", lambda label, opt, rounds, spec, profile, predicted=None, paired=False:
-                        (specs.append((spec, paired)) or (row, None)))
+    monkeypatch.setattr(vtp, "rounds_row", lambda label, opt, rounds, spec, profile, predicted=None:
+                        (specs.append(spec) or (row, None)))
     monkeypatch.setattr(vtp, "rounds_label", lambda repeat, configs: "x1")
     vtp.validate_rows(tmp_path, "profile.json", progress=lambda m: None)
-    assert len(specs) == 1 and "corun=trace" in specs[0][0].split(",")
-    assert specs[0][1] is True      # the median round's error: rounds spread over the run
+    assert len(specs) == 1 and "corun=trace" in specs[0].split(",")
 
 
 def test_the_validation_predicts_each_round_as_it_is_traced_at_a_fresh_co_run_rate(tmp_path, monkeypatch):
@@ -346,7 +345,7 @@ def test_the_validation_predicts_each_round_as_it_is_traced_at_a_fresh_co_run_ra
     monkeypatch.setattr(corun, "forget_measured", lambda: events.append("forget"))
     monkeypatch.setattr(vtp, "predict", lambda path, specs, profile_path: events.append(f"predict {path}") or path)
     row = types.SimpleNamespace(predicted_ms=1.0, measured_ms=1.0, error_pct=0.0)
-    monkeypatch.setattr(vtp, "rounds_row", lambda label, opt, rounds, spec, profile, predicted=None, paired=False:
+    monkeypatch.setattr(vtp, "rounds_row", lambda label, opt, rounds, spec, profile, predicted=None:
                         (taken.setdefault("predicted", predicted), (row, None))[1])
     monkeypatch.setattr(vtp, "rounds_label", lambda repeat, configs: "x3")
     vtp.validate_rows(tmp_path, "profile.json", progress=lambda m: None, repeat=3)

@@ -344,23 +344,16 @@ def test_failed_trace_names_the_exit_status_and_the_last_other_line(tmp_path):
     assert _traced("mlp", tmp_path / "x.json.gz", (), 2, 0, "") == tmp_path / "x.rank0.json.gz"
 
 
-def test_a_paired_row_is_the_median_round_s_error_at_the_measured_median(monkeypatch):
-    """``paired``: not the ratio of the sides' means, nor of their medians (other rounds'), but
-    the median over the rounds of each prediction over its own round's measurement."""
-    from types import SimpleNamespace
-
-    preds = {"b0": 20.0, "b1": 36.0, "b2": 30.0}
-    monkeypatch.setattr(validate, "predict", lambda base, specs, profile_path=None:
-                        (SimpleNamespace(baseline_ms=10.0, predicted_ms=preds[base]), None))
-    run = lambda path, ms: (path, SimpleNamespace(measured_ms=ms), None)     # noqa: E731
-    rounds = [[run("b0", 9.0), run("v0", 25.0)], [run("b1", 11.0), run("v1", 30.0)],
-              [run("b2", 10.0), run("v2", 24.0)]]
-    row, _ = validate.rounds_row("mlp", "label", rounds, "opt", "p.json", paired=True)
-    # ratios 0.8, 1.2, 1.25: the median round's is 1.2, at the measured median 25
-    assert row.measured_ms == 25.0 and row.predicted_ms == pytest.approx(30.0)
-    assert row.predicted_rounds_ms == (20.0, 36.0, 30.0) and row.measured_rounds_ms == (25.0, 30.0, 24.0)
-    plain, _ = validate.rounds_row("mlp", "label", rounds, "opt", "p.json")
-    assert plain.predicted_ms == pytest.approx(86.0 / 3) and plain.measured_ms == pytest.approx(79.0 / 3)
+def test_the_median_round_is_each_round_s_prediction_over_its_own_measurement():
+    """Not the ratio of the sides' medians (other rounds' once the rounds lie in different
+    states), but the median round's ratio, at the measured median; two predictions to a round
+    (a row made of its traces' own) each count against that round."""
+    # ratios 0.8, 1.2, 1.25: the median round's is 1.2, at the measured median 25 (the sides'
+    # medians, 30 / 25, are the third round's prediction over the first round's measurement)
+    assert validate.median_round([20.0, 36.0, 30.0], [25.0, 30.0, 24.0]) == pytest.approx((30.0, 25.0))
+    assert validate.median_round([20.0, 36.0, 24.0], [25.0, 30.0, 24.0]) == pytest.approx((25.0, 25.0))
+    # two to a round: 1.0, 3.0 | 1.1, 5.0, the median (1.1 + 3.0) / 2 at the measured 10
+    assert validate.median_round([10.0, 30.0, 11.0, 50.0], [10.0, 10.0]) == pytest.approx((20.5, 10.0))
 
 
 def test_a_row_from_paired_rounds_means_each_rounds_prediction_and_measurement(monkeypatch):

@@ -157,15 +157,15 @@ def test_validate_runs_the_runners_rounds_in_turns_unless_told_not_to(monkeypatc
     assert [r.split(",")[1] for r in rows if r.startswith("mlp,")] == ["hfta:x=1", "hydra:x=1"]
 
 
-def test_hfta_yields_between_all_its_rounds_and_makes_paired_rows(monkeypatch, tmp_path):
-    """Both workloads' rounds count toward the fraction done; each row is the median round's."""
+def test_hfta_yields_between_all_its_rounds_of_both_workloads(monkeypatch, tmp_path):
+    """Both workloads' rounds count toward the fraction done; each row takes its workload's rounds."""
     import daydream.validation.hfta as vhfta
 
     monkeypatch.setattr(vhfta, "iter_paired_rounds", lambda repeat, configs, iterations: iter(
         [[(f"{configs[0][0]}{k}", None, None)] for k in range(repeat)]))
     made = []
-    monkeypatch.setattr(vhfta, "rounds_row", lambda w, label, rounds, spec, profile, variant, paired=False:
-                        (made.append((w, len(rounds), paired)) or validate.ValidationRow(w, label, 1.0, 1.0, 1.0),
+    monkeypatch.setattr(vhfta, "rounds_row", lambda w, label, rounds, spec, profile, variant:
+                        (made.append((w, [r[0][0] for r in rounds])) or validate.ValidationRow(w, label, 1.0, 1.0, 1.0),
                          [SimpleNamespace(measured_ms=1.0, metrics={"throughput_gain": 1.0})]))
     gen = vhfta.validation_rounds(tmp_path, "prof.json", progress=lambda m: None, repeat=2)
     fractions = [next(gen)] + [gen.send(True) for _ in range(2)]
@@ -173,4 +173,4 @@ def test_hfta_yields_between_all_its_rounds_and_makes_paired_rows(monkeypatch, t
     with pytest.raises(StopIteration) as stop:
         gen.send(True)
     assert len(stop.value.value) == sum(len(n) for n in vhfta.MODELS.values())
-    assert made == [(w, 2, True) for w, ns in vhfta.MODELS.items() for _ in ns]
+    assert made == [(w, [f"{w}0", f"{w}1"]) for w, ns in vhfta.MODELS.items() for _ in ns]

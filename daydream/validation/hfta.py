@@ -39,9 +39,8 @@ def _configs(w, tdir: Path) -> list:
 def validation_rounds(out_dir: Path, profile_path: str, progress=print, repeat: int = 1,
                       iterations: int = ITERATIONS):
     """Per workload, trace the single model and its N-fold fused jobs with iterations in turns,
-    ``repeat`` rounds; one row per workload and N: the median round's prediction from its
-    baseline over the fused job measured in it (:func:`daydream.validate.median_round`; until
-    session 84 the means of each side), at the measured median.  A runner
+    ``repeat`` rounds; one row per workload and N: the means over the rounds of the prediction
+    from each round's baseline and of the fused job measured in the same round.  A runner
     (:mod:`daydream.validation.turns`): yields between rounds; returns the rows."""
     from ..optimizations._corun import forget_measured
 
@@ -67,7 +66,7 @@ def validation_rounds(out_dir: Path, profile_path: str, progress=print, repeat: 
         forget_measured()   # the cycle curve measured when this workload's rounds are predicted
         for i, n in enumerate(ns, start=1):
             spec = f"hfta:models={n}"
-            row, reports = rounds_row(w, spec, rounds, spec, profile_path, i, paired=True)
+            row, reports = rounds_row(w, spec, rounds, spec, profile_path, i)
             rows.append(row)
             single = statistics.fmean(r.measured_ms for r in reports)
             progress(f"hfta: {w} models={n}: predicted {row.predicted_ms:.2f} ms, measured {row.measured_ms:.2f} ms, "

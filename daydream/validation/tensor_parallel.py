@@ -7,8 +7,7 @@ tensor-parallel API (``ColwiseParallel``/``RowwiseParallel`` on a CPU
 ``DeviceMesh``).  Both use one intra-op thread per process, so the two ranks
 get a core each on a 2-core machine; both are measured the same way (mean of
 the ProfilerStep iterations after the first, rank 0), in ``repeat`` rounds of
-a baseline run and then a split run; the row is the median round's error (until session 84
-the means of each side: :func:`daydream.validate.median_round`).
+a baseline run and then a split run; the row is the mean over the rounds.
 torch's TP API overhead and its in-line all-reduce, part of the prediction,
 are measured again for each round's prediction (:func:`_fresh_api_overhead`;
 until session 83 once, at the start: the in-line all-reduce of one MiB read
@@ -48,9 +47,9 @@ DEGREE = 2
 
 
 def validation_rounds(out_dir: Path, profile_path: str, progress=print, repeat: int = 1, iterations: int = 5):
-    """Trace the unsplit baseline and the split run, ``repeat`` rounds; one row: the median
-    round's ``tensor-parallel:degree=2`` predicted from its baseline over the split run measured
-    in it, at the measured median (:func:`daydream.validate.rounds_row` ``paired``).  A runner
+    """Trace the unsplit baseline and the split run, ``repeat`` rounds; one row: the means over
+    the rounds of ``tensor-parallel:degree=2`` predicted from each round's baseline and of the
+    split run measured in the same round (:func:`daydream.validate.rounds_row`).  A runner
     (:mod:`daydream.validation.turns`): yields between rounds; returns the rows."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
@@ -65,8 +64,7 @@ def validation_rounds(out_dir: Path, profile_path: str, progress=print, repeat: 
             predicted.append(_predict_now(runs[0][0], spec, profile_path))
             if len(rounds) < n:
                 yield len(rounds) / n
-        row, _ = rounds_row("transformer (torch TP)", spec, rounds, spec, profile_path, predicted=predicted,
-                            paired=True)
+        row, _ = rounds_row("transformer (torch TP)", spec, rounds, spec, profile_path, predicted=predicted)
     except DaydreamError as exc:
         progress(f"tensor-parallel: skipped ({exc})")
         return []

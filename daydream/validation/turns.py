@@ -10,12 +10,15 @@ the machine as it is, and the runner takes a fresh one before its next runs.
 :func:`run_rounds` resumes the runner least far along (ties in the given
 order), so that each one's rounds spread over the whole validation instead of
 sitting together in a few minutes of it.  On this project's VM the host's
-slow spells last minutes: over 40 full validations (2026-12-05/06) the errors
-of two rows of one runner correlated +0.5 to +0.9 from run to run (Tessel
-chain and V +0.6, Hydra +0.9, HFTA's MLP rows +0.7), those of two runners
-about 0, so that a spell fell on all five rounds of a row, and the median
+slow spells last minutes: over the 40 full validations 2026-12-05s to 12-06zd
+a row's error correlated from run to run with its runner's other rows' by
++0.59 (Tessel), +0.65 to +0.70 (Hydra) and +0.23 to +0.43 (HFTA), with other
+runners' rows' by -0.08 to +0.12 (``python benchmarks/runner_spells.py
+FILE...``), so that a spell fell on all five rounds of a row, and the median
 over the rounds, meant to pass over it, could not (docs/validation-log.md,
-"Session 84").  :func:`drain` runs one runner alone, its rounds back to back.
+"Session 84").  Rounds in different states of the machine are compared round
+by round (:func:`daydream.validate.median_round`).  :func:`drain` runs one
+runner alone, its rounds back to back.
 
 Examples
 --------
