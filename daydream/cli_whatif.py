@@ -189,7 +189,12 @@ def validate(workloads, opts, out_dir, iterations, repeat, interleave, public, s
     from each round's baseline, where the row makes one per round (the
     predictions re-run ops, so they move with the machine too);
     predicted_traces_ms the prediction from each baseline trace, where the
-    row is their median (the hydra rows).
+    row is made of them (the hydra rows).  A pipeline, tessel or hydra row's
+    error is the median round's: each round's prediction over its own
+    measurement.
+
+    With --interleave (the default) the parallelism runners' rounds run in
+    turns, so that each runner's rounds spread over the whole validation.
 
     untouched_ratio is a control: the real run's time of the ops the
     prediction left unchanged over their baseline time.  Away from 1 it
