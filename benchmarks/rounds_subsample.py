@@ -25,7 +25,7 @@ import argparse
 import csv
 import statistics
 
-from daydream.validate import SEQUENTIAL_ROUNDS
+from daydream.validate import SEQUENTIAL_ROUNDS, median_round
 
 __all__ = ["main", "rows_at", "row_error", "results_rows", "round_times", "trace_side", "PAIRED_HELP"]
 
@@ -109,9 +109,8 @@ def row_error(optimization: str, predicted, measured, paired: bool = False) -> f
     20.0
     """
     if paired and optimization.startswith(MEDIAN_ROWS):
-        each = len(predicted) // len(measured)
-        ratios = [p / m for j, m in enumerate(measured) for p in predicted[j * each:(j + 1) * each]]
-        return 100.0 * (statistics.median(ratios) - 1.0)
+        made, measured_ms = median_round(predicted, measured)
+        return 100.0 * (made / measured_ms - 1.0)
     how = statistics.median if optimization.startswith(MEDIAN_ROWS) else statistics.fmean
     return 100.0 * (how(predicted) / how(measured) - 1.0)
     each = len(predicted) // len(measured)

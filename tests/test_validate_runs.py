@@ -613,3 +613,31 @@ def test_the_rounds_subsample_benchmark_reads_any_window_of_rounds(tmp_path, mon
                  'mlp,"hydra:models=2",10 10,12 12\n')
     assert pool.pooled_errors([g, g]) == pytest.approx([20.0])        # median of 11 12 13 11 12 13 over 10
     assert pool.pooled_errors([g, h]) == pytest.approx([210.0])       # rounds: median of 50 50 12 12 over 10
+
+
+def test_the_benchmarks_read_median_rows_paired_and_runner_spells_compares_runners(tmp_path, monkeypatch, capsys):
+    """``--paired``: a median row is the median round's error, each trace's prediction over the
+    round it brackets; ``runner_spells.py`` correlates rows of one runner apart from the others'."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    bench = importlib.import_module("rounds_subsample")
+    g = tmp_path / "traces.csv"
+    g.write_text("workload,optimization,measured_rounds_ms,predicted_rounds_ms,predicted_traces_ms\n"
+                 'mlp,"hydra:models=2",10 20,10 20,11 13 22 60\n')
+    # 1.1 1.3 | 1.1 3.0: the median (1.1 + 1.3) / 2; each side's median (17.5 over 15) reads +16.7
+    assert bench.rows_at(g, 2, paired=True) == pytest.approx([20.0])
+    assert bench.rows_at(g, 2) == pytest.approx([100.0 * (17.5 / 15.0 - 1.0)])
+    spells = importlib.import_module("runner_spells")
+    files = []
+    for k, (a, b, c) in enumerate([(11, 12, 10), (9, 8, 12), (12, 13, 9)]):
+        f = tmp_path / f"r{k}.csv"
+        f.write_text("workload,optimization,measured_rounds_ms,predicted_rounds_ms\n"
+                     f'mlp,"tessel:stages=2",10,{a}\nmlp,"tessel:placement=v",10,{b}\nmlp,hfta:models=2,10,{c}\n')
+        files.append(str(f))
+    spells.main([*files, "--rounds", "1", "--draws", "50"])
+    out = capsys.readouterr().out.splitlines()
+    # errors +10 -10 +20 (chain), +20 -20 +30 (V), 0 +20 -10 (hfta): r +0.99 and -1.00
+    assert "within +0.99 across -1.00" in out[1] and "missed 0.67" in out[1] and "within  +nan across" in out[3]
+    with pytest.raises(SystemExit, match="at least three"):
+        spells.main(files[:2])
