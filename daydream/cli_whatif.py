@@ -293,7 +293,7 @@ def _measure(wanted, workloads, out, iterations, profile_path, progress, repeat,
         progress(f"{name}: internal error ({one_line(exc)}); skipped, the other rows are still written")
 
     logs = {name: CoreLinkLog() for name in runners}
-    got = run_rounds(runners, logs, on_error, interleave)
+    got = run_rounds(runners, logs, on_error, interleave, progress=progress)
     for name in runners:
         rows += with_placement(got[name], logs[name])
     if public:

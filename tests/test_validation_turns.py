@@ -38,6 +38,17 @@ def test_without_interleaving_each_runner_runs_to_its_end_in_order():
     assert log == ["a0", False, "a1", "b0", False, "b1", False, "b2"]
 
 
+def test_progress_after_each_turn_tells_the_share_done_and_the_minutes_left(monkeypatch):
+    ticks = iter(60.0 * k for k in range(100))           # a minute a reading
+    monkeypatch.setattr("daydream.validation.turns.time.monotonic", lambda: next(ticks))
+    lines = []
+    run_rounds({"a": _runner("a", 2, []), "b": _runner("b", 4, [])}, progress=lines.append)
+    assert [line.split(" of the rounds")[0] for line in lines] == [
+        f"validate: {p} %" for p in (25, 38, 50, 75, 88, 100)]
+    assert lines[0].endswith("done in 1 min, about 3 min left")     # 1 min for 25 %: 3 more
+    assert lines[-1] == "validate: 100 % of the rounds done in 6 min"
+
+
 def test_a_failing_runner_stops_alone_and_without_on_error_the_error_propagates():
     log, errors = [], []
     got = run_rounds({"a": _runner("a", 3, log, fail_at=1), "b": _runner("b", 3, log)},

@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import heapq
 import inspect
+import time
 
 from ..corelink import CoreLinkLog, only_open
 
-__all__ = ["run_rounds", "drain", "started"]
+__all__ = ["run_rounds", "drain", "started", "RoundsClock"]
 
 
 def drain(runner):
@@ -65,7 +66,39 @@ def started(fn, *args):
     return got
 
 
-def run_rounds(runners: dict, logs: dict | None = None, on_error=None, interleave: bool = True) -> dict:
+class RoundsClock:
+    """How far a set of runners has come, and about how long the rest will take.
+
+    A runner's share of the work is its last yielded fraction (1 when it has ended);
+    the whole is their mean, and the time left is the time so far scaled by the
+    work left (the runners' rounds take about equally long each).
+
+    >>> t = iter([0.0, 600.0])
+    >>> clock = RoundsClock(["a", "b"], clock=lambda: next(t))
+    >>> clock.note("a", 1.0); clock.note("b", 0.5)
+    >>> clock.line()
+    'validate: 75 % of the rounds done in 10 min, about 3 min left'
+    """
+
+    def __init__(self, names, clock=None):
+        self.done = dict.fromkeys(names, 0.0)
+        self.clock = clock or time.monotonic
+        self.t0_s = self.clock()
+
+    def note(self, name: str, fraction: float) -> None:
+        """Runner ``name`` is ``fraction`` of the way through its rounds."""
+        self.done[name] = min(1.0, max(0.0, float(fraction)))
+
+    def line(self) -> str:
+        """One progress line: the share done, the minutes so far and about how many are left."""
+        share = sum(self.done.values()) / max(1, len(self.done))
+        spent_min = (self.clock() - self.t0_s) / 60.0
+        left = f", about {spent_min * (1 - share) / share:.0f} min left" if 0 < share < 1 else ""
+        return f"validate: {100 * share:.0f} % of the rounds done in {spent_min:.0f} min{left}"
+
+
+def run_rounds(runners: dict, logs: dict | None = None, on_error=None, interleave: bool = True,
+               progress=None) -> dict:
     """``{name: rows}``: the runner generators ``runners`` (``{name: generator}``) run to their
     ends in turns, one round at a time, the one least far along next (``interleave=False``:
     each to its end, in the given order).
@@ -74,8 +107,10 @@ def run_rounds(runners: dict, logs: dict | None = None, on_error=None, interleav
     probes: only its own logs are open in its turns (:func:`daydream.corelink.only_open`).
     ``on_error(name, exc)``, where given, is called with an exception a runner raised; that
     runner stops without rows (``[]``) and the others go on; without it the exception
-    propagates.
+    propagates.  ``progress``, where given, hears after each turn how far the runners have
+    come (:class:`RoundsClock`).
     """
+    clock = RoundsClock(runners)
     heap = [(0.0, i, name) for i, name in enumerate(runners)]
     opened = {name: [(logs or {}).get(name) or CoreLinkLog()] for name in runners}
     rows, started, last = {}, set(), None
@@ -88,13 +123,16 @@ def run_rounds(runners: dict, logs: dict | None = None, on_error=None, interleav
             with only_open(opened[name]):
                 done = runners[name].send(sent)
         except StopIteration as stop:
-            rows[name] = stop.value or []
-            continue
+            rows[name], done = stop.value or [], None
         except Exception as exc:   # noqa: BLE001 - handed to the caller's on_error
             if on_error is None:
                 raise
             on_error(name, exc)
-            rows[name] = []
-            continue
-        heapq.heappush(heap, (float(done) if interleave else 0.0, i, name))
+            rows[name], done = [], None
+        clock.note(name, 1.0 if done is None else done)
+        if progress is not None:
+            progress(clock.line())
+        if done is not None:
+            heapq.heappush(heap, (float(done) if interleave else 0.0, i, name))
     return {name: rows[name] for name in runners}
+
