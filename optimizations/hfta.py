@@ -24,15 +24,30 @@ Every task of the traced iteration is one of:
 * **memory-bound** (an op that reads or writes tensor data: elementwise,
   reductions, copies, the optimizer's updates): its first
   ``op_overhead_ns`` (the device's per-op fixed cost) is paid once, the rest
-  ``D`` is streaming and grows to ``N x D x max(1, bw(b) / bw(N b))`` with
-  ``bw`` the calibrated (hot-cache) streaming bandwidth curve at the bytes
-  the task moves ``b`` (1.5 x its input bytes, :data:`MOVED_PER_INPUT_BYTE`):
-  fused tensors that leave the caches stream slower, and no op streams
-  faster per byte fused than traced (the curve's low rate at small sizes is
-  per-op cost, paid once already).  A traced rate below the curve's is not
-  taken as data already out of cache: batch norm's backward computes as it
-  streams (in the bundled CNN it ran at a quarter to a third of the curve's
-  rate and still took 6x its time fused 4-fold);
+  ``D`` is streaming and grows to ``N x D x s`` (:func:`stream_ratio`), with
+  ``bw`` the calibrated (hot-cache) streaming bandwidth curve and ``b`` the
+  bytes the task moves (1.5 x its input bytes, :data:`MOVED_PER_INPUT_BYTE`):
+  by default (``streaming=roofline``, since session 85) the fused op runs at
+  the slower of its traced rate ``b / D`` and ``bw(N b)``, ``s = max(1,
+  min(b / D, bw(b)) / bw(N b))``: an op traced below the curve's rate at N
+  copies' bytes (its data already out of the caches, or its work per byte
+  the bound) keeps its rate, one traced faster slows to the curve's.  A traced
+  rate above ``bw(b)`` is not streaming in the op's own time (a wrapper such
+  as ``aten::linear`` whose nested ops move the data) and takes the curve's
+  ratio ``bw(b) / bw(N b)``, which until session 85 every op took
+  (``streaming=curve``).  On session 85's host (an Intel Xeon with 2 MiB of
+  L2 per core, its curve 117 GB/s at 0.8 MB and 25 GB/s at 6 MB) that
+  predicted the CNN's ``native_batch_norm`` x10.3 at N = 4 against x4.1 real:
+  traced at 4.7 GB/s, a twentieth of the curve, it does not slow when fused;
+  the HFTA rows read +18 / +34 % (CNN) and +5 to +26 % (MLP) with the curve,
+  +5 / +7 % and +5 to +12 % with the roofline (docs/validation-log.md,
+  "Session 85").  No op streams faster per byte fused than traced (the
+  curve's low rate at small sizes is per-op cost, paid once already).  On the
+  Zen 4 host of sessions 53-84 the curve's rule served: batch norm's backward
+  ran at a quarter to a third of the curve's rate and still took 6x its time
+  fused 4-fold, its N copies' activations beyond that host's 32 MB L3;
+  ``streaming=additive`` (the traced time past the curve's as work per byte
+  that stays, not overlapping the data's movement) lies between the two;
 * the **other self-time slices** of a compute or memory-bound op (an op
   with nested calls is one slice per stretch between them, and only one
   carries its FLOPs and bytes: ``convolution_backward``'s grad-input and
@@ -122,7 +137,8 @@ from ._layers import rerun_ratios, spread_to_slices
 from ._sequence import iteration_sequence
 from .base import NotApplicable, Optimization, OptionError, Param
 
-__all__ = ["HFTA", "OPTIMIZATION", "TaskClass", "classify", "fused_durations", "MAX_MODELS", "MOVED_PER_INPUT_BYTE"]
+__all__ = ["HFTA", "OPTIMIZATION", "TaskClass", "classify", "fused_durations", "stream_ratio", "MAX_MODELS",
+           "MOVED_PER_INPUT_BYTE", "STREAMING"]
 
 #: Fusing more copies than this is refused (a sweep of that size would not fit in memory).
 MAX_MODELS = 1024
@@ -131,6 +147,9 @@ MAX_MODELS = 1024
 #: reads two inputs and writes one output of the same size.  The calibrated bandwidth
 #: curve is indexed by bytes moved (``calibrate``: 3 x elements x size for ``a + b``).
 MOVED_PER_INPUT_BYTE = 1.5
+
+#: How a memory-bound op's time per byte changes fused (:func:`stream_ratio`).
+STREAMING = ("curve", "roofline", "additive")
 
 #: Ops that touch no tensor data (views, metadata, allocation): their cost does not grow with N.
 FIXED_OP_RE = re.compile(
@@ -174,7 +193,7 @@ def _is_conv(g) -> np.ndarray:
 
 
 def fused_durations(g, device, models: int, dtype: str = "float32", measured: dict | None = None,
-                    cycle: float = 1.0) -> np.ndarray:
+                    cycle: float = 1.0, streaming: str = "roofline") -> np.ndarray:
     """Per task: its duration (ns) when ``models`` copies are fused into one op.
 
     ``measured`` (task -> fused / single time ratio of its op re-run on this
@@ -221,12 +240,47 @@ def fused_durations(g, device, models: int, dtype: str = "float32", measured: di
         b = float(T["bytes"][t]) * MOVED_PER_INPUT_BYTE
         once = min(dur[t], fixed_ns)
         stream = dur[t] - once
-        ratio = device.mem_bw_bytes_per_s(b, dtype) / device.mem_bw_bytes_per_s(models * b, dtype)
-        # per byte: the traced rate slowed as the curve slows from b to N b, never faster than traced
-        out[t] = once + models * stream * max(ratio, 1.0)
+        ratio = stream_ratio(b, stream, device.mem_bw_bytes_per_s(b, dtype),
+                             device.mem_bw_bytes_per_s(models * b, dtype), streaming)
+        out[t] = once + models * stream * ratio
     gs = cls == TaskClass.GPU_SCALED
     out[gs] = dur[gs] * models
     return np.rint(spread_to_slices(g, dur, out)).astype(np.int64)
+
+
+def stream_ratio(moved_bytes: float, stream_ns: float, hot_bytes_per_s: float, fused_bytes_per_s: float,
+                 streaming: str = "roofline") -> float:
+    """Per byte, a memory-bound op's fused time over its traced time (at least 1).
+
+    ``stream_ns``: the traced op's time past its fixed cost, moving ``moved_bytes``;
+    ``hot_bytes_per_s`` / ``fused_bytes_per_s``: the streaming curve at its size and at N
+    times it.  ``streaming``: ``curve``, the curve's slowdown from one to the other;
+    ``roofline``, the fused op runs at the slower of its traced rate and the curve's at
+    the fused size (compute and data movement overlap); ``additive``, the part of the
+    traced time the curve does not explain is work per byte that stays, and the curve's
+    part slows (they do not overlap).  A traced rate above the curve's at its size is
+    not streaming in the op's own time (a wrapper whose nested ops move the data): all
+    three then take the curve's slowdown.
+
+    >>> stream_ratio(1e6, 1e5, 1e11, 2.5e10, "curve")        # 10 GB/s traced, curve 100 -> 25 GB/s
+    4.0
+    >>> stream_ratio(1e6, 1e5, 1e11, 2.5e10)                 # roofline: traced 10 GB/s already below 25
+    1.0
+    >>> round(stream_ratio(1e6, 2e4, 1e11, 2.5e10), 6)      # traced 50 GB/s: the curve's 25 at N b
+    2.0
+    >>> round(stream_ratio(1e6, 1e5, 1e11, 2.5e10, "additive"), 2)   # (0.09 + 0.04) / 0.1 ns/B
+    1.3
+    """
+    if streaming not in STREAMING:
+        raise OptionError(f"hfta: streaming={streaming!r} (valid: {', '.join(STREAMING)})")
+    curve = max(1.0, hot_bytes_per_s / fused_bytes_per_s)
+    if streaming == "curve" or stream_ns <= 0 or moved_bytes <= 0:
+        return curve
+    traced_s_per_byte = stream_ns * 1e-9 / moved_bytes
+    if streaming == "roofline":
+        return max(1.0, min(1.0 / traced_s_per_byte, hot_bytes_per_s) / fused_bytes_per_s)
+    work = max(0.0, traced_s_per_byte - 1.0 / hot_bytes_per_s)
+    return max(1.0, (work + 1.0 / fused_bytes_per_s) / (work + 1.0 / hot_bytes_per_s))
 
 
 class HFTA(Optimization):
@@ -247,6 +301,10 @@ class HFTA(Optimization):
               Param("warm", False, "in sequence, each side's timed pass follows an untimed pass of its own, as a "
                     "training iteration follows the one before it, not the other side's pass (the MLP's rows read "
                     "3-7 points higher, the more copies the more: docs/validation-log.md, session 82)", bool),
+              Param("streaming", "roofline", "memory-bound ops' time per byte fused: the streaming curve's slowdown "
+                    "from one copy's bytes to N copies' (curve), the slower of the traced rate and the curve's at N "
+                    "copies' bytes (roofline), or the traced time past the curve's as work that stays (additive)",
+                    str, STREAMING),
               Param("cycle", True, "CPU: the fused job keeps N models' parameters and optimizer state, and its "
                     "compute ops find the caches as that leaves them, not one model's as in the trace (the "
                     "profile's cycle figures; false: leave it out)", bool),
@@ -273,7 +331,8 @@ class HFTA(Optimization):
         measured = self._measured_ratios(ctx, np.flatnonzero(cls == TaskClass.COMPUTE))
         now = self.cycle_now and self.remeasure and n > 1
         cycle = cycle_ratio(ctx, n, activations=self.activations, now=now) if self.cycle else 1.0
-        g.tasks["dur_ns"][:] = fused_durations(g, ctx.device, n, self.dtype, measured, cycle)
+        g.tasks["dur_ns"][:] = fused_durations(g, ctx.device, n, self.dtype, measured, cycle,
+                                                   self.streaming)
         fused_ms = simulate(g).mean_iteration_ns()[1] / 1e6
         seq_ms = n * base_ms
         ctx.metrics.update({"fused_iteration_ms": fused_ms, "sequential_ms": seq_ms,

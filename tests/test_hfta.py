@@ -7,7 +7,7 @@ import pytest
 from daydream.device import Curve, DeviceProfile
 from daydream.model import EventKind, LaneKind, Phase
 from daydream.optimizations import NotApplicable, OptionError, get
-from daydream.optimizations.hfta import TaskClass, classify, fused_durations
+from daydream.optimizations.hfta import STREAMING, TaskClass, classify, fused_durations
 from daydream.whatif import predict
 
 from conftest import flat_profile, settled_graph
@@ -403,10 +403,11 @@ def test_calibration_measures_batched_matmul_and_grouped_convolution():
     assert all(r > 0 for _, r in bmm.points + gconv.points)
 
 
-def test_memory_bound_growth_follows_the_cache_cliff_whatever_the_traced_rate():
-    """Streaming time of an elementwise op fused 20-fold, exact: past a cache cliff it slows by
-    the curve's ratio at 20x the bytes, whether its traced rate was above or below the curve's
-    (a slow traced op may compute as it streams); none gets faster per byte than traced."""
+def test_memory_bound_growth_past_a_cache_cliff_by_each_streaming_rule():
+    """Streaming time of an elementwise op fused 20-fold, exact: past a cache cliff the curve's
+    rule slows it by the curve's ratio at 20x the bytes whatever its traced rate; the roofline
+    (the default) keeps a traced rate already below the curve's at 20x the bytes and slows a
+    faster one to the curve's; none gets faster per byte than traced."""
     from daydream.graph.graph import DependencyGraph
     from daydream.model import Lane
 
@@ -421,9 +422,19 @@ def test_memory_bound_growth_follows_the_cache_cliff_whatever_the_traced_rate():
                              {"float32": Curve(((1e4, small), (1e5, large)))}, op_overhead_ns=500)
 
     cliff = dev(1e10, 1e9)           # 10x slower out of cache
-    assert fused_durations(g, cliff, 20).tolist() == [500 + 20 * 8000 * 10, 500 + 20 * 1000 * 10]
+    assert fused_durations(g, cliff, 20, streaming="curve").tolist() == [500 + 20 * 8000 * 10,
+                                                                         500 + 20 * 1000 * 10]
+    # traced at 0.75 GB/s (below the curve's 1 GB/s at 120 kB: kept) and at 6 GB/s (slowed 6x)
+    assert fused_durations(g, cliff, 20).tolist() == [500 + 20 * 8000, 500 + 20 * 1000 * 6]
+    # the traced time past the curve's (0.75 and 0.067 ns/B) stays, the curve's 0.1 ns/B becomes 1
+    assert fused_durations(g, cliff, 20, streaming="additive").tolist() == [
+        500 + round(20 * 8000 * (8000 / 6000 - 0.1 + 1) / (8000 / 6000)),
+        500 + round(20 * 1000 * (1000 / 6000 - 0.1 + 1) / (1000 / 6000))]
     rising = dev(1e9, 1e10)          # the curve speeds up with size: traced rate kept
-    assert fused_durations(g, rising, 20).tolist() == [500 + 20 * 8000, 500 + 20 * 1000]
+    for rule in STREAMING:
+        assert fused_durations(g, rising, 20, streaming=rule).tolist() == [500 + 20 * 8000, 500 + 20 * 1000]
+    with pytest.raises(OptionError, match="streaming='fast'"):
+        fused_durations(g, cliff, 2, streaming="fast")
 
 
 def test_every_slice_of_a_compute_op_grows_as_its_work_slice():
