@@ -39,7 +39,7 @@ Every task of the traced iteration is one of:
   L2 per core, its curve 117 GB/s at 0.8 MB and 25 GB/s at 6 MB) that
   predicted the CNN's ``native_batch_norm`` x10.3 at N = 4 against x4.1 real:
   traced at 4.7 GB/s, a twentieth of the curve, it does not slow when fused;
-  the HFTA rows read +18 / +34 % (CNN) and +5 to +26 % (MLP) with the curve,
+  the HFTA rows read +18 / +34 % (CNN) and +11 to +26 % (MLP) with the curve,
   +5 / +7 % and +5 to +12 % with the roofline (docs/validation-log.md,
   "Session 85").  No op streams faster per byte fused than traced (the
   curve's low rate at small sizes is per-op cost, paid once already).  On the
