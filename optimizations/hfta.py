@@ -43,9 +43,9 @@ Every task of the traced iteration is one of:
   +5 / +7 % and +5 to +12 % with the roofline (docs/validation-log.md,
   "Session 85").  No op streams faster per byte fused than traced (the
   curve's low rate at small sizes is per-op cost, paid once already).  On the
-  Zen 4 host of sessions 53-84 the curve's rule served: batch norm's backward
-  ran at a quarter to a third of the curve's rate and still took 6x its time
-  fused 4-fold, its N copies' activations beyond that host's 32 MB L3;
+  host of session 26 the curve's rule served: batch norm's backward ran at a
+  quarter to a third of the curve's rate and still took 6x its time fused
+  4-fold, where the roofline gave 4x; which rule holds depends on the host;
   ``streaming=additive`` (the traced time past the curve's as work per byte
   that stays, not overlapping the data's movement) lies between the two;
 * the **other self-time slices** of a compute or memory-bound op (an op
@@ -331,8 +331,7 @@ class HFTA(Optimization):
         measured = self._measured_ratios(ctx, np.flatnonzero(cls == TaskClass.COMPUTE))
         now = self.cycle_now and self.remeasure and n > 1
         cycle = cycle_ratio(ctx, n, activations=self.activations, now=now) if self.cycle else 1.0
-        g.tasks["dur_ns"][:] = fused_durations(g, ctx.device, n, self.dtype, measured, cycle,
-                                                   self.streaming)
+        g.tasks["dur_ns"][:] = fused_durations(g, ctx.device, n, self.dtype, measured, cycle, self.streaming)
         fused_ms = simulate(g).mean_iteration_ns()[1] / 1e6
         seq_ms = n * base_ms
         ctx.metrics.update({"fused_iteration_ms": fused_ms, "sequential_ms": seq_ms,

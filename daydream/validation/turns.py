@@ -135,4 +135,3 @@ def run_rounds(runners: dict, logs: dict | None = None, on_error=None, interleav
         if done is not None:
             heapq.heappush(heap, (float(done) if interleave else 0.0, i, name))
     return {name: rows[name] for name in runners}
-
