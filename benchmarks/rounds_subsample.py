@@ -113,9 +113,6 @@ def row_error(optimization: str, predicted, measured, paired: bool = False) -> f
         return 100.0 * (made / measured_ms - 1.0)
     how = statistics.median if optimization.startswith(MEDIAN_ROWS) else statistics.fmean
     return 100.0 * (how(predicted) / how(measured) - 1.0)
-    each = len(predicted) // len(measured)
-    ratios = [p / m for j, m in enumerate(measured) for p in predicted[j * each:(j + 1) * each]]
-    return 100.0 * (statistics.median(ratios) - 1.0)
 
 
 def main(argv=None) -> None:

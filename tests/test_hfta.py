@@ -437,6 +437,20 @@ def test_memory_bound_growth_past_a_cache_cliff_by_each_streaming_rule():
         fused_durations(g, cliff, 2, streaming="fast")
 
 
+def test_the_streaming_option_reaches_the_prediction(own_trace):
+    """``hfta:streaming=...`` picks the rule: with a curve far above every traced op's rate at one
+    copy's bytes, the curve's rule slows them all by its fall, the roofline less."""
+    dev = DeviceProfile("d", "cpu", {"float32": Curve.flat(1e10)},
+                        {"float32": Curve(((1e3, 1e12), (1e9, 1e9)))}, op_overhead_ns=500)
+    got = {rule: predict(own_trace("mlp"), [f"hfta:models=4,remeasure=0,streaming={rule}"], device=dev)[0]
+           for rule in STREAMING}
+    assert got["roofline"].predicted_ms < got["additive"].predicted_ms < got["curve"].predicted_ms
+    default, _ = predict(own_trace("mlp"), ["hfta:models=4,remeasure=0"], device=dev)
+    assert default.predicted_ms == pytest.approx(got["roofline"].predicted_ms)
+    with pytest.raises(OptionError, match="streaming"):
+        predict(own_trace("mlp"), ["hfta:models=4,remeasure=0,streaming=fast"], device=dev)
+
+
 def test_every_slice_of_a_compute_op_grows_as_its_work_slice():
     """An op with a nested call is two self-time slices and only one carries its FLOPs
     (``convolution_backward``'s grad-input and grad-weight halves): both grow 4x; the nested

@@ -159,6 +159,7 @@ def test_validate_runs_the_runners_rounds_in_turns_unless_told_not_to(monkeypatc
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     assert "the rounds of hfta, hydra in turns" in res.output
+    assert "validate: 50 % of the rounds done" in res.output and "validate: 100 % of the rounds done" in res.output
     assert log == ["hfta0", "hydra0", True, "hfta1", True, "hydra1"]
     log.clear()
     res = CliRunner().invoke(main, [*args, "--no-interleave", "--force"])
