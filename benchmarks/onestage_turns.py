@@ -8,7 +8,8 @@ rows' traces do), three times:
 * ``plain x1``: the whole model, no pipelining runtime, one batch (``--schedule none
   --microbatches 1``): the traced iteration over this one is the tracer's cost;
 * ``plain x4``: the same accumulating gradients over 4 micro-batches: the micro-batch cost model
-  alone, predicted by ``pipeline:stages=1,microbatches=4,action_overhead_us=0``;
+  alone, predicted by ``pipeline:stages=1,microbatches=4,action_overhead_us=0,scale_grads=0`` (the
+  plain loop does not divide its gradients by 4; until session 86 the prediction did);
 * ``gpipe 1-stage``: torch's ``ScheduleGPipe`` on one stage (the validation's 1-stage row),
   predicted with the runtime's cost per action (``--action-overhead-us``).
 
@@ -34,9 +35,9 @@ __all__ = ["main", "PAIRS", "iteration_ms"]
 #: cost per action, ``{r}`` the tracer's per recorded op).
 PAIRS = {
     "plain x1": (("none", 1, ()),
-                 "pipeline:stages=1,microbatches=1,schedule=gpipe,action_overhead_us=0,recording_us={r}"),
+                 "pipeline:stages=1,microbatches=1,schedule=gpipe,action_overhead_us=0,recording_us={r},scale_grads=0"),
     "plain x4": (("none", 4, ()),
-                 "pipeline:stages=1,microbatches=4,schedule=gpipe,action_overhead_us=0,recording_us={r}"),
+                 "pipeline:stages=1,microbatches=4,schedule=gpipe,action_overhead_us=0,recording_us={r},scale_grads=0"),
     "gpipe 1-stage": (("gpipe", 4, ("--nproc", "1")),
                       "pipeline:stages=1,microbatches=4,schedule=gpipe,action_overhead_us={a},recording_us={r}"),
 }

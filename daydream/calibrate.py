@@ -2,7 +2,8 @@
 
 Micro-benchmarks with torch on the local device: matmul and convolution
 throughput per dtype at several sizes, streaming elementwise bandwidth per
-dtype at several sizes (caches show up as a curve, not a constant), the fixed
+dtype at several sizes (caches show up as a curve, not a constant), and of an
+in-place one (float32), the fixed
 cost of one op (dispatch on CPU, launch on GPU), and all-reduce bandwidth and
 latency (gloo between two local processes; NCCL on a GPU machine).
 The measurements that start other processes (gloo, co-running, the spread of
@@ -133,6 +134,18 @@ def _elementwise_curve(torch, device, dtype, sizes, min_time_s):
         c = torch.empty_like(a)
         ns = time_call_ns(lambda: torch.add(a, b, out=c), device, min_time_s)
         nbytes = 3.0 * numel * a.element_size()
+        pts.append((nbytes, nbytes / ns * 1e9))
+    return Curve(tuple(sorted(pts)))
+
+
+def _inplace_curve(torch, device, sizes, min_time_s):
+    """float32 bytes/s of ``x.div_(c)`` over one tensor again and again, by bytes moved (a read
+    and a write of each): :attr:`~daydream.device.DeviceProfile.inplace`."""
+    pts = []
+    for numel in sizes:
+        a = torch.randn(numel, device=device)
+        ns = time_call_ns(lambda: a.div_(1.0), device, min_time_s)
+        nbytes = 2.0 * numel * a.element_size()
         pts.append((nbytes, nbytes / ns * 1e9))
     return Curve(tuple(sorted(pts)))
 
@@ -533,6 +546,8 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
                                              groups=n)
         say(f"elementwise {dt}")
         ew[dt] = _elementwise_curve(torch, dev, tdt, sizes["elementwise"], min_time_s)
+    say("in-place elementwise float32")
+    inplace = {"float32": _inplace_curve(torch, dev, sizes["elementwise"], min_time_s)}
     sittings.take()
     say("op overhead")
     overhead = _op_overhead_ns(torch, dev, min_time_s)
@@ -571,7 +586,7 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     else:
         name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
-                         bmm=bmm, gconv=gconv, elementwise=ew, op_overhead_ns=overhead, collective=coll, **p2p,
+                         bmm=bmm, gconv=gconv, elementwise=ew, inplace=inplace, op_overhead_ns=overhead, collective=coll, **p2p,
                          collective_wake=wake,
                          corun=corun, process_spread=spread, resume=resume, cycle=cycle,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,

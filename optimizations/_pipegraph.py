@@ -30,7 +30,9 @@ the wall time is split among the tasks of the lanes that do the model's work
 (GPU streams where the rank has them, else CPU threads): each task owns the
 time from its start to the next work task's start.  Gaps (Python, framework
 overhead) go to the task before them, so the parts add up to the iteration
-time exactly.  Forward/backward tasks whose layer is not a module of the
+time exactly; but the gap before the optimizer's first task goes to the optimizer
+(the step call's Python before its first update, paid once an iteration, not per
+micro-batch).  Forward/backward tasks whose layer is not a module of the
 table (loss, autograd glue) join the module before them in execution order
 (forward) or the last module (backward, before any module's backward).
 
@@ -50,7 +52,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from daydream.cost import cold_pass_ns
 from daydream.graph.graph import DependencyGraph, EdgeKind
 from daydream.model import EventKind, Lane, LaneKind, Phase
 from daydream.sim import simulate
@@ -141,6 +142,7 @@ def attribute(g: DependencyGraph, result=None) -> tuple:
         edges = np.append(st[a:b], starts[i + 1])
         own = np.diff(edges)
         own[0] += int(st[a] - starts[i])     # before the first task: joins it
+        _step_prologue_to_step(own, T["phase"][ids], st[a:b], result.end_ns[ids])
         for t, d in zip(ids.tolist(), own.tolist()):
             key = (int(T["phase"][t]), int(T["layer"][t]))
             times[key] = times.get(key, 0) + d
@@ -150,6 +152,26 @@ def attribute(g: DependencyGraph, result=None) -> tuple:
             calls.append(step_fixed_ns(g, ids, own, result.start_ns[ids], result.end_ns[ids]))
     n = len(starts) - 1 - first
     return {k: v / n for k, v in times.items()}, order, float(np.median(calls)) if calls else 0.0
+
+
+def _step_prologue_to_step(own, phase, start_ns, end_ns) -> None:
+    """Move, in place, the gap before an iteration's first optimizer task from the task before
+    it to that task: it is the step call's own Python before its first update (``opt.step()``
+    runs once an iteration), where the rule that a gap joins the task before it would charge it
+    to the last backward layer, once per micro-batch.
+
+    >>> own = np.array([100, 400, 50]); ph = np.array([Phase.BACKWARD, Phase.BACKWARD, Phase.OPTIMIZER])
+    >>> _step_prologue_to_step(own, ph, np.array([0, 100, 500]), np.array([100, 200, 550]))
+    >>> own.tolist()
+    [100, 100, 350]
+    """
+    opt = np.flatnonzero(phase == Phase.OPTIMIZER)
+    if not len(opt) or opt[0] == 0 or phase[opt[0] - 1] == Phase.OPTIMIZER:
+        return
+    j = int(opt[0])
+    gap = min(max(int(start_ns[j] - np.max(end_ns[:j])), 0), int(own[j - 1]))
+    own[j - 1] -= gap
+    own[j] += gap
 
 
 def _units(g, order, modules) -> tuple:
@@ -372,15 +394,25 @@ def stage_costs(u: UnitCosts, bounds, device, action_overhead_ns: float = 0.0,
 def scale_grads_ns(device, param_bytes, tensors) -> float:
     """torch's pipelining runtime dividing one stage's gradients by the micro-batch count
     (``scale_grads=True``, its default; ``grad.div_(M)`` per parameter after the stage's last
-    backward): :func:`daydream.cost.cold_pass_ns` over them (a stage's gradients outgrow a
-    core's caches).
+    backward): per tensor the device's op overhead, and an in-place pass over their bytes at
+    the device's in-place rate for that many
+    (:meth:`~daydream.device.DeviceProfile.inplace_bw_bytes_per_s`).  The last backward has
+    just written every one of them, so they are wherever that many bytes stay: in a cache that
+    holds them, else in memory.  (Until session 86 the pass was costed from memory, at the
+    out-of-place streaming rate: 2.0 ms for the validation MLP's 14.7 MB of gradients, which
+    torch's runtime divided in 0.8 ms.)
 
     >>> from daydream.device import Curve, DeviceProfile
-    >>> dev = DeviceProfile("x", "cpu", {}, {"float32": Curve(((1e3, 1e9), (1e8, 1e10)))}, 2000)
+    >>> dev = DeviceProfile("x", "cpu", {}, {"float32": Curve(((1e3, 1e9), (1e8, 1e10)))}, 2000,
+    ...                     inplace={"float32": Curve.flat(1e9)})
     >>> scale_grads_ns(dev, np.array([4000, 1000]), np.array([2, 1]))
-    7000.0
+    16000.0
     """
-    return cold_pass_ns(device, float(np.sum(param_bytes)), int(np.sum(tensors)))
+    nbytes = float(np.sum(param_bytes))
+    if nbytes <= 0:
+        return 0.0
+    moved = 2 * nbytes
+    return int(np.sum(tensors)) * device.op_overhead_ns + moved / device.inplace_bw_bytes_per_s(moved) * 1e9
 
 
 #: Bytes an in-place gradient accumulation (``grad += new``) moves per gradient byte:

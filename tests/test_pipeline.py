@@ -487,6 +487,62 @@ def test_accumulation_cost_is_a_streaming_add_at_measured_bandwidth():
     assert accumulate_ns(device(), 0) == 0.0
 
 
+def test_the_gradient_scaling_pass_runs_at_the_in_place_rate_for_its_bytes():
+    """Per tensor the op overhead, and 2 bytes moved per gradient byte at the in-place curve's
+    rate for that many (the last backward just wrote them); an older profile without the curve
+    takes the elementwise curve at the same bytes, not its from-memory end."""
+    from daydream.optimizations._pipegraph import scale_grads_ns
+
+    ew = {"float32": Curve(((1e3, 4e9), (1e6, 2e9), (1e9, 1e9)))}
+    dev = DeviceProfile("x", "cpu", {"float32": Curve.flat(1e9)}, ew, 100,
+                        inplace={"float32": Curve(((1e3, 8e9), (1e6, 5e9), (1e9, 2e9)))})
+    assert scale_grads_ns(dev, np.array([300_000, 200_000]), np.array([2, 1])) == pytest.approx(3 * 100 + 1e6 / 5e9 * 1e9)
+    old = dataclasses.replace(dev, inplace={})
+    assert scale_grads_ns(old, np.array([500_000]), np.array([1])) == pytest.approx(100 + 1e6 / 2e9 * 1e9)
+    assert scale_grads_ns(dev, np.array([0]), np.array([0])) == 0.0
+    again = DeviceProfile.from_json(dev.to_json())
+    assert again.inplace == dev.inplace and DeviceProfile.from_json(old.to_json()).inplace == {}
+
+
+def test_calibration_measures_an_in_place_pass_by_bytes_moved():
+    import torch
+
+    from daydream.calibrate import _inplace_curve
+
+    curve = _inplace_curve(torch, torch.device("cpu"), [2 ** 10, 2 ** 14], 0.002)
+    assert [x for x, _ in curve.points] == [2 * 4 * 2 ** 10, 2 * 4 * 2 ** 14]
+    assert all(y > 0 for _, y in curve.points)
+
+
+def test_the_step_call_s_python_before_its_first_update_is_charged_to_the_step():
+    """In each counted iteration the optimizer owns the gap between the last task before its
+    first one and that first task (its call's Python, once an iteration), besides its own time
+    up to the next iteration: with micro-batches the last backward layer must not repeat it."""
+    from daydream.analysis import trace_and_graph
+    from daydream.optimizations._pipegraph import _work_lanes, attribute
+
+    _, g = trace_and_graph(REPO / "traces" / "mlp.trace.json.gz")
+    res = simulate(g)
+    times, _, _ = attribute(g, res)
+    T = g.tasks
+    rank = min(g.ranks)
+    work = np.concatenate([np.asarray(g.lane_tasks[li], np.int64) for li in _work_lanes(g, rank)])
+    work = work[T["kind"][work] != EventKind.MARKER]
+    work = work[np.argsort(res.start_ns[work], kind="stable")]
+    marks = res.start_ns[np.asarray(g.markers[rank], np.int64)]
+    owned, gaps = [], []
+    for i in range(1, len(marks) - 1):
+        ids = work[(res.start_ns[work] >= marks[i]) & (res.start_ns[work] < marks[i + 1])]
+        j = int(np.argmax(T["phase"][ids] == Phase.OPTIMIZER))
+        assert j > 0 and (T["phase"][ids[j:]] == Phase.OPTIMIZER).all()   # the step closes the iteration
+        before = res.end_ns[ids[:j]].max()
+        gaps.append(res.start_ns[ids[j]] - before)
+        owned.append(marks[i + 1] - before)
+    assert np.mean(gaps) > 0
+    opt = sum(v for (ph, _), v in times.items() if ph == Phase.OPTIMIZER)
+    assert opt == pytest.approx(np.mean(owned), rel=1e-9)
+
+
 def test_ranks_on_one_host_compute_at_the_measured_corun_rate(monkeypatch):
     """With 2 ranks on one CPU host, forward and backward run at corun_rate (0.8: 1.25x the time);
     one rank, corun=0, or a rate of 1 change nothing."""
