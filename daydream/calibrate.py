@@ -586,7 +586,8 @@ def _calibrate(device, quick, collectives, progress, threads) -> DeviceProfile:
     else:
         name = f"CPU {os.uname().machine} x{torch.get_num_threads()} threads"
     return DeviceProfile(name=name, kind="gpu" if dev.type == "cuda" else "cpu", matmul=matmul, conv=conv,
-                         bmm=bmm, gconv=gconv, elementwise=ew, inplace=inplace, op_overhead_ns=overhead, collective=coll, **p2p,
+                         bmm=bmm, gconv=gconv, elementwise=ew, inplace=inplace, op_overhead_ns=overhead,
+                         collective=coll, **p2p,
                          collective_wake=wake,
                          corun=corun, process_spread=spread, resume=resume, cycle=cycle,
                          threads=torch.get_num_threads(), loader_fetch=fetch, compiled_call_ns=compiled,

@@ -285,7 +285,8 @@ class DeviceProfile:
         >>> dev = DeviceProfile("x", "cpu", {}, {"float32": Curve.flat(2e10)}, 0)
         >>> dev.inplace_bw_bytes_per_s(1e6)
         20000000000.0
-        >>> DeviceProfile("x", "cpu", {}, dev.elementwise, 0, inplace={"float32": Curve.flat(3e10)}).inplace_bw_bytes_per_s(1e6)
+        >>> faster = {"float32": Curve.flat(3e10)}
+        >>> DeviceProfile("x", "cpu", {}, dev.elementwise, 0, inplace=faster).inplace_bw_bytes_per_s(1e6)
         30000000000.0
         """
         curve = self.inplace.get(dtype) or self.inplace.get("float32")

@@ -158,7 +158,7 @@ def _step_prologue_to_step(own, phase, start_ns, end_ns) -> None:
     """Move, in place, the gap before an iteration's first optimizer task from the task before
     it to that task: it is the step call's own Python before its first update (``opt.step()``
     runs once an iteration), where the rule that a gap joins the task before it would charge it
-    to the last backward layer, once per micro-batch.
+    to the backward's last task (the first layer's), once per micro-batch.
 
     >>> own = np.array([100, 400, 50]); ph = np.array([Phase.BACKWARD, Phase.BACKWARD, Phase.OPTIMIZER])
     >>> _step_prologue_to_step(own, ph, np.array([0, 100, 500]), np.array([100, 200, 550]))
