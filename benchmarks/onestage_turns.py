@@ -35,7 +35,7 @@ __all__ = ["main", "PAIRS", "iteration_ms"]
 #: cost per action, ``{r}`` the tracer's per recorded op).
 PAIRS = {
     "plain x1": (("none", 1, ()),
-                 "pipeline:stages=1,microbatches=1,schedule=gpipe,action_overhead_us=0,recording_us={r},scale_grads=0"),
+                 "pipeline:stages=1,microbatches=1,schedule=gpipe,action_overhead_us=0,recording_us={r}"),
     "plain x4": (("none", 4, ()),
                  "pipeline:stages=1,microbatches=4,schedule=gpipe,action_overhead_us=0,recording_us={r},scale_grads=0"),
     "gpipe 1-stage": (("gpipe", 4, ("--nproc", "1")),

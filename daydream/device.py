@@ -108,7 +108,8 @@ class DeviceProfile:
         write of each byte, 2 bytes moved) by bytes moved; where absent, ``elementwise``.
         An out-of-place op also reads each line of its output before writing it (a
         write-allocating cache), which its bytes moved do not count: in-place passes
-        over 4-268 MB ran 1.4-1.65x ``elementwise``'s rate here (``benchmarks/inplace_rate.py``).
+        over 4-268 MB ran 1.4-1.65x ``elementwise``'s rate here, 2.8x at 67 MB
+        (``benchmarks/inplace_rate.py``).
     op_overhead_ns : int
         Per-op fixed cost: framework dispatch on CPU, kernel launch on GPU.
     collective : dict of str to (bytes_per_s, latency_ns)
