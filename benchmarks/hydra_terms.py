@@ -142,20 +142,22 @@ def add_round_args(ap) -> None:
     ap.add_argument("--layers", default="4:5", help="the validation's split (its log says it)")
     ap.add_argument("--rounds", type=int, default=4, help="trace + predict + real run, in turn")
     ap.add_argument("--real-rounds", type=int, default=6, help="measured rounds per schedule of each real run")
+    ap.add_argument("--options", default="", help="more hydra options for the prediction, e.g. cycle=true")
 
 
 def traced_and_run(r, args, tdir, env) -> tuple:
     """One round: the validation MLP traced as ``daydream validate`` traces it, both schedules
     predicted from it at once (the co-run rates measured afresh), then the real K-model job run
     with ``--task-log``: ``(trace, {schedule: (report, result)}, log dir)``.  ``args``: ``models``,
-    ``layers``, ``real_rounds`` and ``profile``."""
+    ``layers``, ``real_rounds``, ``profile`` and ``options`` (more of ``hydra``'s options, comma-separated)."""
     from daydream.validate import WORKLOAD_ARGS, trace_workload
     from daydream.whatif import predict
     from daydream.optimizations._corun import forget_measured
 
     trace = trace_workload("mlp", tdir / f"base.r{r}.json.gz", (), iterations=5)
     forget_measured()
-    preds = {s: predict(trace, [f"hydra:models={args.models},devices=2,schedule={s},layers={args.layers}"],
+    more = f",{args.options}" if getattr(args, "options", "") else ""
+    preds = {s: predict(trace, [f"hydra:models={args.models},devices=2,schedule={s},layers={args.layers}{more}"],
                         profile_path=args.profile) for s in SCHEDULES}
     log = tdir / f"log.r{r}"
     log.mkdir()

@@ -60,7 +60,7 @@ from ._corun import corun_rates, rate_of, rates_text
 from ._handover import add_late_holds, add_post_collisions
 from ._optstep import split_step_ns, step_fixed_ns
 from ._resume import add_resume_costs
-from ._schedules import Action, Kind, ScheduleError
+from ._schedules import Action, Kind, ScheduleError, receives_before
 from .base import NotApplicable
 
 __all__ = ["UnitCosts", "StageCosts", "unit_costs", "attribute", "partition", "parse_partition",
@@ -452,7 +452,7 @@ class PipeGraph:
 
 
 def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush: bool = True,
-                microbatches: int = 0, waited_sends: bool = False) -> PipeGraph:
+                microbatches: int = 0, waited_sends: bool = False, lowered_receives: bool = False) -> PipeGraph:
     """Dependency graph of ``iterations`` iterations of a pipeline schedule.
 
     Parameters
@@ -471,6 +471,11 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
         blocked, its socket thread runs at once); every other send the
         ``p2p_handover`` mean, stalls included (the sender goes on computing
         and its socket thread waits for the core).
+    lowered_receives : bool
+        Each receive is posted where torch's ``_PipelineScheduleRuntime`` posts it when it runs
+        a compute-only schedule (:func:`optimizations._schedules.receives_before`: as soon as
+        its producer is placed, often an action or more before its consumer); otherwise right
+        before the action that takes its data.
     """
     g = DependencyGraph()
     kind = LaneKind.GPU_STREAM if device.kind == "gpu" else LaneKind.CPU_THREAD
@@ -513,6 +518,7 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
     send_task_ns, recv_task_ns = send_post_ns + sc.comm_action_ns, recv_post_ns + sc.comm_action_ns
     handshake_ns = device.p2p_handshake_ns() if P > 1 else 0.0
     recv_posts = {}
+    posted_before = receives_before(actions_per_iter) if lowered_receives else None
     n_iter = iterations if flush else 1
     for r in range(P):
         g.markers[r] = []
@@ -532,10 +538,12 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                 if a.kind is Kind.B and a.microbatch % M and sc.accumulate_ns:
                     dur += sc.accumulate_ns[a.stage]
                 ph = Phase.FORWARD if a.kind is Kind.F else Phase.BACKWARD
-                prv = _source(a, len(sc.fwd_ns))
-                if recv_task_ns and prv is not None and where[prv.stage] != r:
-                    recv_posts[(it, a)] = add(comp[r], recv_task_ns, f"post receive {a}", ph, i)
-                    out.posts.append((recv_posts[(it, a)], where[prv.stage]))
+                for c in (posted_before[r].get(a, ()) if posted_before else (a,)):
+                    prv = _source(c, len(sc.fwd_ns))
+                    if recv_task_ns and prv is not None and where[prv.stage] != r:
+                        recv_posts[(it, c)] = add(comp[r], recv_task_ns, f"post receive {c}",
+                                                  Phase.FORWARD if c.kind is Kind.F else Phase.BACKWARD, i)
+                        out.posts.append((recv_posts[(it, c)], where[prv.stage]))
                 t = out.task[(it, a)] = add(comp[r], dur, str(a), ph, i)
                 nxt = a.stage + 1 if a.kind is Kind.F else a.stage - 1
                 if 0 <= nxt < len(sc.fwd_ns) and where[nxt] != r:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from .base import OptionError
 
 __all__ = ["Kind", "Action", "ScheduleError", "gpipe", "one_f_one_b", "interleaved", "two_bw", "make_schedule",
-           "SCHEDULES", "validate", "in_flight", "to_csv", "from_csv", "stage_rank", "blocked", "unroll"]
+           "SCHEDULES", "validate", "in_flight", "to_csv", "from_csv", "stage_rank", "blocked", "unroll",
+           "receives_before"]
 
 
 class ScheduleError(OptionError):
@@ -187,6 +188,56 @@ def stage_rank(actions) -> dict:
             if where.setdefault(a.stage, r) != r:
                 raise ScheduleError(f"stage {a.stage} appears on ranks {where[a.stage]} and {r}")
     return where
+
+
+def receives_before(actions) -> list:
+    """Per rank, ``{action: [consumers]}``: the actions whose receives torch's
+    ``_PipelineScheduleRuntime`` posts right before ``action`` when it runs a compute-only
+    schedule (a CSV): its lowering (``torch.distributed.pipelining.schedules._add_send_recv``)
+    walks the ranks in turn, one compute action each while that action's input is there or
+    posted for, and puts a receive on the consumer's rank as soon as the producer is placed,
+    so a receive is posted ahead of the consumer, behind whatever that rank had placed by then.
+    ScheduleError where no rank can go on (a schedule that would hang).
+
+    >>> rows = ("0F0,0F1,0B0,0F2,0B1,0F3,0B2,0B3", "1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B3")   # 1F1B on 2 ranks
+    >>> chain = [[Action.parse(x) for x in row.split(",")] for row in rows]
+    >>> {str(a): [str(c) for c in cs] for a, cs in receives_before(chain)[1].items() if cs}
+    {'1F0': ['1F0'], '1B0': ['1F1'], '1B1': ['1F2'], '1B2': ['1F3']}
+    >>> {str(a): [str(c) for c in cs] for a, cs in receives_before(chain)[0].items() if cs}
+    {'0B0': ['0B0'], '0B1': ['0B1'], '0B2': ['0B2'], '0B3': ['0B3']}
+    """
+    where = stage_rank(actions)
+    n = max(where) + 1 if where else 0
+
+    def consumer(a):
+        nxt = a.stage + 1 if a.kind is Kind.F else a.stage - 1
+        return Action(nxt, a.kind, a.microbatch) if 0 <= nxt < n and where[nxt] != where[a.stage] else None
+
+    def ready(a, done) -> bool:
+        prev = a.stage - 1 if a.kind is Kind.F else a.stage + 1
+        return not 0 <= prev < n or ("recv", a) in done or Action(prev, a.kind, a.microbatch) in done
+
+    todo = [list(seq) for seq in actions]
+    done = [set() for _ in actions]
+    pending = [[] for _ in actions]
+    out = [{} for _ in actions]
+    while any(todo):
+        moved = False
+        for r, seq in enumerate(todo):
+            if not seq or not ready(seq[0], done[r]):
+                continue
+            a = seq.pop(0)
+            out[r][a], pending[r] = pending[r], []
+            done[r].add(a)
+            c = consumer(a)
+            if c is not None:
+                pending[where[c.stage]].append(c)
+                done[where[c.stage]].add(("recv", c))
+            moved = True
+        if not moved:
+            raise ScheduleError("the schedule's sends and receives cannot be placed: its ranks would wait on "
+                                "each other forever")
+    return out
 
 
 def validate(actions, stages: int, microbatches: int) -> None:

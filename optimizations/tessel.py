@@ -29,6 +29,12 @@ action list that torch's ``_PipelineScheduleRuntime._load_csv`` executes.
 earlier search, or by hand) instead of searching: what a schedule found
 from one trace takes with another.
 
+Hand-overs are costed as torch's runtime makes them: each send and each
+receive an action of its own (``action_overhead_us`` each, with the host cost
+of posting it), each receive posted where the runtime's lowering of a
+compute-only schedule puts it (:func:`optimizations._schedules.receives_before`),
+often an action or more ahead of the action that takes its data.
+
 Assumptions and limits: those of ``pipeline`` (identical devices, chain
 models, no pipeline-framework overhead per action), full backward only (no
 split into input/weight gradients, so zero-bubble schedules are outside the
@@ -125,8 +131,7 @@ def search(sc, placement, microbatches, device, max_lag, budget=20000, memory_by
             act = _stashed_bytes(sc, placement, acts)
             if memory_bytes and act > memory_bytes:
                 continue
-            t = simulate_pipeline(build_graph(sc, acts, ITERATIONS, device, True, microbatches),
-                                  device).mean_iteration_ns()[1]
+            t = simulate_pipeline(runtime_graph(sc, acts, device, microbatches), device).mean_iteration_ns()[1]
             costed += 1
             if best is None or (t, act) < best[:2]:
                 best = (t, act, acts, (orders, lags))
@@ -159,8 +164,19 @@ def given_schedule(path, sc, placement, microbatches, device):
             raise sch.ScheduleError(f"the ranks would wait on each other forever at {', '.join(stuck)}")
     except (OSError, ValueError, sch.ScheduleError) as exc:
         raise sch.ScheduleError(f"tessel: {path}: not a schedule to cost ({exc})") from None
-    t = simulate_pipeline(build_graph(sc, acts, ITERATIONS, device, True, microbatches), device).mean_iteration_ns()[1]
+    t = simulate_pipeline(runtime_graph(sc, acts, device, microbatches), device).mean_iteration_ns()[1]
     return t, _stashed_bytes(sc, placement, acts), acts, ((), {})
+
+
+def runtime_graph(sc, acts, device, microbatches: int):
+    """:func:`~optimizations._pipegraph.build_graph` of ``acts`` as torch's
+    ``_PipelineScheduleRuntime`` runs a schedule from a CSV: each send and receive an action of
+    its own (``sc``'s ``comm_action_ns``), each receive posted where its lowering puts it
+    (``lowered_receives``).  Until session 87 every receive was posted right before the action
+    that takes its data, where the runtime posts most of them an action or more ahead: the
+    chain row's 1F1B order was predicted 10 % over ``pipeline``'s 1F1B from one trace
+    (docs/validation-log.md, "Session 87")."""
+    return build_graph(sc, acts, ITERATIONS, device, True, microbatches, lowered_receives=True)
 
 
 def _describe(orders, lags) -> str:
@@ -221,7 +237,7 @@ class Tessel(Optimization):
             raise sch.ScheduleError("tessel: no schedule in the search space runs"
                                     + (" within memory_mb" if self.memory_mb else "") + (f" ({cut})" if cut else ""))
         t, act, acts, (orders, lags) = best
-        pg = build_graph(sc, acts, ITERATIONS, ctx.device, True, self.microbatches)
+        pg = runtime_graph(sc, acts, ctx.device, self.microbatches)
         res = simulate_pipeline(pg, ctx.device, ctx)
         ctx.graph = pg.graph
         m = ctx.metrics
@@ -230,8 +246,7 @@ class Tessel(Optimization):
             for name in ("gpipe", "1f1b"):
                 if name == "1f1b" and self.microbatches < n:
                     continue
-                ref = build_graph(sc, sch.make_schedule(name, n, self.microbatches), ITERATIONS, ctx.device, True,
-                                  self.microbatches)
+                ref = runtime_graph(sc, sch.make_schedule(name, n, self.microbatches), ctx.device, self.microbatches)
                 m[f"{name}_ms"] = simulate_pipeline(ref, ctx.device).mean_iteration_ns()[1] / 1e6
         m["bubble_fraction"] = bubble_fraction(res)
         m["max_activations_bytes"] = act

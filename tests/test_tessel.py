@@ -7,7 +7,7 @@ from daydream.optimizations import WhatIfContext, get
 from daydream.optimizations import _schedules as sch
 from daydream.optimizations import tessel as ts
 from daydream.optimizations.base import OptionError
-from test_pipeline import costs, device, layered_graph, recorded
+from test_pipeline import costs, device, iteration_ns, layered_graph, recorded
 
 F, B = sch.Kind.F, sch.Kind.B
 
@@ -118,6 +118,37 @@ def test_a_given_schedule_that_cannot_run_is_refused_naming_the_file(tmp_path, t
         whatif(f"tessel:stages=2,microbatches=2,schedule_csv={tmp_path / 'absent.csv'}")
 
 
+V_SCHEDULE = ("0F0,0F1,3F0,3B0,0F2,3F1,3B1,0F3,0B0,3F2,3B2,0B1,3F3,3B3,0B2,0B3",
+              "1F0,2F0,1F1,2F1,2B0,1F2,1B0,2F2,2B1,1F3,1B1,2F3,2B2,1B2,2B3,1B3")
+
+
+@pytest.mark.parametrize("acts,ahead", [(sch.one_f_one_b(2, 4), True), (sch.gpipe(3, 4), False),
+                                        (sch.one_f_one_b(4, 6), True), (sch.interleaved(2, 4, 2), True),
+                                        (sch.from_csv(chr(10).join(V_SCHEDULE)), True)],
+                         ids=["1f1b-2x4", "gpipe-3x4", "1f1b-4x6", "interleaved-2x4x2", "v"])
+def test_receives_are_posted_where_torch_s_runtime_lowering_posts_them(acts, ahead):
+    """A compute-only schedule run by ``_PipelineScheduleRuntime`` (a Tessel CSV) gets its sends
+    and receives from torch's lowering; each receive must sit in the model where torch puts it."""
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    if not hasattr(schedules, "_add_send_recv"):
+        pytest.skip("this torch has no _add_send_recv lowering")
+    where = sch.stage_rank(acts)
+    lowered = schedules._add_send_recv({r: [schedules._Action.from_str(str(a)) for a in seq] for r, seq in enumerate(acts)},
+                                       stage_to_rank=lambda s: where[s], num_stages=len(where))
+    expected = []
+    for r in range(len(acts)):
+        before, pending = {}, []
+        for a in lowered[r]:
+            kind = a.computation_type.value
+            if kind in ("RECV_F", "RECV_B"):
+                pending.append(sch.Action(a.stage_index, sch.Kind(kind[-1]), a.microbatch_index))
+            elif kind in ("F", "B"):
+                before[sch.Action(a.stage_index, sch.Kind(kind), a.microbatch_index)], pending = pending, []
+        expected.append(before)
+    assert sch.receives_before(acts) == expected
+    assert any(c != a for before in expected for a, cs in before.items() for c in cs) == ahead   # GPipe: none
+
+
 def test_v_placement_searches_two_stages_per_device():
     ctx = whatif("tessel:stages=2,microbatches=2,placement=0:1:1:0,max_lag=2,budget=500")
     acts = sch.from_csv(ctx.metrics["schedule"].replace(" / ", "\n").replace(" ", ","))
@@ -161,3 +192,22 @@ def test_searched_v_schedule_runs_on_torch_runtime_with_two_processes(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("{")))
     assert out["world"] == 2 and len(out["step_ms"]) == 2 and out["mean_ms"] > 0
+
+
+def test_a_receive_posted_ahead_lets_its_transfer_overlap_the_receiver_s_work():
+    """The 1F1B chain run from a CSV: torch posts stage 1's receive of 1F1 before its 1B0, so the
+    activations travel while 1B0 runs; posted right before 1F1 (until session 87) the transfer
+    waited for 1B0 to end and the iteration took longer."""
+    import dataclasses
+
+    from daydream.optimizations._pipegraph import build_graph
+
+    sc = dataclasses.replace(costs(2, 1_000_000, 2_000_000, send=1000), comm_action_ns=10_000)
+    dev, acts = device(bw=1e9, lat=300_000.0), sch.one_f_one_b(2, 4)
+    ahead = ts.runtime_graph(sc, acts, dev, 4)
+    g = ahead.graph
+    lane = g.lane_tasks[int(g.tasks["lane"][ahead.task[(0, sch.Action(1, sch.Kind.B, 0))]])]
+    names = [g.task_name(t) for t in lane]
+    assert names.index("post receive 1F1") < names.index("1B0") < names.index("1F1")
+    late = build_graph(sc, acts, ts.ITERATIONS, dev, True, 4)
+    assert iteration_ns(ahead) < iteration_ns(late)
