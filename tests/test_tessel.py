@@ -124,7 +124,7 @@ V_SCHEDULE = ("0F0,0F1,3F0,3B0,0F2,3F1,3B1,0F3,0B0,3F2,3B2,0B1,3F3,3B3,0B2,0B3",
 
 @pytest.mark.parametrize("acts,ahead", [(sch.one_f_one_b(2, 4), True), (sch.gpipe(3, 4), False),
                                         (sch.one_f_one_b(4, 6), True), (sch.interleaved(2, 4, 2), True),
-                                        (sch.from_csv(chr(10).join(V_SCHEDULE)), True)],
+                                        (sch.from_csv("\n".join(V_SCHEDULE)), True)],
                          ids=["1f1b-2x4", "gpipe-3x4", "1f1b-4x6", "interleaved-2x4x2", "v"])
 def test_receives_are_posted_where_torch_s_runtime_lowering_posts_them(acts, ahead):
     """A compute-only schedule run by ``_PipelineScheduleRuntime`` (a Tessel CSV) gets its sends
