@@ -36,7 +36,7 @@ compute-only schedule puts it (:func:`optimizations._schedules.receives_before`)
 often an action or more ahead of the action that takes its data.
 
 Assumptions and limits: those of ``pipeline`` (identical devices, chain
-models, no pipeline-framework overhead per action), full backward only (no
+models, one runtime cost per action, ``action_overhead_us``), full backward only (no
 split into input/weight gradients, so zero-bubble schedules are outside the
 space); the search is exhaustive within its bounds, which grow as
 ``(max_lag+1)^(2 stages)``: past ``budget`` candidates it stops and says so.
