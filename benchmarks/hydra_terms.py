@@ -156,7 +156,7 @@ def traced_and_run(r, args, tdir, env) -> tuple:
 
     trace = trace_workload("mlp", tdir / f"base.r{r}.json.gz", (), iterations=5)
     forget_measured()
-    more = f",{args.options}" if getattr(args, "options", "") else ""
+    more = f",{args.options}" if args.options else ""
     preds = {s: predict(trace, [f"hydra:models={args.models},devices=2,schedule={s},layers={args.layers}{more}"],
                         profile_path=args.profile) for s in SCHEDULES}
     log = tdir / f"log.r{r}"

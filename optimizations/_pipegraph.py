@@ -430,6 +430,10 @@ def accumulate_ns(device, param_bytes: int) -> float:
     return moved / device.mem_bw_bytes_per_s(moved) * 1e9
 
 
+#: The training phase of an action's tasks (its receive's post included).
+_PHASE = {Kind.F: Phase.FORWARD, Kind.B: Phase.BACKWARD}
+
+
 def _source(a: Action, n_stages: int):
     """The action whose output ``a`` takes: the previous stage's F, the next stage's B, or the
     last stage's own F (its loss); None for the first stage's F."""
@@ -537,12 +541,11 @@ def build_graph(sc: StageCosts, actions_per_iter, iterations: int, device, flush
                 dur = sc.fwd_ns[a.stage] if a.kind is Kind.F else sc.bwd_ns[a.stage]
                 if a.kind is Kind.B and a.microbatch % M and sc.accumulate_ns:
                     dur += sc.accumulate_ns[a.stage]
-                ph = Phase.FORWARD if a.kind is Kind.F else Phase.BACKWARD
+                ph = _PHASE[a.kind]
                 for c in (posted_before[r].get(a, ()) if posted_before else (a,)):
                     prv = _source(c, len(sc.fwd_ns))
                     if recv_task_ns and prv is not None and where[prv.stage] != r:
-                        recv_posts[(it, c)] = add(comp[r], recv_task_ns, f"post receive {c}",
-                                                  Phase.FORWARD if c.kind is Kind.F else Phase.BACKWARD, i)
+                        recv_posts[(it, c)] = add(comp[r], recv_task_ns, f"post receive {c}", _PHASE[c.kind], i)
                         out.posts.append((recv_posts[(it, c)], where[prv.stage]))
                 t = out.task[(it, a)] = add(comp[r], dur, str(a), ph, i)
                 nxt = a.stage + 1 if a.kind is Kind.F else a.stage - 1

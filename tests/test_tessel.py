@@ -1,11 +1,14 @@
 """``tessel`` what-if: repetend unrolling, deadlock refusal, search optimum, Ctrl-C, CSV output."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from daydream.optimizations import WhatIfContext, get
 from daydream.optimizations import _schedules as sch
 from daydream.optimizations import tessel as ts
+from daydream.optimizations._pipegraph import build_graph
 from daydream.optimizations.base import OptionError
 from test_pipeline import costs, device, iteration_ns, layered_graph, recorded
 
@@ -198,10 +201,6 @@ def test_a_receive_posted_ahead_lets_its_transfer_overlap_the_receiver_s_work():
     """The 1F1B chain run from a CSV: torch posts stage 1's receive of 1F1 before its 1B0, so the
     activations travel while 1B0 runs; posted right before 1F1 (until session 87) the transfer
     waited for 1B0 to end and the iteration took longer."""
-    import dataclasses
-
-    from daydream.optimizations._pipegraph import build_graph
-
     sc = dataclasses.replace(costs(2, 1_000_000, 2_000_000, send=1000), comm_action_ns=10_000)
     dev, acts = device(bw=1e9, lat=300_000.0), sch.one_f_one_b(2, 4)
     ahead = ts.runtime_graph(sc, acts, dev, 4)
