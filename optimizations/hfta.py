@@ -135,6 +135,7 @@ from daydream.opbench import LINEAR_LAYOUTS, fused_time_ratios
 from ._common import cycle_ratio
 from ._layers import rerun_ratios, spread_to_slices
 from ._sequence import iteration_sequence
+from ._streaming import MOVED_PER_INPUT_BYTE, STREAMING, stream_ratio
 from .base import NotApplicable, Optimization, OptionError, Param
 
 __all__ = ["HFTA", "OPTIMIZATION", "TaskClass", "classify", "fused_durations", "stream_ratio", "MAX_MODELS",
@@ -142,14 +143,6 @@ __all__ = ["HFTA", "OPTIMIZATION", "TaskClass", "classify", "fused_durations", "
 
 #: Fusing more copies than this is refused (a sweep of that size would not fit in memory).
 MAX_MODELS = 1024
-
-#: Bytes an elementwise op moves per byte of its inputs (a task's ``bytes``): a binary op
-#: reads two inputs and writes one output of the same size.  The calibrated bandwidth
-#: curve is indexed by bytes moved (``calibrate``: 3 x elements x size for ``a + b``).
-MOVED_PER_INPUT_BYTE = 1.5
-
-#: How a memory-bound op's time per byte changes fused (:func:`stream_ratio`).
-STREAMING = ("curve", "roofline", "additive")
 
 #: Ops that touch no tensor data (views, metadata, allocation): their cost does not grow with N.
 FIXED_OP_RE = re.compile(
@@ -246,41 +239,6 @@ def fused_durations(g, device, models: int, dtype: str = "float32", measured: di
     gs = cls == TaskClass.GPU_SCALED
     out[gs] = dur[gs] * models
     return np.rint(spread_to_slices(g, dur, out)).astype(np.int64)
-
-
-def stream_ratio(moved_bytes: float, stream_ns: float, hot_bytes_per_s: float, fused_bytes_per_s: float,
-                 streaming: str = "roofline") -> float:
-    """Per byte, a memory-bound op's fused time over its traced time (at least 1).
-
-    ``stream_ns``: the traced op's time past its fixed cost, moving ``moved_bytes``;
-    ``hot_bytes_per_s`` / ``fused_bytes_per_s``: the streaming curve at its size and at N
-    times it.  ``streaming``: ``curve``, the curve's slowdown from one to the other;
-    ``roofline``, the fused op runs at the slower of its traced rate and the curve's at
-    the fused size (compute and data movement overlap); ``additive``, the part of the
-    traced time the curve does not explain is work per byte that stays, and the curve's
-    part slows (they do not overlap).  A traced rate above the curve's at its size is
-    not streaming in the op's own time (a wrapper whose nested ops move the data): all
-    three then take the curve's slowdown.
-
-    >>> stream_ratio(1e6, 1e5, 1e11, 2.5e10, "curve")        # 10 GB/s traced, curve 100 -> 25 GB/s
-    4.0
-    >>> stream_ratio(1e6, 1e5, 1e11, 2.5e10)                 # roofline: traced 10 GB/s already below 25
-    1.0
-    >>> round(stream_ratio(1e6, 2e4, 1e11, 2.5e10), 6)      # traced 50 GB/s: the curve's 25 at N b
-    2.0
-    >>> round(stream_ratio(1e6, 1e5, 1e11, 2.5e10, "additive"), 2)   # (0.09 + 0.04) / 0.1 ns/B
-    1.3
-    """
-    if streaming not in STREAMING:
-        raise OptionError(f"hfta: streaming={streaming!r} (valid: {', '.join(STREAMING)})")
-    curve = max(1.0, hot_bytes_per_s / fused_bytes_per_s)
-    if streaming == "curve" or stream_ns <= 0 or moved_bytes <= 0:
-        return curve
-    traced_s_per_byte = stream_ns * 1e-9 / moved_bytes
-    if streaming == "roofline":
-        return max(1.0, min(1.0 / traced_s_per_byte, hot_bytes_per_s) / fused_bytes_per_s)
-    work = max(0.0, traced_s_per_byte - 1.0 / hot_bytes_per_s)
-    return max(1.0, (work + 1.0 / fused_bytes_per_s) / (work + 1.0 / hot_bytes_per_s))
 
 
 class HFTA(Optimization):

@@ -15,8 +15,16 @@ Model
 * **Split work.**  A split task with FLOPs (GEMMs) takes the time of the
   smaller GEMM at the device's throughput curve: ``d * rate(f) / rate(f/T) / T``.
   One with bytes but no FLOPs (copies, activations, the attention core)
-  streams 1/T of its bytes: ``d * bw_time(b/T) / bw_time(b)`` with the
-  device's per-op overhead kept.  Dispatch slices (no bytes, no FLOPs) and the
+  streams 1/T of its bytes, the device's per-op overhead kept: by default
+  (``streaming=roofline``, since session 88) at the slower of its traced rate
+  and the streaming curve's at 1/T of the bytes (:func:`split_stream_ns`), so
+  about 1/T of its time past the overhead; with ``streaming=curve``
+  ``d * bw_time(b/T) / bw_time(b)``, the hot-cache curve's speed-up at the
+  smaller size.  On session 85's Intel host (2 MiB of L2 a core) the curve
+  put the validation transformer's split ``gelu``, ``gelu_backward`` and
+  ``sum`` at 0.31-0.38 of their traced time, where the real 2-rank run took
+  0.48-0.62 (docs/validation-log.md, "Session 88"), as ``hfta``'s fused ops
+  had not slowed as the curve said (its ``streaming``).  Dispatch slices (no bytes, no FLOPs) and the
   Python gaps between ops stay.  Forward and backward alike.
 * **Communication.**  One all-reduce of the row linear's output in forward
   (``g`` in Megatron) and one of the column linear's input gradient in
@@ -82,10 +90,11 @@ from ._common import OPTIMIZER_STEP_RE, module_table
 from ._corun import PHASE_SOURCES, corun_rates, slow_thread_work
 from ._layers import lane_position, op_figures, work_mask
 from ._stragglers import wait_for_stragglers
+from ._streaming import MOVED_PER_INPUT_BYTE, stream_ratio
 from .base import NotApplicable, Optimization, Param
 
 __all__ = ["TensorParallel", "OPTIMIZATION", "megatron_pairs", "linear_modules", "api_overhead_ns",
-           "forget_api_overhead", "API_MESH_RANKS"]
+           "forget_api_overhead", "API_MESH_RANKS", "split_stream_ns"]
 
 #: Ranks of the mesh on which torch's TP API overhead is measured (:func:`api_overhead_ns`): with
 #: one rank DTensor skips the redistributions, most of its cost; assumed the same at other degrees.
@@ -120,6 +129,25 @@ def megatron_pairs(paths: list) -> list:
     return [(body[i], body[i + 1]) for i in range(0, len(body) - 1, 2)]
 
 
+def split_stream_ns(device, dur_ns: float, input_bytes: float, degree: int) -> float:
+    """A memory-bound op's time when each of ``degree`` ranks streams 1/``degree`` of its
+    bytes (``streaming=roofline``): the device's per-op overhead once, the rest a share of
+    the traced time, at the slower of the traced rate and the streaming curve's at the
+    smaller size (:func:`optimizations._streaming.stream_ratio`).
+
+    >>> from daydream.device import Curve, DeviceProfile
+    >>> dev = DeviceProfile("d", "cpu", {}, {"float32": Curve(((1e5, 1e11), (1e7, 1e10)))}, op_overhead_ns=500)
+    >>> split_stream_ns(dev, 10_500.0, 2e5, 2)      # 0.3 MB in 10 us: 30 GB/s, under the curve's rate
+    5500.0
+    """
+    once = min(dur_ns, float(device.op_overhead_ns))
+    stream = dur_ns - once
+    moved = input_bytes * MOVED_PER_INPUT_BYTE
+    ratio = stream_ratio(moved, stream, device.mem_bw_bytes_per_s(moved), device.mem_bw_bytes_per_s(moved / degree),
+                         "roofline", "tensor-parallel")
+    return once + stream / degree * ratio
+
+
 class TensorParallel(Optimization):
     name = "tensor-parallel"
     summary = "Megatron-style tensor parallelism: column/row-split linears and attention over T ranks"
@@ -134,6 +162,9 @@ class TensorParallel(Optimization):
               Param("api", "torch", "TP implementation: torch (DTensor: its host overhead and, on gloo, its in-line "
                     "all-reduces as measured on this machine) or megatron (plain tensors: no overhead, the "
                     "profile's all-reduce)", str, ("torch", "megatron")),
+              Param("streaming", "roofline", "memory-bound split ops' time per byte: the slower of the traced "
+                    "rate and the streaming curve's at 1/T of the bytes (roofline), or the curve's speed-up from "
+                    "the traced bytes to 1/T of them (curve)", str, ("curve", "roofline")),
               Param("heads", 0, "attention heads per layer, to refuse degrees that do not divide them "
                     "(0: from the trace's attention shapes when recorded)", int))
     assumptions = __doc__
@@ -202,8 +233,11 @@ class TensorParallel(Optimization):
             f, b = float(flops[t]), float(nbytes[t])
             if f > 0:
                 ratio = dev.matmul_flops_per_s("float32", f) / dev.matmul_flops_per_s("float32", f / T_) / T_
-            elif b > 0:
+            elif b > 0 and self.streaming == "curve":
                 ratio = elementwise_ns(dev, b / T_) / elementwise_ns(dev, b)
+            elif b > 0:
+                T["dur_ns"][t] = int(round(split_stream_ns(dev, float(T["dur_ns"][t]), b, T_)))
+                continue
             else:
                 continue
             T["dur_ns"][t] = int(round(T["dur_ns"][t] * ratio))
