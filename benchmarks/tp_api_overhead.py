@@ -8,9 +8,14 @@ clock, the figures and what they add to an iteration of the validation's transfo
 pairs, ``--allreduces`` all-reduces): how much one sitting, which the validation used for all its
 rounds until session 83, can move a prediction.
 
+The pair has the validation transformer's sizes (``--input-shape 8,128,256 --hidden 768``: its
+first column linear's input and output features, as ``tensor-parallel`` measures it since session
+88); ``--input-shape ""`` measures the tiny pair of 8 features used until then.
+
 Usage::
 
     python benchmarks/tp_api_overhead.py --times 4
+    python benchmarks/tp_api_overhead.py --times 4 --input-shape ""
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--input-dims", type=int, default=3, help="the split linears' input rank (a transformer: 3)")
     p.add_argument("--allreduce-bytes", type=int, default=1 << 20, help="the in-line all-reduce's size")
+    p.add_argument("--input-shape", default="8,128,256", help="the pair's input, every dimension ('': a tiny pair)")
+    p.add_argument("--hidden", type=int, default=768, help="the column linear's output features")
     p.add_argument("--pairs", type=int, default=4, help="column/row pairs an iteration (the validation's: 4)")
     p.add_argument("--allreduces", type=int, default=8, help="all-reduces an iteration (the validation's: 8)")
     a = p.parse_args(argv)
@@ -35,7 +42,8 @@ def main(argv=None) -> None:
     for _ in range(a.times):
         forget_api_overhead(a.threads)
         t0 = time.time()
-        o = api_overhead_ns(a.threads, a.input_dims, a.allreduce_bytes)
+        shape = [int(d) for d in a.input_shape.split(",")] if a.input_shape.strip() else None
+        o = api_overhead_ns(a.threads, len(shape) if shape else a.input_dims, a.allreduce_bytes, shape, a.hidden)
         if o is None:
             raise SystemExit("tp_api_overhead: the measurement could not run here (torch.distributed, gloo?)")
         ms = (a.pairs * (o["forward_ns"] + o["backward_ns"] + o["optimizer_ns"])

@@ -59,8 +59,13 @@ Model
   (:func:`daydream.workloads.tensor_parallel.measure_api_overhead`: the
   pair under DTensor against the same pair split by hand, on a 2-rank mesh,
   under the profiler like the trace, on an input of the traced linears' rank,
-  each call after other data went through the caches) and inserted before
-  the column linear's forward and after its backward.  ``api=megatron``
+  each call after other data went through the caches; since session 88 on a
+  pair of the first traced column linear's sizes, its input and output
+  features, where the trace has shapes: DTensor copies whole activations and
+  gradients, which the pair of 8 features it used until then left out, 0.71-0.81
+  ms a pair and direction against 0.93-1.16 forward and 1.19-1.64 backward for
+  the validation transformer's) and inserted before the column linear's forward
+  and after its backward.  ``api=megatron``
   (plain tensors) adds nothing.
 
 Metrics: ``param_bytes_per_rank``, ``allreduce_bytes_per_iteration``,
@@ -95,6 +100,10 @@ from .base import NotApplicable, Optimization, Param
 
 __all__ = ["TensorParallel", "OPTIMIZATION", "megatron_pairs", "linear_modules", "api_overhead_ns",
            "forget_api_overhead", "API_MESH_RANKS", "split_stream_ns"]
+
+#: Calls a timed block of :func:`api_overhead_ns` makes on a pair of the traced sizes (compute
+#: there takes milliseconds a call, where the tiny pair's takes microseconds).
+SIZED_CALLS = 20
 
 #: Ranks of the mesh on which torch's TP API overhead is measured (:func:`api_overhead_ns`): with
 #: one rank DTensor skips the redistributions, most of its cost; assumed the same at other degrees.
@@ -282,6 +291,9 @@ class TensorParallel(Optimization):
         be measured here."""
         nb = _output_bytes(table, pairs[0][1])          # refused here, before 30 s of measuring
         gloo = ctx.device.collective_backend(self._backend) == "gloo"
+        shape, hidden = _pair_shape(ctx, pairs)
+        if shape:
+            return api_overhead_ns(ctx.device.threads or 1, len(shape), nb if gloo else 0, shape, hidden)
         return api_overhead_ns(ctx.device.threads or 1, _input_dims(ctx, pairs), nb if gloo else 0)
 
     def _in_line_scale(self, ctx, cost) -> float:
@@ -343,13 +355,16 @@ class TensorParallel(Optimization):
         return int(per_rank)
 
 
-def api_overhead_ns(threads: int = 1, input_dims: int = 2, allreduce_bytes: int = 0):
+def api_overhead_ns(threads: int = 1, input_dims: int = 2, allreduce_bytes: int = 0, input_shape=None,
+                    hidden: int = 0):
     """``{"forward_ns", "backward_ns", "optimizer_ns"}`` torch's TP API adds per column/row pair here,
     and with ``allreduce_bytes`` an all-reduce of that size as it runs one in training (``"allreduce_in_line_ns"``).
 
     Measured once per thread count, input rank (``input_dims``: the split
     linears' input, 3 for a transformer's ``(batch, sequence, features)``),
-    all-reduce size and torch version by
+    all-reduce size, pair size (``input_shape`` and ``hidden``: the first
+    column linear's traced input and output features, where the trace has
+    shapes; since session 88) and torch version by
     :func:`daydream.workloads.tensor_parallel.measure_api_overhead` in a
     subprocess (on a mesh of :data:`API_MESH_RANKS` processes, about 30 s),
     under the profiler as the trace's own ops were, and cached next to the
@@ -359,16 +374,20 @@ def api_overhead_ns(threads: int = 1, input_dims: int = 2, allreduce_bytes: int 
     import subprocess
     import sys
 
-    path = str(_api_overhead_dir() / f"tp-api-overhead-{threads}t-{input_dims}d-{allreduce_bytes}b.json")
+    shape = [int(d) for d in input_shape] if input_shape else None
+    size = f"{'x'.join(map(str, shape))}s-{int(hidden)}h-" if shape else ""
+    path = str(_api_overhead_dir() / f"tp-api-overhead-{threads}t-{input_dims}d-{size}{allreduce_bytes}b.json")
+    sized = f", input_shape={shape}, hidden={int(hidden)}, calls={SIZED_CALLS}" if shape else ""
     code = ("import json; from daydream.workloads.tensor_parallel import measure_api_overhead as m; "
             f"print(json.dumps(m({int(threads)}, input_dims={int(input_dims)}, "
-            f"allreduce_bytes={int(allreduce_bytes)})))")
+            f"allreduce_bytes={int(allreduce_bytes)}{sized})))")
     try:
         with open(path) as f:
             cached = json.load(f)
         if cached.get("torch") == _torch_version() and cached.get("profiled") and "evict_bytes" in cached \
                 and cached.get("mesh_ranks") == API_MESH_RANKS and cached.get("input_dims") == input_dims \
-                and cached.get("allreduce_bytes") == allreduce_bytes:
+                and cached.get("allreduce_bytes") == allreduce_bytes and cached.get("input_shape") == shape \
+                and int(cached.get("hidden") or 0) == (int(hidden) if shape else 0):
             return cached
     except (OSError, ValueError):
         pass
@@ -445,6 +464,21 @@ def _output_bytes(table: dict, row: str) -> int:
     if not nb:
         raise NotApplicable(f"tensor-parallel: the module table has no output size for {row}")
     return nb
+
+
+def _pair_shape(ctx, pairs) -> tuple:
+    """``(input shape, hidden features)`` of the first column linear as traced (its input's every
+    dimension, its output features), for :func:`api_overhead_ns`; ``(None, 0)`` where the trace
+    has no shapes or they do not fit a pair split over :data:`API_MESH_RANKS`."""
+    sig = _signatures(ctx)
+    if not sig:
+        return None, 0
+    col = pairs[0][0]
+    x = _first_dims(ctx.graph, ctx.graph.tasks, sig, col, "aten::linear", 0)
+    w = _first_dims(ctx.graph, ctx.graph.tasks, sig, col, "aten::linear", 1)
+    if not x or not w or len(x) < 2 or len(w) != 2 or x[-1] != w[1] or w[0] % API_MESH_RANKS:
+        return None, 0
+    return [int(d) for d in x], int(w[0])
 
 
 def _input_dims(ctx, pairs) -> int:

@@ -55,7 +55,7 @@ def fixed_api_overhead(monkeypatch):
     import daydream.optimizations.tensor_parallel as tp
 
     monkeypatch.setattr(tp, "api_overhead_ns",
-                        lambda threads=1, input_dims=2, allreduce_bytes=0:
+                        lambda threads=1, input_dims=2, allreduce_bytes=0, input_shape=None, hidden=0:
                         {"forward_ns": 7000, "backward_ns": 11000, "optimizer_ns": 3000})
 
 
@@ -188,18 +188,22 @@ def test_own_mlp_trace_pairs_consecutive_linears(own_trace):
 
 def test_api_overhead_is_measured_with_the_traced_linears_input_rank(own_trace, monkeypatch):
     """A transformer's linears take (batch, sequence, features): DTensor then also dispatches the
-    views that fold it into a matrix, so the overhead is measured on a 3-D input; an MLP's on 2-D."""
+    views that fold it into a matrix, so the overhead is measured on a 3-D input; an MLP's on 2-D;
+    both on a pair of the traced sizes (DTensor copies whole activations and gradients)."""
     import daydream.optimizations.tensor_parallel as tp
     from daydream.whatif import predict
 
     asked = []
-    monkeypatch.setattr(tp, "api_overhead_ns", lambda threads=1, input_dims=2, allreduce_bytes=0:
-                        asked.append((input_dims, allreduce_bytes)) or
+    monkeypatch.setattr(tp, "api_overhead_ns", lambda threads=1, input_dims=2, allreduce_bytes=0, input_shape=None, hidden=0:
+                        asked.append((input_dims, allreduce_bytes, input_shape, hidden)) or
                         {"forward_ns": 7000, "backward_ns": 11000, "optimizer_ns": 3000})
     for name in ("transformer", "mlp"):
         predict(own_trace(name), ["tensor-parallel:degree=2"], device=flat_profile())
     # the all-reduce size is each trace's first row linear's output (gloo figures: a CPU profile)
-    assert [d for d, _ in asked] == [3, 2] and asked[0][1] == 262144 and asked[1][1] > 0
+    assert [d for d, *_ in asked] == [3, 2] and asked[0][1] == 262144 and asked[1][1] > 0
+    # and on a pair of the traced sizes: the first column linear's input and output features
+    # (the transformer's QKV: 8 x 64 tokens of 128 features to 3 x 128; the MLP's 512 to 512)
+    assert [a[2:] for a in asked] == [([8, 64, 128], 384), ([64, 512], 512)]
 
 
 def test_a_row_without_output_size_is_refused_before_measuring(own_trace, monkeypatch):
@@ -230,17 +234,25 @@ def test_the_validation_measures_the_api_overhead_afresh(tmp_path, monkeypatch):
     runs = []
 
     def fake_run(cmd, **kw):
+        import json
+        import re
+
         runs.append(cmd)
+        sized = re.search(r"input_shape=(\[[0-9, ]*\]), hidden=(\d+)", cmd[-1])
         out = {"forward_ns": 1.0, "backward_ns": 2.0, "optimizer_ns": 3.0, "torch": _torch_version(),
                "profiled": True, "evict_bytes": 1, "mesh_ranks": API_MESH_RANKS, "input_dims": 3,
-               "allreduce_bytes": 4096}
-        import json
+               "allreduce_bytes": 4096, "input_shape": json.loads(sized.group(1)) if sized else None,
+               "hidden": int(sized.group(2)) if sized else 0}
         return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(out) + "\n", stderr="")
 
     monkeypatch.setattr(subprocess, "run", fake_run)
     measured_api_overhead_ns(THREADS, 3, 4096)
     measured_api_overhead_ns(THREADS, 3, 4096)
     assert len(runs) == 1                                    # the second call read the cache
+    measured_api_overhead_ns(THREADS, 3, 4096, [2, 4, 8], 16)      # a pair of the traced sizes:
+    measured_api_overhead_ns(THREADS, 3, 4096, [2, 4, 8], 16)      # its own figure, cached apart
+    assert len(runs) == 2 and "input_shape=[2, 4, 8], hidden=16" in runs[-1][-1]
+    del runs[1:]
     other = tmp_path / "daydream" / f"tp-api-overhead-{THREADS + 1}t-3d-4096b.json"
     other.write_text("{}")
     _fresh_api_overhead()
@@ -255,7 +267,7 @@ def test_torch_api_allreduces_cost_what_they_were_measured_to_cost_in_line(monke
 
     measured_bytes = 500_000
     ring = lambda nb: int(2 * 1 / 2 * nb / 1e9 * 1e9 + 2 * 10_000)      # flat profile, 2 ranks  # noqa: E731
-    monkeypatch.setattr(tp, "api_overhead_ns", lambda threads=1, input_dims=2, allreduce_bytes=0:
+    monkeypatch.setattr(tp, "api_overhead_ns", lambda threads=1, input_dims=2, allreduce_bytes=0, input_shape=None, hidden=0:
                         {"forward_ns": 0, "backward_ns": 0, "optimizer_ns": 0, "allreduce_bytes": measured_bytes,
                          "allreduce_in_line_ns": 2 * ring(measured_bytes)})
     durations, notes = {}, {}

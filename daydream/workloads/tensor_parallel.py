@@ -124,10 +124,11 @@ class MegatronPair(nn.Module):
     the same arithmetic per rank and the same two all-reduces as torch's TP API's
     ``ColwiseParallel`` / ``RowwiseParallel`` pair, without DTensor."""
 
-    def __init__(self, features: int, world: int):
+    def __init__(self, features: int, world: int, hidden: int = 0):
         super().__init__()
-        self.col = nn.Linear(features, features // world)
-        self.row = nn.Linear(features // world, features, bias=False)
+        hidden = hidden or features
+        self.col = nn.Linear(features, hidden // world)
+        self.row = nn.Linear(hidden // world, features, bias=False)
         self.bias = nn.Parameter(torch.zeros(features))
 
     def forward(self, x):
@@ -148,7 +149,8 @@ ALLREDUCE_ROUNDS = (12, 20)
 
 
 def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 9, profiled: bool = True,
-                         input_dims: int = 2, evict_bytes: int = EVICT_BYTES, allreduce_bytes: int = 0) -> dict:
+                         input_dims: int = 2, evict_bytes: int = EVICT_BYTES, allreduce_bytes: int = 0,
+                         input_shape=None, hidden: int = 0) -> dict:
     """Host time torch's TP API adds to one column/row pair: forward, backward and optimizer ns.
 
     On :data:`API_MESH_RANKS` gloo processes (a core each where there are
@@ -162,7 +164,14 @@ def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 9, p
     has ``input_dims`` dimensions, as the traced linears' input (a
     transformer's ``(batch, sequence, features)``: DTensor then dispatches the
     views that fold it into a matrix too, about 1.3x the cost of a matrix
-    input).  The two variants take turns ``repeats`` times; the median of
+    input).  With ``input_shape`` (the traced column linear's input, every
+    dimension) and ``hidden`` (its output features) the pair has the traced
+    sizes instead: DTensor copies whole activations and gradients where it
+    wraps, redistributes and all-reduces them, which a pair of 8 features
+    leaves out (the validation transformer's pair, 256 features on 8 x 128
+    tokens, read 0.86-1.00 / 0.96-1.23 ms forward / backward against
+    0.71-0.74 / 0.78-0.81 at 8 features; docs/validation-log.md, "Session
+    88").  The two variants take turns ``repeats`` times; the median of
     the paired differences (rank 0's) is DTensor's wrapping, sharding
     propagation, redistribution and functional-collective bookkeeping (and,
     for a momentum SGD step over the pair's parameters, DTensor's dispatch of
@@ -183,20 +192,22 @@ def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 9, p
     """
     if input_dims < 2:
         raise ValueError(f"input_dims must be at least 2, got {input_dims}")
+    shape = tuple(int(d) for d in input_shape) if input_shape else (2,) * (input_dims - 2) + (4, 8)
     pairs, paths = first_result(_api_overhead_worker, API_MESH_RANKS,
-                                (API_MESH_RANKS, threads, calls, repeats, profiled, input_dims, evict_bytes,
-                                 allreduce_bytes), 300)
+                                (API_MESH_RANKS, threads, calls, repeats, profiled, shape, int(hidden or shape[-1]),
+                                 evict_bytes, allreduce_bytes), 600)
     diff = [[s - p for s, p in zip(split, plain)] for plain, split in pairs]
     fwd, both, step = (max(0.0, statistics.median(d[k] for d in diff)) for k in range(3))
     out = {"forward_ns": fwd, "backward_ns": max(0.0, both - fwd), "optimizer_ns": step,
            "torch": torch.__version__, "threads": threads, "profiled": profiled, "mesh_ranks": API_MESH_RANKS,
-           "input_dims": input_dims, "evict_bytes": evict_bytes, "allreduce_bytes": allreduce_bytes}
+           "input_dims": len(shape), "evict_bytes": evict_bytes, "allreduce_bytes": allreduce_bytes,
+           "input_shape": list(shape) if input_shape else None, "hidden": int(hidden) if input_shape else 0}
     if paths:
         out.update({f"allreduce_{k}_ns": v for k, v in paths.items()})
     return out
 
 
-def _api_overhead_worker(rank, port, world, threads, calls, repeats, profiled, input_dims, evict_bytes,
+def _api_overhead_worker(rank, port, world, threads, calls, repeats, profiled, shape, hidden, evict_bytes,
                          allreduce_bytes, q) -> None:
     """One rank of :func:`measure_api_overhead`: on rank 0's queue, per repeat ``(plain, split)``
     each ``(forward, forward+backward, step)`` ns a call, and :func:`_allreduce_paths`' means."""
@@ -215,10 +226,10 @@ def _api_overhead_worker(rank, port, world, threads, calls, repeats, profiled, i
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     mesh = init_device_mesh("cpu", (world,))
     torch.manual_seed(0)
-    split = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+    split = nn.Sequential(nn.Linear(shape[-1], hidden), nn.ReLU(), nn.Linear(hidden, shape[-1]))
     parallelize_module(split, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-    plain = MegatronPair(8, world)
-    x = torch.randn(*(2,) * (input_dims - 2), 4, 8, requires_grad=True)
+    plain = MegatronPair(shape[-1], world, hidden)
+    x = torch.randn(*shape, requires_grad=True)
     other = torch.zeros(max(1, evict_bytes // 4))
 
     def per_call(fn):    # this thread's CPU time: a rank blocked in a collective's wait spends none
