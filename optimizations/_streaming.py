@@ -40,9 +40,9 @@ def stream_ratio(moved_bytes: float, stream_ns: float, hot_bytes_per_s: float, n
     new one.  ``streaming``: a rule of the module docstring.  ``who`` names the what-if in
     the error for an unknown rule.  Never below 1: an op fused over more bytes does not
     stream faster per byte (the curve's low rate at small sizes is per-op cost, paid once
-    already); one split over fewer streams at most as fast as traced, which is what
-    ``roofline`` and ``additive`` give it (``curve``'s speed-up from a smaller size is
-    :func:`optimizations.tensor_parallel`'s own ``streaming=curve``).
+    already); one split over fewer streams at most as fast as traced under ``roofline``
+    and ``additive`` (``tensor-parallel``'s ``streaming=curve`` keeps the curve's speed-up
+    at the smaller size by a formula of its own).
 
     >>> stream_ratio(1e6, 1e5, 1e11, 2.5e10, "curve")        # 10 GB/s traced, curve 100 -> 25 GB/s
     4.0

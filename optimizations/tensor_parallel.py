@@ -24,8 +24,9 @@ Model
   put the validation transformer's split ``gelu``, ``gelu_backward`` and
   ``sum`` at 0.31-0.38 of their traced time, where the real 2-rank run took
   0.48-0.62 (docs/validation-log.md, "Session 88"), as ``hfta``'s fused ops
-  had not slowed as the curve said (its ``streaming``).  Dispatch slices (no bytes, no FLOPs) and the
-  Python gaps between ops stay.  Forward and backward alike.
+  had not slowed as the curve said (its ``streaming``).  Dispatch slices (no
+  bytes, no FLOPs) and the Python gaps between ops stay.  Forward and
+  backward alike.
 * **Communication.**  One all-reduce of the row linear's output in forward
   (``g`` in Megatron) and one of the column linear's input gradient in
   backward (``f``), each ``device.allreduce_ns(bytes, T, backend)`` on the
@@ -62,11 +63,11 @@ Model
   each call after other data went through the caches; since session 88 on a
   pair of the first traced column linear's sizes, its input and output
   features, where the trace has shapes: DTensor copies whole activations and
-  gradients, which the pair of 8 features it used until then left out, 0.71-0.81
-  ms a pair and direction against 0.93-1.16 forward and 1.19-1.64 backward for
-  the validation transformer's) and inserted before the column linear's forward
-  and after its backward.  ``api=megatron``
-  (plain tensors) adds nothing.
+  gradients, which the pair of 8 features it used until then left out:
+  0.71-0.81 ms a pair and direction, against 0.93-1.16 forward and 1.19-1.64
+  backward for the validation transformer's) and inserted before the column
+  linear's forward and after its backward.  ``api=megatron`` (plain tensors)
+  adds nothing.
 
 Metrics: ``param_bytes_per_rank``, ``allreduce_bytes_per_iteration``,
 ``allreduce_ms_per_iteration``.

@@ -168,10 +168,10 @@ def measure_api_overhead(threads: int = 1, calls: int = 100, repeats: int = 9, p
     dimension) and ``hidden`` (its output features) the pair has the traced
     sizes instead: DTensor copies whole activations and gradients where it
     wraps, redistributes and all-reduces them, which a pair of 8 features
-    leaves out (the validation transformer's pair, 256 features on 8 x 128
-    tokens, read 0.86-1.00 / 0.96-1.23 ms forward / backward against
-    0.71-0.74 / 0.78-0.81 at 8 features; docs/validation-log.md, "Session
-    88").  The two variants take turns ``repeats`` times; the median of
+    leaves out (on the validation transformer's input, 256 features on 8 x
+    128 tokens, 16 to 256 hidden features read 0.85-1.00 / 0.96-1.23 ms
+    forward / backward, against 0.71-0.74 / 0.78-0.81 for 8 features on
+    ``(2, 4, 8)``; docs/validation-log.md, "Session 88").  The two variants take turns ``repeats`` times; the median of
     the paired differences (rank 0's) is DTensor's wrapping, sharding
     propagation, redistribution and functional-collective bookkeeping (and,
     for a momentum SGD step over the pair's parameters, DTensor's dispatch of
