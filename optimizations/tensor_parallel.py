@@ -240,17 +240,16 @@ class TensorParallel(Optimization):
         sel = np.flatnonzero(work_mask(g) & np.isin(T["layer"], sorted(split))
                              & np.isin(T["phase"], (Phase.FORWARD, Phase.BACKWARD)))
         for t in sel.tolist():
-            f, b = float(flops[t]), float(nbytes[t])
+            f, b, d = float(flops[t]), float(nbytes[t]), float(T["dur_ns"][t])
             if f > 0:
-                ratio = dev.matmul_flops_per_s("float32", f) / dev.matmul_flops_per_s("float32", f / T_) / T_
-            elif b > 0 and self.streaming == "curve":
-                ratio = elementwise_ns(dev, b / T_) / elementwise_ns(dev, b)
-            elif b > 0:
-                T["dur_ns"][t] = int(round(split_stream_ns(dev, float(T["dur_ns"][t]), b, T_)))
+                d *= dev.matmul_flops_per_s("float32", f) / dev.matmul_flops_per_s("float32", f / T_) / T_
+            elif b <= 0:
                 continue
+            elif self.streaming == "curve":
+                d *= elementwise_ns(dev, b / T_) / elementwise_ns(dev, b)
             else:
-                continue
-            T["dur_ns"][t] = int(round(T["dur_ns"][t] * ratio))
+                d = split_stream_ns(dev, d, b, T_)
+            T["dur_ns"][t] = int(round(d))
 
     # -------------------------------------------------------- all-reduces
     @property
@@ -287,15 +286,14 @@ class TensorParallel(Optimization):
 
     # ------------------------------------------------------- API overhead
     def _api_cost(self, ctx, pairs, table):
-        """:func:`api_overhead_ns` for the traced pairs: their input rank and, where the all-reduces
-        take gloo's figures (a CPU profile), the first pair's all-reduce size; None if it cannot
-        be measured here."""
+        """:func:`api_overhead_ns` for the traced pairs: the first one's sizes (:func:`_pair_shape`;
+        else their input rank) and, where the all-reduces take gloo's figures (a CPU profile), its
+        all-reduce size; None if it cannot be measured here."""
         nb = _output_bytes(table, pairs[0][1])          # refused here, before 30 s of measuring
         gloo = ctx.device.collective_backend(self._backend) == "gloo"
         shape, hidden = _pair_shape(ctx, pairs)
-        if shape:
-            return api_overhead_ns(ctx.device.threads or 1, len(shape), nb if gloo else 0, shape, hidden)
-        return api_overhead_ns(ctx.device.threads or 1, _input_dims(ctx, pairs), nb if gloo else 0)
+        return api_overhead_ns(ctx.device.threads or 1, len(shape) if shape else _input_dims(ctx, pairs),
+                               nb if gloo else 0, shape, hidden)
 
     def _in_line_scale(self, ctx, cost) -> float:
         """The all-reduce as torch's TP API runs it in training, measured here (``cost``), over the
