@@ -63,10 +63,10 @@ Model
   each call after other data went through the caches; since session 88 on a
   pair of the first traced column linear's sizes, its input and output
   features, where the trace has shapes: DTensor copies whole activations and
-  gradients, which the pair of 8 features it used until then left out:
-  0.71-0.81 ms a pair and direction, against 0.93-1.16 forward and 1.19-1.64
-  backward for the validation transformer's) and inserted before the column
-  linear's forward and after its backward.  ``api=megatron`` (plain tensors)
+  gradients, which the pair of 8 features it used until then left out: on
+  the validation transformer's pair DTensor's figures read 1.5-2x the tiny
+  pair's in the same minutes, docs/validation-log.md, "Session 88") and
+  inserted before the column linear's forward and after its backward.  ``api=megatron`` (plain tensors)
   adds nothing.
 
 Metrics: ``param_bytes_per_rank``, ``allreduce_bytes_per_iteration``,
