@@ -31,22 +31,29 @@ from onestage_turns import iteration_ms
 __all__ = ["main"]
 
 
-def _job_ms(prefix=()) -> float:
+def _job_ms(prefix=(), schedule: str = "gpipe", microbatches: int = 4) -> float:
+    """Mean step of one untraced run of the pipeline workload on one process (``prefix``: e.g.
+    ``taskset``): torch's 1-stage ``ScheduleGPipe`` by default, ``none`` the plain loop."""
     from daydream.validate import run_env
     from daydream.validation import pipeline as P
 
-    cmd = P._cmd("gpipe", ("--nproc", "1"), P.WARMUP_STEPS + P.STEPS, P.WARMUP_STEPS)
+    cmd = P._cmd(schedule, ("--nproc", "1"), P.WARMUP_STEPS + P.STEPS, P.WARMUP_STEPS, microbatches)
     proc = subprocess.run([*prefix, *cmd], capture_output=True, text=True, env=run_env())
-    return P._summary("1-stage", proc.stdout, proc.stderr)["mean_ms"]
+    return P._summary(schedule, proc.stdout, proc.stderr)["mean_ms"]
 
 
-def _trace_ms(path: Path, prefix=()) -> float:
+def _trace(path: Path, prefix=()) -> Path:
+    """The pipeline validation's baseline traced into ``path`` (``prefix``: e.g. ``taskset``)."""
     from daydream.validate import _trace_cmd, run_env
     from daydream.validation import pipeline as P
 
     subprocess.run([*prefix, *_trace_cmd("mlp", path, P.MODEL_ARGS, 2, P.STEPS)], capture_output=True,
                    env=run_env(), check=True)
-    return iteration_ms(path)
+    return path
+
+
+def _trace_ms(path: Path, prefix=()) -> float:
+    return iteration_ms(_trace(path, prefix))
 
 
 def _jobs_only(rounds: int) -> None:

@@ -21,35 +21,16 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 
+from onestage_alone_turns import _job_ms, _trace
 from onestage_turns import iteration_ms
 
 __all__ = ["main"]
 
 SPEC = "pipeline:stages=1,microbatches={m},schedule=gpipe,action_overhead_us=0,recording_us={r:.2f},scale_grads=0"
-
-
-def _job_ms(microbatches: int, prefix) -> float:
-    from daydream.validate import run_env
-    from daydream.validation import pipeline as P
-
-    cmd = P._cmd("none", (), P.WARMUP_STEPS + P.STEPS, P.WARMUP_STEPS, microbatches)
-    proc = subprocess.run([*prefix, *cmd], capture_output=True, text=True, env=run_env())
-    return json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("{")))["mean_ms"]
-
-
-def _trace(path: Path, prefix) -> Path:
-    from daydream.validate import _trace_cmd, run_env
-    from daydream.validation import pipeline as P
-
-    subprocess.run([*prefix, *_trace_cmd("mlp", path, P.MODEL_ARGS, 2, P.STEPS)], capture_output=True,
-                   env=run_env(), check=True)
-    return path
 
 
 def main(argv=None) -> None:
@@ -70,7 +51,8 @@ def main(argv=None) -> None:
         for k in range(a.rounds):
             got = {}
             steps = [lambda k=k: got.__setitem__("trace", _trace(Path(tmp) / f"b{k}.json.gz", prefix)),
-                     lambda: got.__setitem__(1, _job_ms(1, prefix)), lambda: got.__setitem__(4, _job_ms(4, prefix))]
+                     lambda: got.__setitem__(1, _job_ms(prefix, "none", 1)),
+                     lambda: got.__setitem__(4, _job_ms(prefix, "none", 4))]
             for step in steps[k % 3:] + steps[:k % 3]:
                 step()
             reports = predict_now(got["trace"], list(specs.values()), a.profile)
