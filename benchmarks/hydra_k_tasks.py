@@ -3,7 +3,7 @@
 Runs ``daydream.workloads.hydra`` (the validation's sizes, idle CPUs polling, the validation's
 malloc settings) for each K of ``--models`` in turn, ``--reps`` times, probing the core-to-core
 round trip before and after each run, and prints per run the model-parallel and shard-parallel
-makespan per model and each rank's median forward / backward / step time (model-parallel).
+makespan per model and, for each schedule, each rank's median forward / backward / step time.
 A device's K shards in turn cost what ``hydra``'s ``cycle`` factor says only if these medians
 grow with K (session 42: they did not, at 80-100 ns or at 330 ns apart).
 
@@ -26,6 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hydra_timeline import load  # noqa: E402
 
 __all__ = ["main", "task_medians"]
+
+SCHEDULES = ("model-parallel", "shard-parallel")
 
 
 def task_medians(log_dir, schedule: str = "model-parallel") -> dict:
@@ -64,11 +66,12 @@ def main(argv=None) -> None:
                 if proc.returncode:
                     raise SystemExit(f"hydra_k_tasks: K={k} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
                 res = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
-                med = task_medians(tmp)
+                med = {s: task_medians(tmp, s) for s in SCHEDULES}
             cores = "/".join(f"{c:.0f}" for c in (*before, *after)) or "-"
-            tasks = "  ".join(f"rank {r}: " + " ".join(f"{w}{v:.2f}" for w, v in m.items()) for r, m in med.items())
-            print(f"rep {rep + 1} K={k} cores {cores} ns  per model: model-parallel {res['model-parallel_ms'] / k:.2f} "
-                  f"shard-parallel {res['shard-parallel_ms'] / k:.2f} ms  {tasks}", flush=True)
+            print(f"rep {rep + 1} K={k} cores {cores} ns  per model: "
+                  + "  ".join(f"{s} {res[s + '_ms'] / k:.2f} ms ("
+                              + "; ".join(f"rank {r}: " + " ".join(f"{w}{v:.2f}" for w, v in m.items())
+                                          for r, m in med[s].items()) + ")" for s in SCHEDULES), flush=True)
 
 
 if __name__ == "__main__":

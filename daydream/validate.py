@@ -27,7 +27,7 @@ from .loader import load_trace
 from .model import Trace
 from .whatif import predict
 
-__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "replay_rank0", "rank_files", "paired_rounds", "iter_paired_rounds", "rounds_count", "rounds_label", "SEQUENTIAL_ROUNDS", "REAL_PROCESSES", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "median_round", "untouched_ratio", "trace_in_turns", "trace_beside", "run_in_turns", "trace_workload", "run_validation", "write_results", "public_dataloader_rows"]
+__all__ = ["CASES", "RUNNERS", "runner", "ValidationRow", "ensure_profile", "THREADS", "STEADY_MALLOC", "run_env", "with_placement", "placement_note", "fastest_run", "replay_rank0", "rank_files", "paired_rounds", "iter_paired_rounds", "rounds_count", "rounds_label", "SEQUENTIAL_ROUNDS", "REAL_PROCESSES", "rounds_row", "bracketed", "predict_now", "bracket_predictions", "median_row", "median_round", "untouched_ratio", "trace_in_turns", "trace_beside", "run_in_turns", "trace_workload", "held_on", "run_validation", "write_results", "public_dataloader_rows"]
 
 
 @dataclass(frozen=True)
@@ -255,17 +255,25 @@ def trace_workload(name: str, path: Path, args=(), warmup: int = 2, iterations: 
     return _traced(name, path, args, nproc, proc.returncode, proc.stderr)
 
 
-@contextlib.contextmanager
 def _on_cores(core_of):
     """Processes started inside run on the cores of ``core_of`` (``(rank, ranks)``; None: as
-    this thread may run): this thread holds them meanwhile, and a child inherits them."""
-    if core_of is None or not hasattr(os, "sched_setaffinity"):
-        yield
-        return
+    this thread may run): :func:`held_on` the share ``--pin-cores`` gives that rank."""
+    if core_of is None or not hasattr(os, "sched_getaffinity"):
+        return held_on(None)
     from .collect.runner import cores_for_rank
 
+    return held_on(cores_for_rank(os.sched_getaffinity(0), *core_of))
+
+
+@contextlib.contextmanager
+def held_on(cores):
+    """Processes started inside run on ``cores`` (None: as this thread may run): this thread
+    holds them meanwhile, and a child inherits them."""
+    if cores is None or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
     saved = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cores_for_rank(saved, *core_of))
+    os.sched_setaffinity(0, cores)
     try:
         yield
     finally:

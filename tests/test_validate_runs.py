@@ -485,17 +485,18 @@ def test_paired_rounds_without_turns_trace_the_configs_one_after_the_other(monke
                                                              ["a.r1.json.gz", "b.r1.json.gz"]]
 
 
-def test_the_one_stage_row_is_predicted_from_the_trace_taken_in_turns_with_it(monkeypatch, tmp_path):
-    """GPipe and 1F1B from the bracketing baselines; the 1-stage row from each round's own trace,
-    taken in turns with its job, and predicted right after it with the 1-stage spec only."""
+def test_the_one_stage_row_is_predicted_from_the_two_traces_around_its_job(monkeypatch, tmp_path):
+    """GPipe and 1F1B from the bracketing baselines; the 1-stage row from each round's own two
+    traces, taken alone before and after its job, each predicted with the 1-stage spec only, the
+    round's prediction their mean."""
     from daydream.validation import pipeline
 
     monkeypatch.setattr(pipeline, "action_overhead_us", lambda repeat, progress: 70.0)
     monkeypatch.setattr(pipeline, "recording_us", lambda progress: 1.0)
     monkeypatch.setattr(pipeline, "measure_pipeline",
                         lambda s, steps, processes: {"gpipe": 40.0, "1f1b": 38.0}[s] + processes - validate.REAL_PROCESSES)
-    paired = iter([(tmp_path / "pair0", 50.0), (tmp_path / "pair1", 54.0)])
-    monkeypatch.setattr(pipeline, "one_stage_in_turns", lambda path, iterations: next(paired))
+    paired = iter([((tmp_path / "one0a", tmp_path / "one0b"), 50.0), ((tmp_path / "one1a", tmp_path / "one1b"), 54.0)])
+    monkeypatch.setattr(pipeline, "one_stage_alone", lambda tdir, k, iterations: next(paired))
     brackets = [tmp_path / f"base{k}" for k in range(3)]
 
     def alternating(repeat, tdir, runs, progress, iterations, on_trace):
@@ -515,16 +516,47 @@ def test_the_one_stage_row_is_predicted_from_the_trace_taken_in_turns_with_it(mo
         specs = list(specs)
         asked.append((path.name, len(specs)))
         return {s: SimpleNamespace(baseline_ms=25.0, predicted_ms=(44.0 if "stages=1" in s else 41.0) +
-                                   (2.0 if path.name == "pair1" else 0.0), optimizations=[s]) for s in specs}
+                                   {"one1a": 2.0, "one1b": 4.0}.get(path.name, 0.0), optimizations=[s]) for s in specs}
 
     monkeypatch.setattr(pipeline, "predict_now", predict_now)
     rows = pipeline.validate_rows(tmp_path, "p.json", progress=lambda m: None, repeat=2)
-    assert asked == [("base0", 2), ("pair0", 1), ("base1", 2), ("pair1", 1), ("base2", 2)]
+    assert asked == [("base0", 2), ("one0a", 1), ("one0b", 1), ("base1", 2), ("one1a", 1), ("one1b", 1), ("base2", 2)]
     one = rows[2]
     assert one.optimization.startswith("pipeline:stages=1,microbatches=4")
-    assert one.predicted_rounds_ms == (44.0, 46.0) and one.measured_rounds_ms == (50.0, 54.0)
+    assert one.predicted_rounds_ms == (44.0, 47.0) and one.measured_rounds_ms == (50.0, 54.0)
     assert [r.measured_rounds_ms for r in rows[:2]] == [(40.0, 40.0), (38.0, 38.0)]
     assert rows[0].predicted_rounds_ms == (41.0, 41.0)
+
+
+def test_the_one_stage_job_runs_alone_between_its_two_traces_on_one_core(monkeypatch, tmp_path):
+    """Trace, job, trace, one after the other, each started on the core turns would share;
+    the caller's cores are given back."""
+    import os
+
+    from daydream import validate as V
+    from daydream.collect.turns import shared_core
+    from daydream.validation import pipeline
+
+    cores = os.sched_getaffinity(0)
+    calls = []
+
+    def trace_workload(name, path, args, iterations):
+        calls.append((path.name, os.sched_getaffinity(0), iterations))
+        return path
+
+    def run(schedule, extra, steps, warmup):
+        calls.append((schedule, extra, os.sched_getaffinity(0), steps - warmup))
+        return {"mean_ms": 36.5}
+
+    monkeypatch.setattr(V, "trace_workload", trace_workload)
+    monkeypatch.setattr(pipeline, "_run", run)
+    paths, ms = pipeline.one_stage_alone(tmp_path, 3, iterations=7)
+    one = {shared_core()} if shared_core() is not None else cores
+    assert ms == 36.5 and [p.name for p in paths] == ["mlp.pipeline-1stage.r3.before.json.gz",
+                                                      "mlp.pipeline-1stage.r3.after.json.gz"]
+    assert calls == [("mlp.pipeline-1stage.r3.before.json.gz", one, 7), ("gpipe", ("--nproc", "1"), one, 7),
+                     ("mlp.pipeline-1stage.r3.after.json.gz", one, 7)]
+    assert os.sched_getaffinity(0) == cores
 
 
 def test_the_row_pairing_benchmark_centres_each_runs_rounds(tmp_path, monkeypatch, capsys):

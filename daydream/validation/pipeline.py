@@ -11,8 +11,9 @@ runs, each in fresh processes (since session 63: a run's speed is partly its
 processes' own).
 A third row runs the whole model as one stage on one process with the same
 micro-batches (``ScheduleGPipe``, ``--nproc 1``): the micro-batch cost model
-checked without cross-process effects; its steps take turns with a baseline
-trace of its own (:func:`one_stage_in_turns`), from which it is predicted.
+checked without cross-process effects; each round runs the job alone between
+two baseline traces of its own, all three on one core
+(:func:`one_stage_alone`), and is predicted from them.
 Baseline traces and 2-process runs are taken in turns, ``repeat`` rounds,
 each round's runs between a trace before and one after them
 (:func:`alternating`): on a shared machine they then see the same load.  A row
@@ -42,7 +43,7 @@ from ..validate import REAL_PROCESSES, THREADS, median_row, predict_now, run_env
 from .turns import drain
 
 __all__ = ["validate_rows", "validation_rounds", "MODEL_ARGS", "MICROBATCHES", "measure_pipeline", "SCHEDULES",
-           "action_overhead_us", "alternate", "alternating", "recording_us", "one_stage_in_turns"]
+           "action_overhead_us", "alternate", "alternating", "recording_us", "one_stage_in_turns", "one_stage_alone"]
 
 #: Model sizes shared by the 1-process trace and the 2-process run (``mlp`` flags).
 MODEL_ARGS = ("--hidden", "1024", "--batch-size", "64", "--layers", "4", "--in-features", "512")
@@ -99,14 +100,43 @@ def one_stage_in_turns(path: Path, iterations: int = STEPS) -> tuple:
     machine in the same state.  Run one after the other and on neither core in particular (until
     session 61), the row's per-round errors had a standard deviation of 13.7 % over 24 runs; in
     turns, 2.7 % over two (docs/validation-log.md, "Session 61").  Turns cost each side about
-    the same (0.7-0.9 ms an iteration of cold caches after the other's turn), and the job over
-    its trace read the same in turns as alone on that core.
+    the same there (0.7-0.9 ms an iteration of cold caches after the other's turn), and the job
+    over its trace read the same in turns as alone on that core; not so on session 85's Intel
+    host, where the row now runs :func:`one_stage_alone` (this stays for the benchmarks that
+    compare the two).
     """
     from ..validate import trace_beside
 
     cmd = _cmd("gpipe", ("--nproc", "1"), WARMUP_STEPS + iterations, WARMUP_STEPS)
     trace, (_, out, err) = trace_beside(("mlp", path, MODEL_ARGS, 1), cmd, iterations)
     return trace, float(_summary("1-stage", out, err)["mean_ms"])
+
+
+def one_stage_alone(tdir: Path, k: int, iterations: int = STEPS) -> tuple:
+    """The 1-stage job (``--nproc 1``) measured alone between two baseline traces, all three
+    alone on one core (:func:`daydream.collect.turns.shared_core`): ``((trace before, trace
+    after), mean step ms)``; files ``mlp.pipeline-1stage.rK.{before,after}.json.gz``.
+
+    Since session 89, in place of :func:`one_stage_in_turns`.  Turns of 0.02 s cost each side
+    the caches the other left, which on session 85's Intel host (2 MiB of L2 a core) came to
+    4-6 ms an iteration for the 20 ms baseline and 2-3 ms a step for the 36 ms job, where the
+    Zen hosts paid 0.7-0.9 ms each; the prediction repeats the baseline's share per
+    micro-batch.  In the same minutes (eight rounds, order rotated) the row's error read +2.4 %
+    (-0.1 to +8.8) alone on one core and +17.7 % (+13.8 to +21.4) in turns
+    (docs/validation-log.md, "Session 89").  Two traces bracket the job, as the 2-stage rows'
+    rounds are bracketed, so that a drift of the machine falls on the prediction's side too.
+    """
+    from ..collect.turns import shared_core
+    from ..validate import held_on, trace_workload
+
+    core = shared_core()
+    with held_on(None if core is None else {core}):
+        before = trace_workload("mlp", tdir / f"mlp.pipeline-1stage.r{k}.before.json.gz", MODEL_ARGS,
+                                iterations=iterations)
+        ms = float(_run("gpipe", ("--nproc", "1"), WARMUP_STEPS + iterations, WARMUP_STEPS)["mean_ms"])
+        after = trace_workload("mlp", tdir / f"mlp.pipeline-1stage.r{k}.after.json.gz", MODEL_ARGS,
+                               iterations=iterations)
+    return (before, after), ms
 
 
 #: A model too small to compute much: step times are the framework's own costs.
@@ -215,8 +245,8 @@ def alternate(repeat: int, tdir: Path, runs: dict, progress=print, tag: str = "p
 
 def validation_rounds(out_dir: Path, profile_path, progress=print, repeat: int = 1, iterations: int = STEPS):
     """Rows for GPipe and 1F1B on 2 stages, and 1 stage x M micro-batches on one process
-    (the micro-batch cost model without cross-process effects, measured in turns with a
-    baseline trace of its own: :func:`one_stage_in_turns`; see the module docstring).
+    (the micro-batch cost model without cross-process effects, measured alone between two
+    baseline traces of its own on one core: :func:`one_stage_alone`; see the module docstring).
     A runner (:mod:`daydream.validation.turns`): yields between rounds; returns the rows."""
     tdir = Path(out_dir) / "traces"
     tdir.mkdir(parents=True, exist_ok=True)
@@ -228,9 +258,9 @@ def validation_rounds(out_dir: Path, profile_path, progress=print, repeat: int =
     done, paired = {}, []
 
     def one_stage() -> float:
-        path, ms = one_stage_in_turns(tdir / f"mlp.pipeline-1stage.r{len(paired)}.json.gz", iterations)
-        done[path] = predict_now(path, [one], profile_path)
-        paired.append((path,))
+        paths, ms = one_stage_alone(tdir, len(paired), iterations)
+        done.update({p: predict_now(p, [one], profile_path) for p in paths})
+        paired.append(paths)
         return ms
 
     runs = {s: (lambda s=s: measure_pipeline(s, steps=iterations, processes=REAL_PROCESSES)) for s in SCHEDULES}
