@@ -544,7 +544,7 @@ def test_the_one_stage_job_runs_alone_between_its_two_traces_on_one_core(monkeyp
         calls.append((path.name, os.sched_getaffinity(0), iterations))
         return path
 
-    def run(schedule, extra, steps, warmup):
+    def run(schedule, extra, steps, warmup, microbatches):
         calls.append((schedule, extra, os.sched_getaffinity(0), steps - warmup))
         return {"mean_ms": 36.5}
 

@@ -133,7 +133,7 @@ def one_stage_alone(tdir: Path, k: int, iterations: int = STEPS) -> tuple:
     with held_on(None if core is None else {core}):
         before = trace_workload("mlp", tdir / f"mlp.pipeline-1stage.r{k}.before.json.gz", MODEL_ARGS,
                                 iterations=iterations)
-        ms = float(_run("gpipe", ("--nproc", "1"), WARMUP_STEPS + iterations, WARMUP_STEPS)["mean_ms"])
+        ms = measure_pipeline("gpipe", ("--nproc", "1"), steps=iterations)
         after = trace_workload("mlp", tdir / f"mlp.pipeline-1stage.r{k}.after.json.gz", MODEL_ARGS,
                                iterations=iterations)
     return (before, after), ms
