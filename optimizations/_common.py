@@ -100,7 +100,7 @@ def activation_bytes(mods) -> int:
 
 
 def cycle_ratio(ctx, copies: int, param_bytes: float | None = None, activations: bool = False,
-                now: bool = False) -> float:
+                now: bool = False, traced_bytes: float | None = None) -> float:
     """The device profile's cycle factor (:meth:`daydream.device.DeviceProfile.cycle_factor`)
     for the parameters and optimizer state of ``copies`` models against one's: how much longer
     a step takes when ``copies`` copies of the traced model keep their state on the host (Hydra's
@@ -109,8 +109,11 @@ def cycle_ratio(ctx, copies: int, param_bytes: float | None = None, activations:
     device's shard).  ``activations``: each copy's activations (:func:`activation_bytes`) count
     with its state, for copies whose activations are all live at once (HFTA's fused step; Hydra's
     models run one at a time).  ``now``: the curve measured on this machine now
-    (:func:`cycle_now`) instead of the profile's, where torch is here.  1.0 off CPU, without the
-    profile's figures, or without the trace's module table."""
+    (:func:`cycle_now`) instead of the profile's, where torch is here.  ``traced_bytes``: the
+    parameters whose state the trace's ops saw pass through the caches each iteration, the
+    reference (default: one copy's ``param_bytes``; Hydra passes the whole traced model's, which
+    its one process ran).  1.0 off CPU, without the profile's figures, or without the trace's
+    module table."""
     dev = ctx.device
     mods = ctx.meta().get("modules") or []
     if dev.kind != "cpu" or not dev.cycle or not mods:
@@ -119,10 +122,11 @@ def cycle_ratio(ctx, copies: int, param_bytes: float | None = None, activations:
         dev = dataclasses.replace(dev, cycle=cycle_now(dev.threads) or dev.cycle)
     if param_bytes is None:   # each row counts the module's own parameters: the rows add up to the model's
         param_bytes = sum(int(m.get("param_bytes") or 0) for m in mods)
-    state = param_bytes * (1 + optimizer_state_factor(ctx.meta()))
-    if activations:
-        state += activation_bytes(mods)
-    return dev.cycle_factor(copies * state) / dev.cycle_factor(state)
+    per_byte = 1 + optimizer_state_factor(ctx.meta())
+    extra = activation_bytes(mods) if activations else 0
+    state = param_bytes * per_byte + extra
+    ref = state if traced_bytes is None else traced_bytes * per_byte + extra
+    return dev.cycle_factor(copies * state) / dev.cycle_factor(ref)
 
 
 #: Curves :func:`cycle_now` measured in this process, per thread count.

@@ -54,14 +54,13 @@ the profile's calibrated factor for work resumed after that gap
 step counts the gap since its last shard of the step before, the steps
 repeating one makespan apart (rank 1's first forward, after its wait for
 rank 0's, ran 10-15 % over the trace's: session 42).  Each device runs its K models'
-steps in turn; on one device, whose steps follow each other, every shard
-task takes the profile's factor for the parameters and optimizer state of
-K copies of its shard against one copy's, which the trace's ops stand for
-(``cycle``, :meth:`daydream.device.DeviceProfile.cycle_factor`,
-:mod:`daydream.calibrate_cycle`).  Over several devices it does not
-(``cycle=auto``): there each step follows a wait for another device, and the
-real runtime's steps took as long with 2 or 4 models in turn as with one
-(session 42, :meth:`Hydra._cycle_factors`); ``cycle=true`` applies it.
+steps in turn, so its caches see the parameters and optimizer state of K
+copies of its shard pass each step, where the trace's one process saw the
+whole model's: every shard task takes the profile's factor for the one state
+against the other, never below 1 (``cycle``,
+:meth:`daydream.device.DeviceProfile.cycle_factor`,
+:mod:`daydream.calibrate_cycle`, :meth:`Hydra._cycle_factors`; until session
+90 over one device only, and against one copy of the shard).
 
 * ``model-parallel``: the models one after another (each device runs its
   shards in model order).
@@ -215,7 +214,8 @@ def _utilisation(res, devices: int) -> float:
     return float(busy.mean() / span) if span else 0.0
 
 
-#: ``cycle``'s default: the cycle factor on one device only (:meth:`Hydra._cycle_factors`).
+#: ``cycle``'s default, the same as ``true`` since session 90 (until then: on one device only;
+#: :meth:`Hydra._cycle_factors`).
 CYCLE_AUTO = "auto"
 
 
@@ -237,8 +237,8 @@ class Hydra(Optimization):
                     ("trace", "off")),
               Param("cycle", CYCLE_AUTO, "CPU: a device runs its K models' steps in turn, so each step finds the "
                     "caches as K copies of the device's shard (parameters and optimizer state) leave them, not "
-                    "one's as in the trace (true: the profile's cycle figures; false: leave it out; auto: on one "
-                    "device, whose steps follow each other, not where devices wait on each other)", str,
+                    "as the whole model's did in the trace (auto or true: the profile's cycle figures, never "
+                    "below 1; false: leave it out)", str,
                     (CYCLE_AUTO, "true", "false")))
     assumptions = __doc__
 
@@ -295,12 +295,8 @@ class Hydra(Optimization):
         if any(f != 1.0 for f in cycle):
             ctx.note(f"hydra: each device runs {K} models' steps in turn: its shards' work takes "
                      + " / ".join(f"x{f:.2f}" for f in cycle) + " (the profile's cycle figures, for the "
-                     f"parameters and optimizer state of {K} copies of the device's shard against one; "
-                     "`cycle=false` leaves it out)")
-        elif K > 1 and D > 1 and self.cycle == CYCLE_AUTO and ctx.device.cycle:
-            ctx.note(f"hydra: the profile's cycle factor is left out over {D} devices (`cycle=auto`: each step "
-                     "follows a wait for another device, and measured steps took as long with several models "
-                     "taking turns as with one; `cycle=true` applies it)")
+                     f"parameters and optimizer state of {K} copies of the device's shard against the traced "
+                     "model's; `cycle=false` leaves it out)")
         if any(r < 1.0 for r in rate.values()):
             ctx.note(f"hydra: a device's shard runs at {rates_text(rate)} its speed alone while another device is "
                      f"busy (corun={self.corun}; `corun=off` leaves it out)")
@@ -325,25 +321,27 @@ class Hydra(Optimization):
 
     def _cycle_factors(self, ctx, shard_param_bytes) -> tuple:
         """Per device, :func:`optimizations._common.cycle_ratio` of K copies of its shard's
-        parameters against one copy's (1.0 each with ``cycle`` off).
+        parameters against the whole traced model's, never below 1 (1.0 each with ``cycle`` off).
 
-        A device's process cycles through its own K shards: the trace's ops stand for a shard
-        stepped alone (one model over the devices), as the real runs show (session 40: a
-        device's shard ran as fast with one model as the single-process trace, and +6 % with
-        two taking turns, where the profile read x1.06 for two copies of a 4 MiB shard
-        against one, and x1.00 for the whole model's 8.4 MB against twice that).
+        A device's process cycles through its own K shards; the trace's one process cycled
+        the whole model.  On one device the two references agree.  Over two devices
+        (session 90, the Intel host; ``benchmarks/hydra_k_tasks.py --models 1,2,4 --reps 2``)
+        the real runtime took 5.20 / 5.31 / 5.78 and 5.30 / 5.58 / 6.24 ms a model
+        model-parallel for K = 1 / 2 / 4, each rank's task medians at K = 4 summing to
+        x1.09-1.23 of K = 1's, where the profile of run 2026-12-07o read x1.00 / x1.14 for K =
+        2 / 4 against the whole model (x1.055 / x1.20 against one copy of the shard).  The floor:
+        a shard alone ran no faster than in the trace (session 40; at K = 1 rank 1's backward
+        read 1.13 ms in the trace, 1.21-1.23 in the runtime, ``benchmarks/hydra_terms.py
+        --models 1``).
 
-        ``cycle=auto`` (the default) applies it on one device only.  Over two devices every
-        step of a device follows a wait for the other, and the real runtime's steps took as
-        long with 2 or 4 models taking turns as with one (``benchmarks/hydra_k_tasks.py``,
-        session 42: per model 7.15-7.34 ms for K = 4 against 6.98-7.59 for K = 1 with the
-        cores 80-100 ns apart, 7.83 against 8.44 at 330 ns; each rank's forward, backward
-        and step medians alike), where the profile's probe (one core, steps back to back)
-        read x1.10-1.19; one process running 2 or 4 whole models in turn took x1.09 / x1.07
-        a model (the probe's effect, which ``cycle`` models)."""
-        if self.cycle == "false" or (self.cycle == CYCLE_AUTO and self.devices > 1):
+        Until session 90 ``cycle=auto`` left it out over several devices, after the AMD host of
+        session 42, whose real steps took as long with 2 or 4 models in turn as with one (per
+        model 7.15-7.34 ms for K = 4 against 6.98-7.59 for K = 1) where its probe read
+        x1.10-1.19; ``cycle=false`` is that model."""
+        if self.cycle == "false":
             return (1.0,) * len(shard_param_bytes)
-        factors = tuple(cycle_ratio(ctx, self.models, b) for b in shard_param_bytes)
+        model = sum(shard_param_bytes)
+        factors = tuple(max(1.0, cycle_ratio(ctx, self.models, b, traced_bytes=model)) for b in shard_param_bytes)
         ctx.metrics.update({f"shard{d}_cycle_factor": f for d, f in enumerate(factors)})
         return factors
 

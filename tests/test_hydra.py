@@ -276,12 +276,13 @@ def test_models_taking_turns_stretch_every_shard_by_the_cycle_factor(own_trace):
     assert one.metrics["shard0_cycle_factor"] == pytest.approx(1.0)
 
 
-def test_each_device_takes_the_cycle_factor_of_its_own_shards(own_trace):
+def test_each_device_takes_the_cycle_factor_of_its_own_shards_against_the_whole_model(own_trace):
     """Split 2:7, the first device keeps one Linear's parameters and momentum (2.1 MB), the
-    second three (6.3 MB).  With cycle figures x1.0 at the first shard's state and x1.2 from
-    twice that on, two models taking turns stretch the first device's shards x1.2 and leave the
-    second's (already past the rise) as they were: the factor is of K copies of the device's
-    own shard, not of the whole model's state (which would read x1.2 / x1.2 = 1.0 for both)."""
+    second the rest (6.3 MB); the trace's one process cycled all 8.4 MB.  With cycle figures
+    x1.0 up to the model's state and x1.2 from twice that on, four models taking turns leave
+    the first device's shards as they were (4 x 2.1 MB is about the model's state) and stretch
+    the second's x1.2 (4 x 6.3 MB): the factor is of K copies of the device's own shard against
+    the state the trace's ops saw (against one copy of the shard it would read x1.2 for both)."""
     import dataclasses
 
     from daydream.primitives import select
@@ -289,17 +290,35 @@ def test_each_device_takes_the_cycle_factor_of_its_own_shards(own_trace):
     trace = own_trace("mlp")
     table = {m["path"]: m for m in trace.ranks[0].meta["daydream"]["modules"]}
     units, _, _ = layer_units(build_graph(trace), table)
-    small = 2 * sum(u.param_bytes for u in units[:2])
-    dev = dataclasses.replace(flat_profile(allreduce=(1e9, 10_000.0)), cycle=((small, 1.0), (2 * small, 1.2)))
-    spec = "hydra:models=2,devices=2,corun=off,layers=2:7,cycle="
+    model = 2 * sum(u.param_bytes for u in units)
+    dev = dataclasses.replace(flat_profile(allreduce=(1e9, 10_000.0)), cycle=((model, 1.0), (2 * model, 1.2)))
+    spec = "hydra:models=4,devices=2,corun=off,layers=2:7,cycle="
     (off, g_off), (on, g_on) = ((r, res.graph) for r, res in
-                                (predict(trace, [spec + c], device=dev) for c in ("false", "true")))
-    assert (on.metrics["shard0_cycle_factor"], on.metrics["shard1_cycle_factor"]) == pytest.approx((1.2, 1.0))
-    for shard, factor in ((0, 1.2), (1, 1.0)):
+                                (predict(trace, [spec + c], device=dev) for c in ("false", "auto")))
+    assert (on.metrics["shard0_cycle_factor"], on.metrics["shard1_cycle_factor"]) == pytest.approx((1.0, 1.2))
+    for shard, factor in ((0, 1.0), (1, 1.2)):
         pattern = f"^model .* shard {shard}$"
         before, after = (g.tasks["dur_ns"][select(g, name=pattern)] for g in (g_off, g_on))
-        assert len(before) == 6 and after == pytest.approx(factor * before, abs=1)
-    assert any("x1.20 / x1.00" in n for n in on.notes)
+        assert len(before) == 12 and after == pytest.approx(factor * before, abs=1)
+    assert any("x1.00 / x1.20" in n for n in on.notes)
+
+
+def test_a_device_cycling_less_state_than_the_trace_is_not_made_faster(own_trace):
+    """One model over two devices: each device's shard holds less state than the whole model
+    the trace cycled, where the figures read x1.0 against x1.3; the factor stays 1 (a shard
+    alone ran no faster than in the trace, session 40), and ``true`` is ``auto``."""
+    import dataclasses
+
+    trace = own_trace("mlp")
+    table = {m["path"]: m for m in trace.ranks[0].meta["daydream"]["modules"]}
+    units, _, _ = layer_units(build_graph(trace), table)
+    model = 2 * sum(u.param_bytes for u in units)
+    dev = dataclasses.replace(flat_profile(allreduce=(1e9, 10_000.0)), cycle=((model / 4, 1.0), (model, 1.3)))
+    got = [predict(trace, [f"hydra:models=1,devices=2,corun=off,cycle={c}"], device=dev)[0] for c in
+           ("auto", "true", "false")]
+    assert (got[0].metrics["shard0_cycle_factor"], got[0].metrics["shard1_cycle_factor"]) == (1.0, 1.0)
+    assert got[0].predicted_ms == got[1].predicted_ms == got[2].predicted_ms
+    assert not any("in turn" in n for n in got[0].notes)
 
 
 def test_profile_keeps_cycle_points_and_refuses_bad_ones(tmp_path):
@@ -553,20 +572,21 @@ def test_validation_rows_are_medians_over_rounds_with_each_ks_runs_between_their
     assert x4.predicted_traces_ms == (40, 128, 56, 64, 72, 160) and x4.predicted_ms == pytest.approx(28 * 2.0)
 
 
-def test_by_default_the_cycle_factor_applies_on_one_device_only(own_trace):
-    """``cycle=auto``: one device runs its K models' steps back to back and takes the factor;
-    over two devices each step follows a wait for the other, and the real runtime's steps took
-    as long with K models as with one (session 42), so the shards keep their time, and say so."""
+def test_by_default_the_cycle_factor_applies_over_several_devices_too(own_trace):
+    """``cycle=auto``: a device runs its K models' steps in turn whether or not it waits on
+    another device between them (session 90: the real runtime's steps took longer with 4 models
+    than with 1 over two processes), so over two devices, as on one, four models stretch the
+    shards; ``cycle=false`` leaves it out, and an unknown value is refused."""
     import dataclasses
 
     trace = own_trace("mlp")
     dev = dataclasses.replace(flat_profile(allreduce=(1e9, 10_000.0)), cycle=((1e5, 1.0), (1e9, 1.5)))
     one, _ = predict(trace, ["hydra:models=4,devices=1,corun=off"], device=dev)
     two, _ = predict(trace, ["hydra:models=4,devices=2,corun=off"], device=dev)
-    forced, _ = predict(trace, ["hydra:models=4,devices=2,corun=off,cycle=true"], device=dev)
+    off, _ = predict(trace, ["hydra:models=4,devices=2,corun=off,cycle=false"], device=dev)
     assert one.metrics["shard0_cycle_factor"] > 1.0
-    assert "shard0_cycle_factor" not in two.metrics and any("cycle=auto" in n for n in two.notes)
-    assert forced.metrics["shard0_cycle_factor"] > 1.0 and forced.predicted_ms > two.predicted_ms
+    assert two.metrics["shard0_cycle_factor"] > 1.0 and two.metrics["shard1_cycle_factor"] > 1.0
+    assert "shard0_cycle_factor" not in off.metrics and two.predicted_ms > off.predicted_ms
     with pytest.raises(OptionError, match="cycle must be one of"):
         predict(trace, ["hydra:models=4,devices=2,cycle=maybe"], device=dev)
 
