@@ -337,7 +337,7 @@ class Hydra(Optimization):
         Until session 90 ``cycle=auto`` left it out over several devices, after the AMD host of
         session 42, whose real steps took as long with 2 or 4 models in turn as with one (per
         model 7.15-7.34 ms for K = 4 against 6.98-7.59 for K = 1) where its probe read
-        x1.10-1.19; ``cycle=false`` is that model."""
+        x1.10-1.19; ``cycle=false`` gives that over several devices."""
         if self.cycle == "false":
             return (1.0,) * len(shard_param_bytes)
         model = sum(shard_param_bytes)
