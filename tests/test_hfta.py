@@ -465,3 +465,41 @@ def test_every_slice_of_a_compute_op_grows_as_its_work_slice():
     g.add_tasks(lane=[cpu] * 4, dur_ns=[3000, 200, 5000, 700], name=nm, event=[1, 2, 1, 3],
                 flops=[0, 0, 10**6, 0], bytes=[0, 0, 0, 0], phase=[Phase.BACKWARD] * 3 + [Phase.FORWARD])
     assert fused_durations(g, flat_profile(), 4).tolist() == [12000, 200, 20000, 700]
+
+
+def _wrapper_graph():
+    """``aten::relu_`` around the ``aten::clamp_min_`` that moves its data, and ``aten::sum``
+    around the small ``aten::fill_`` that zeroes its output first (traced times: nesting)."""
+    from daydream.graph.graph import DependencyGraph
+    from daydream.model import Lane
+
+    g = DependencyGraph()
+    cpu = g.add_lane(Lane(0, LaneKind.CPU_THREAD, 1, 1))
+    nm = [g.names.intern(s) for s in ("aten::relu_", "aten::clamp_min_", "aten::relu_", "aten::sum", "aten::fill_",
+                                      "aten::sum", "aten::as_strided_")]
+    g.add_tasks(lane=[cpu] * 7, event=[0, 1, 0, 2, 3, 2, 4], dur_ns=[2000, 5000, 1000, 3000, 1500, 6000, 900],
+                traced_start_ns=[0, 2000, 7000, 9000, 12000, 13500, 20000], name=nm,
+                bytes=[4096, 4096, 0, 4096, 64, 0, 4096], phase=[Phase.FORWARD] * 7)
+    return g
+
+
+def test_a_wrapper_of_the_op_moving_its_data_is_paid_once():
+    """Fused 4-fold on a flat device (1 us fixed per op): ``relu_``'s own slices are dispatch and
+    stay, its nested ``clamp_min_`` streams 4x; ``sum`` moves its data itself (its nested
+    ``fill_`` reads a sixty-fourth of its bytes) and grows as its work slice; ``as_strided_`` is
+    metadata.  ``wrappers_once=False`` scales ``relu_`` as a mover of its input bytes."""
+    g = _wrapper_graph()
+    assert classify(g).tolist() == [TaskClass.FIXED, TaskClass.MEMORY, TaskClass.FIXED, TaskClass.MEMORY,
+                                    TaskClass.MEMORY, TaskClass.FIXED, TaskClass.FIXED]
+    dev = flat_profile(overhead_ns=1000)
+    assert fused_durations(g, dev, 4).tolist() == [2000, 17000, 1000, 9000, 3000, 18000, 900]
+    assert fused_durations(g, dev, 4, wrappers_once=False).tolist() == [5000, 17000, 2500, 9000, 3000, 18000, 900]
+
+
+def test_the_wrappers_option_reaches_the_prediction(own_trace):
+    """On the bundled MLP trace (``aten::linear`` > ``aten::addmm``, ``aten::relu_`` >
+    ``aten::clamp_min_``, ...) scaling the wrappers as movers predicts a slower fused job."""
+    dev = flat_profile(overhead_ns=500)
+    once, _ = predict(own_trace("mlp"), ["hfta:models=4,remeasure=0,cycle=0"], device=dev)
+    moved, _ = predict(own_trace("mlp"), ["hfta:models=4,remeasure=0,cycle=0,wrappers_once=0"], device=dev)
+    assert once.predicted_ms < moved.predicted_ms
