@@ -13,7 +13,7 @@ per action, ``post``, and ``other``: input, scaling and optimizer step).  torch'
 the runtime's bookkeeping around them out, which the prediction's ``action_overhead_us`` puts in.
 
 Usage (docs/validation-log.md, "Session 91": in a slow state of the host the forward chunks ran
-0.1-0.25 ms under the prediction each, rank 1's backward over it)::
+0.05-0.3 ms under the prediction each, rank 1's backward over it)::
 
     python benchmarks/pipeline_components.py --schedule gpipe --rounds 3 --profile DIR/device-cpu-1t.json \\
         --action-overhead-us 47 --recording-us 0.81
