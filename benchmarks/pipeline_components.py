@@ -25,6 +25,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import statistics
 import tempfile
 from pathlib import Path
@@ -35,6 +36,8 @@ __all__ = ["main", "real_parts", "predicted_parts"]
 
 #: The prediction's task names that are neither a chunk nor a post.
 OTHER_TASKS = ("optimizer step", "scale gradients by 1/M", "input")
+#: The part of the step a logged action of ``pipeline_timeline.py`` is.
+_KIND = re.compile(r"^([FB](?=\d+$)|post(?=:)|wait(?= ))")
 
 
 def real_parts(schedule: str, model_args) -> tuple:
@@ -61,9 +64,9 @@ def real_parts(schedule: str, model_args) -> tuple:
                 spans.append(span / 1e6)
             own = {"F": 0, "B": 0, "post": 0, "wait": 0}
             for what, t0, t1 in a:
-                key = what[0] if what[0] in "FB" and what[1:].isdigit() else what.split(":")[0].split(" ")[0]
-                if key in own:
-                    own[key] += t1 - t0
+                kind = _KIND.match(what)      # F3, B0, post:fwd_send, wait fwd_recv
+                if kind:
+                    own[kind.group(1)] += t1 - t0
             for k, v in own.items():
                 got[k].append(v / 1e6)
             got["gap"].append((span - sum(own.values())) / 1e6)

@@ -191,7 +191,7 @@ def classify(g, wrappers_once: bool = True) -> np.ndarray:
     out[work & cpu & (T["flops"] == 0) & (T["bytes"] > 0) & ~nm] = TaskClass.MEMORY
     out[work & kernel & (T["flops"] == 0)] = TaskClass.GPU_SCALED
     if wrappers_once:
-        out[(out == TaskClass.MEMORY) & wrappers(g, cpu & ~nm & ((T["flops"] > 0) | (T["bytes"] > 0)))] = \
+        out[(out == TaskClass.MEMORY) & wrappers(g, np.isin(out, (TaskClass.COMPUTE, TaskClass.MEMORY)))] = \
             TaskClass.FIXED
     return out
 

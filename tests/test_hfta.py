@@ -503,3 +503,13 @@ def test_the_wrappers_option_reaches_the_prediction(own_trace):
     once, _ = predict(own_trace("mlp"), ["hfta:models=4,remeasure=0,cycle=0"], device=dev)
     moved, _ = predict(own_trace("mlp"), ["hfta:models=4,remeasure=0,cycle=0,wrappers_once=0"], device=dev)
     assert once.predicted_ms < moved.predicted_ms
+
+
+@pytest.mark.parametrize("name", ["aten::as_strided_", "aten::resize_", "detach"])
+def test_metadata_ops_with_input_bytes_stay_fixed(maker, name):
+    """In-place metadata (``as_strided_``, ``resize_``) and autograd's ``detach`` touch no data,
+    though the trace gives them input bytes."""
+    cpu = maker.lane(LaneKind.CPU_THREAD)
+    t = maker.task(cpu, 900, name=name, bytes=4096, phase=Phase.FORWARD)
+    assert classify(maker.g)[t] == TaskClass.FIXED
+    assert fused_durations(maker.g, flat_profile(), 4)[t] == 900
