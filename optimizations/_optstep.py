@@ -106,15 +106,23 @@ class CallCosts:
     """Per iteration of a one-process CPU trace, medians (ns): the ``zero_grad`` call; the
     backward call's way in (the idle time before its first node's op, after the loss) and its
     way out (from its last op's end to the optimizer step's call, which
-    :func:`step_fixed_ns` counts in the step).  All 0 where the trace cannot say."""
+    :func:`step_fixed_ns` counts in the step); the step call's way out (from its last op's
+    end to the call's end: its hooks, Python frames and profiler range), which a thread's
+    idle time before the next iteration's boundary holds; and the rest of that idle time,
+    from the end of the step call (or of a later op) to the boundary (``boundary_ns``): the
+    tracer's own bookkeeping between iterations, which an untraced run does not pay.  All 0
+    where the trace cannot say."""
 
     zero_grad_ns: float = 0.0
     backward_entry_ns: float = 0.0
     backward_exit_ns: float = 0.0
+    step_exit_ns: float = 0.0
+    boundary_ns: float = 0.0
 
 
-def _iteration_calls(c, end, ann_names, ops, ann, it) -> tuple | None:
-    """``(zero_grad, entry, exit)`` ns of iteration ``it`` (``end``: each event's end), or None
+def _iteration_calls(c, end, ann_names, ops, ann, it, boundary_ns=None) -> tuple | None:
+    """``(zero_grad, entry, exit, step exit, boundary)`` ns of iteration ``it`` (``end``: each
+    event's end; ``boundary_ns``: when the next iteration began, None if unknown), or None
     without a backward and a step."""
     now = c["iteration"] == it
     bwd = np.flatnonzero(ops & now & (c["phase"] == Phase.BACKWARD))
@@ -125,8 +133,14 @@ def _iteration_calls(c, end, ann_names, ops, ann, it) -> tuple | None:
     before = np.flatnonzero(ops & (end <= c["start_ns"][first]))
     entry = float(c["start_ns"][first] - end[before].max()) if len(before) else 0.0
     exit_ = float(c["start_ns"][step[0]] - end[bwd].max())
-    zero = [float(c["dur_ns"][i]) for i in np.flatnonzero(ann & now) if ann_names[i].startswith(ZERO_GRAD_PREFIX)]
-    return sum(zero), max(entry, 0.0), max(exit_, 0.0)
+    zeros = [i for i in np.flatnonzero(ann & now) if ann_names[i].startswith(ZERO_GRAD_PREFIX)]
+    zero = [float(c["dur_ns"][i]) for i in zeros]
+    s0, s1 = c["start_ns"][step[-1]], end[step[-1]]
+    inside = np.flatnonzero(ops & now & (c["start_ns"] >= s0) & (end <= s1))
+    step_exit = float(s1 - end[inside].max()) if len(inside) else 0.0
+    last = float(end[np.concatenate([np.flatnonzero(ops & now), step, zeros]).astype(np.int64)].max())
+    boundary = float(boundary_ns - last) if boundary_ns is not None else 0.0
+    return sum(zero), max(entry, 0.0), max(exit_, 0.0), max(step_exit, 0.0), max(boundary, 0.0)
 
 
 def call_costs(rank) -> CallCosts:
@@ -153,7 +167,10 @@ def call_costs(rank) -> CallCosts:
     ...         "iteration": np.zeros(len(rows), np.int32)}
     >>> rank = RankTrace("t.json", 0, cols, names, StringTable(), [], np.array([0, 900]), [], 0)
     >>> call_costs(rank)     # 60 ns in after the loss, 90 out before the step's call
-    CallCosts(zero_grad_ns=30.0, backward_entry_ns=60.0, backward_exit_ns=90.0)
+    CallCosts(zero_grad_ns=30.0, backward_entry_ns=60.0, backward_exit_ns=90.0, step_exit_ns=90.0, boundary_ns=70.0)
+
+    (The step's way out: from its update's end at 700 to its own at 790; the tracer's: from
+    ``zero_grad``'s end at 830 to the boundary at 900.)
     """
     c = rank.cols
     if not len(c["kind"]):
@@ -163,8 +180,10 @@ def call_costs(rank) -> CallCosts:
     strings = rank.names.strings
     ann_names = {int(i): strings[int(c["name"][i])] for i in np.flatnonzero(ann)}
     n_it, end = max(len(rank.boundaries_ns) - 1, 1), c["start_ns"] + c["dur_ns"]
+    b = rank.boundaries_ns
     found = [x for it in range(1 if n_it > 1 else 0, n_it)
-             if (x := _iteration_calls(c, end, ann_names, ops, ann, it)) is not None]
+             if (x := _iteration_calls(c, end, ann_names, ops, ann, it,
+                                       float(b[it + 1]) if it + 1 < len(b) else None)) is not None]
     if not found:
         return CallCosts()
     return CallCosts(*(float(np.median(v)) for v in zip(*found)))

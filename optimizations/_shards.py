@@ -190,12 +190,18 @@ def shard_costs(units, head_ns: float, opt_ns: float, devices: int, sizes=(), op
     the first (whose forward holds the iteration's other work, the trace's ``zero_grad`` with
     it) adds the ``zero_grad`` call; every shard but the last (whose call starts at the loss,
     as the trace's) adds the call's way in; every shard's backward takes the way out, which
-    the trace counts in the step's idle time (``opt_ns`` and ``opt_call_ns`` lose it).
+    the trace counts in the step's idle time (``opt_ns`` and ``opt_call_ns`` lose it).  Every
+    shard's step takes the step call's way out, which the trace counts in the idle time before
+    the next iteration's boundary, in the first shard's ``head_ns``; that loses it, and the
+    tracer's own time at the boundary (``calls.boundary_ns``) with it.
 
     >>> u = [Unit("a", 100.0, 200.0, 4, 8), Unit("b", 100.0, 200.0, 4, 8)]
     >>> c = shard_costs(u, 10.0, 500.0, 2, opt_call_ns=100.0, calls=CallCosts(5.0, 20.0, 30.0))
     >>> c.fwd_ns, c.bwd_ns, c.opt_ns
     ((110.0, 105.0), (250.0, 230.0), (270.0, 270.0))
+    >>> c = shard_costs(u, 10.0, 500.0, 2, opt_call_ns=100.0, calls=CallCosts(5.0, 20.0, 30.0, 4.0, 3.0))
+    >>> c.fwd_ns, c.opt_ns
+    ((103.0, 105.0), (274.0, 274.0))
     """
     sizes = list(sizes) or balanced_split([u.fwd_ns + u.bwd_ns for u in units], devices)
     groups, i = [], 0
@@ -206,10 +212,12 @@ def shard_costs(units, head_ns: float, opt_ns: float, devices: int, sizes=(), op
     total = sum(pbytes)
     share = [b / total if total else 1.0 / devices for b in pbytes]
     out_ns = min(calls.backward_exit_ns, opt_call_ns)
+    head_ns = max(head_ns - calls.step_exit_ns - calls.boundary_ns, 0.0)
     fwd = [sum(u.fwd_ns for u in grp) + (head_ns if s == 0 else calls.zero_grad_ns) for s, grp in enumerate(groups)]
     bwd = [sum(u.bwd_ns for u in grp) + out_ns + (calls.backward_entry_ns if s < len(groups) - 1 else 0.0)
            for s, grp in enumerate(groups)]
-    return ShardCosts(tuple(fwd), tuple(bwd), split_step_ns(opt_ns - out_ns, opt_call_ns - out_ns, share),
+    opt = tuple(x + calls.step_exit_ns for x in split_step_ns(opt_ns - out_ns, opt_call_ns - out_ns, share))
+    return ShardCosts(tuple(fwd), tuple(bwd), opt,
                       tuple(grp[-1].output_bytes for grp in groups[:-1]), tuple(sizes), tuple(pbytes))
 
 

@@ -21,7 +21,14 @@ runs its own backward call, from the loss or from the gradient it receives,
 so each pays the trace's ``zero_grad`` call and the backward call's way in and
 out (:func:`optimizations._optstep.call_costs`), which a one-process trace
 shows once: the way in before the loss's node, the way out inside the
-optimizer step's idle time.  The layers are split
+optimizer step's idle time.  Each shard's step also pays the step call's
+way out (hooks and frames after its last update), which the trace shows once,
+in the idle time before the next iteration's boundary; the rest of that idle
+time, from the step call's end to the boundary, is the tracer's bookkeeping
+between iterations, which the run predicted does not do, and is left out
+(:class:`optimizations._optstep.CallCosts`: 59-62 and 73-83 us an iteration on
+the validation's MLP, where they had put the first shard's forward 16-35 %
+over the runtime's, ``benchmarks/hydra_terms.py``, session 92).  The layers are split
 into D contiguous shards of balanced forward + backward time (the split that
 minimises the largest shard), or as ``layers=`` says (``4:2``: the first
 four layers on device 0, the next two on device 1).
@@ -233,7 +240,8 @@ class Hydra(Optimization):
                     "phase; compute: one rate, of its compute ops only; profile: the device profile's; off)", str,
                     PHASE_SOURCES),
               Param("calls", "trace", "CPU: each shard zeroes its own gradients and runs its own backward call, "
-                    "paying the trace's zero_grad and the backward call's way in and out (trace) or not (off)", str,
+                    "paying the trace's zero_grad and the backward call's way in and out, and its step's way out, "
+                    "the tracer's time at the iteration boundary left out (trace) or not (off)", str,
                     ("trace", "off")),
               Param("cycle", CYCLE_AUTO, "CPU: a device runs its K models' steps in turn, so each step finds the "
                     "caches as K copies of the device's shard (parameters and optimizer state) leave them, not "
@@ -305,7 +313,9 @@ class Hydra(Optimization):
                      f"+{calls.zero_grad_ns / 1e3:.0f} us zero_grad (shards after the first), "
                      f"+{calls.backward_entry_ns / 1e3:.0f} us into the call (shards before the last), "
                      f"{calls.backward_exit_ns / 1e3:.0f} us out of it (every shard; the trace has it in the "
-                     "step's idle time; `calls=off` leaves it out)")
+                     f"step's idle time), +{calls.step_exit_ns / 1e3:.0f} us out of the step call (every shard; the "
+                     f"trace has it before the next iteration's boundary); the tracer's own "
+                     f"{calls.boundary_ns / 1e3:.0f} us at each boundary left out (`calls=off` leaves all this out)")
         if notify_ns and self.schedule == Schedule.SHARD_PARALLEL:
             ctx.note(f"hydra: shard-parallel learns of each arrival through a waiter thread: +{notify_ns / 1e3:.0f} us "
                      "a transfer (the profile's p2p_notified)")

@@ -140,8 +140,9 @@ def test_each_shard_pays_the_whole_optimizer_call(own_trace):
 
 
 def test_each_shard_runs_its_own_backward_call_and_zero_grad(own_trace):
-    """Each extra shard pays one more zero_grad, backward way in and step call; the way out moves
-    from the step to every shard's backward."""
+    """Each extra shard pays one more zero_grad, backward way in and step call; the backward's way
+    out moves from the step to every shard's backward, the step's from the first shard's forward
+    to every shard's step; the tracer's time at the boundary goes."""
     trace = own_trace("mlp")
     g = build_graph(trace)
     units, head, opt = layer_units(g, {m["path"]: m for m in trace.ranks[0].meta["daydream"]["modules"]})
@@ -151,14 +152,17 @@ def test_each_shard_runs_its_own_backward_call_and_zero_grad(own_trace):
     n = len(units)
     plain = shard_costs(units, head, opt, 2, [4, n - 4], call)
     split = shard_costs(units, head, opt, 2, [4, n - 4], call, calls)
-    assert split.fwd_ns == pytest.approx((plain.fwd_ns[0], plain.fwd_ns[1] + calls.zero_grad_ns))
+    assert 0 < calls.step_exit_ns and 0 < calls.boundary_ns and calls.step_exit_ns + calls.boundary_ns < head
+    step_out, tracer = calls.step_exit_ns, calls.boundary_ns
+    assert split.fwd_ns == pytest.approx((plain.fwd_ns[0] - step_out - tracer, plain.fwd_ns[1] + calls.zero_grad_ns))
     out, into = calls.backward_exit_ns, calls.backward_entry_ns
     assert split.bwd_ns == pytest.approx((plain.bwd_ns[0] + into + out, plain.bwd_ns[1] + out))
-    assert split.opt_ns == pytest.approx(tuple(o - out for o in plain.opt_ns))
+    assert split.opt_ns == pytest.approx(tuple(o - out + step_out for o in plain.opt_ns))
     total = sum(u.fwd_ns + u.bwd_ns for u in units) + head + opt
-    assert sum(split.fwd_ns + split.bwd_ns + split.opt_ns) == pytest.approx(total + call + calls.zero_grad_ns + into)
+    assert sum(split.fwd_ns + split.bwd_ns + split.opt_ns) == pytest.approx(
+        total + call + calls.zero_grad_ns + into + step_out - tracer)
     one = shard_costs(units, head, opt, 1, [n], call, calls)
-    assert sum(one.fwd_ns + one.bwd_ns + one.opt_ns) == pytest.approx(total)
+    assert sum(one.fwd_ns + one.bwd_ns + one.opt_ns) == pytest.approx(total - tracer)
     dev = flat_profile(allreduce=(1e9, 10_000.0))
     rep, _ = predict(trace, ["hydra:models=1,devices=2,corun=off"], device=dev)
     assert any("runs its own backward call" in note for note in rep.notes)
