@@ -8,6 +8,7 @@ backward and optimizer step, with the calls every shard repeats
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,13 +25,21 @@ __all__ = ["Unit", "ShardCosts", "layer_units", "step_call_ns", "balanced_split"
 
 @dataclass(frozen=True)
 class Unit:
-    """One layer (leaf module) of the traced model: time per iteration and sizes."""
+    """One layer (leaf module) of the traced model: time per iteration (means) and sizes;
+    ``typical_ns``, the (lower) median over the iterations of its forward + backward, which
+    the balanced split weighs (0: the means' sum)."""
 
     name: str
     fwd_ns: float
     bwd_ns: float
     param_bytes: int
     output_bytes: int
+    typical_ns: float = 0.0
+
+    @property
+    def split_ns(self) -> float:
+        """The time :func:`balanced_split` weighs: ``typical_ns``, else forward + backward."""
+        return self.typical_ns or self.fwd_ns + self.bwd_ns
 
 
 @dataclass(frozen=True)
@@ -69,7 +78,13 @@ def _counted_iterations(g) -> tuple:
 
 def layer_units(g, table: dict):
     """Per leaf module in forward order: its :class:`Unit`; and the per-iteration time of
-    data loading + other work (first shard) and of the optimizer step (ns)."""
+    data loading + other work (first shard) and of the optimizer step (ns).
+
+    A unit's times are means over the iterations, as a replay's; its ``typical_ns`` the median,
+    so that a stall in one iteration (kept as time between ops,
+    :func:`daydream.graph.stalls.settle_stalls`) does not move the split: one of 3.4 ms an
+    iteration in a validation's first trace chose 5:4 layers where every other trace gave 4:5
+    (session 92)."""
     leaves = leaf_paths(table)
     lid = {g.layers.get(p): p for p in leaves if g.layers.get(p) >= 0}
     T = g.tasks
@@ -79,9 +94,11 @@ def layer_units(g, table: dict):
     fwd, bwd, order = {}, {}, []
     head = tail = opt = 0.0
     cur_f, cur_b = None, None
+    per_it = {}         # (unit, iteration) -> forward + backward ns
     for t in tasks[(its >= first) & (its < n_it)].tolist():
         cost = float(T["dur_ns"][t]) + (float(T["gap_ns"][t]) if with_gaps else 0.0)
         ph, unit = int(T["phase"][t]), lid.get(int(T["layer"][t]))
+        it = int(T["iteration"][t])
         if T["kind"][t] == EventKind.MARKER:
             head += cost
         elif ph == Phase.FORWARD:
@@ -92,12 +109,15 @@ def layer_units(g, table: dict):
                 head += cost
             else:
                 fwd[cur_f] = fwd.get(cur_f, 0.0) + cost
+                per_it[cur_f, it] = per_it.get((cur_f, it), 0.0) + cost
         elif ph == Phase.BACKWARD:
             cur_b = unit or cur_b
             if cur_b is None:
                 tail += cost
+                per_it[None, it] = per_it.get((None, it), 0.0) + cost
             else:
                 bwd[cur_b] = bwd.get(cur_b, 0.0) + cost
+                per_it[cur_b, it] = per_it.get((cur_b, it), 0.0) + cost
         elif ph == Phase.OPTIMIZER:
             opt += cost
         else:
@@ -105,10 +125,15 @@ def layer_units(g, table: dict):
     if not order:
         raise NotApplicable("hydra: no forward work of any module was traced; cannot split the model into shards")
     n = n_it - first
+    for it in range(first, n_it):       # work of no module after the last one's goes to it
+        per_it[order[-1], it] = per_it.get((order[-1], it), 0.0) + per_it.pop((None, it), 0.0)
+
+    def typical(p):      # the lower median: a stall in one of an even number of iterations moves it no further
+        return sorted(per_it.get((p, it), 0.0) for it in range(first, n_it))[(n - 1) // 2]
+
     units = [Unit(p, fwd.get(p, 0.0) / n, bwd.get(p, 0.0) / n, int(table[p].get("param_bytes") or 0),
-                  int(table[p].get("output_bytes") or 0)) for p in order]
-    last = units[-1]
-    units[-1] = Unit(last.name, last.fwd_ns, last.bwd_ns + tail / n, last.param_bytes, last.output_bytes)
+                  int(table[p].get("output_bytes") or 0), typical(p)) for p in order]
+    units[-1] = dataclasses.replace(units[-1], bwd_ns=units[-1].bwd_ns + tail / n)
     return units, head / n, opt / n
 
 
@@ -203,7 +228,7 @@ def shard_costs(units, head_ns: float, opt_ns: float, devices: int, sizes=(), op
     >>> c.fwd_ns, c.opt_ns
     ((103.0, 105.0), (274.0, 274.0))
     """
-    sizes = list(sizes) or balanced_split([u.fwd_ns + u.bwd_ns for u in units], devices)
+    sizes = list(sizes) or balanced_split([u.split_ns for u in units], devices)
     groups, i = [], 0
     for s in sizes:
         groups.append(units[i:i + s])

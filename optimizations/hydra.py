@@ -30,7 +30,8 @@ between iterations, which the run predicted does not do, and is left out
 the validation's MLP, where they had put the first shard's forward 16-35 %
 over the runtime's, ``benchmarks/hydra_terms.py``, session 92).  The layers are split
 into D contiguous shards of balanced forward + backward time (the split that
-minimises the largest shard), or as ``layers=`` says (``4:2``: the first
+minimises the largest shard, each layer weighed at its median iteration, so
+that a stall in one iteration does not move it), or as ``layers=`` says (``4:2``: the first
 four layers on device 0, the next two on device 1).
 
 The schedule is a graph of shard tasks on D device lanes simulated by the

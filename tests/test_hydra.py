@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -102,6 +103,26 @@ def test_whatif_on_mlp_trace(own_trace):
     assert m["shard0_layers"] + m["shard1_layers"] == len(units)
     mp, _ = predict(trace, ["hydra:models=4,devices=2,schedule=model-parallel,corun=off"], device=dev)
     assert mp.predicted_ms == pytest.approx(m["model_parallel_makespan_ms"])
+
+
+def test_a_stall_in_one_iteration_does_not_move_the_balanced_split(own_trace):
+    """The split weighs each layer's median iteration; the costs stay the means."""
+    trace = own_trace("mlp")
+    g = build_graph(trace)
+    table = {m["path"]: m for m in trace.ranks[0].meta["daydream"]["modules"]}
+    units, head, opt = layer_units(g, table)
+    before = shard_costs(units, head, opt, 2).layers
+    T = g.tasks
+    relu = units[-2]
+    mine = np.flatnonzero(T["layer"] == g.layers.get(relu.name))
+    its = T["iteration"][mine]             # the trace's counted iterations: 1-4
+    slow = max(range(1, 5), key=lambda it: (T["dur_ns"] + T["gap_ns"])[mine[its == it]].sum())
+    T["gap_ns"][mine[its == slow][0]] += 10 * sum(u.fwd_ns + u.bwd_ns for u in units)  # the machine's, in its slowest
+    stalled, _, _ = layer_units(g, table)
+    assert stalled[-2].fwd_ns + stalled[-2].bwd_ns > 10 * (relu.fwd_ns + relu.bwd_ns)
+    assert stalled[-2].typical_ns == relu.typical_ns
+    assert shard_costs(stalled, head, opt, 2).layers == before
+    assert balanced_split([u.fwd_ns + u.bwd_ns for u in stalled], 2) != list(before)   # the means would move it
 
 
 def test_layers_fixes_the_split_and_the_shards_costs_follow_it(own_trace):
