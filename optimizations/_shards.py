@@ -9,6 +9,7 @@ backward and optimizer step, with the calls every shard repeats
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,7 +95,7 @@ def layer_units(g, table: dict):
     fwd, bwd, order = {}, {}, []
     head = tail = opt = 0.0
     cur_f, cur_b = None, None
-    per_it = {}         # (unit, iteration) -> forward + backward ns
+    per_it = defaultdict(float)     # (unit, iteration) -> forward + backward ns
     for t in tasks[(its >= first) & (its < n_it)].tolist():
         cost = float(T["dur_ns"][t]) + (float(T["gap_ns"][t]) if with_gaps else 0.0)
         ph, unit = int(T["phase"][t]), lid.get(int(T["layer"][t]))
@@ -109,15 +110,15 @@ def layer_units(g, table: dict):
                 head += cost
             else:
                 fwd[cur_f] = fwd.get(cur_f, 0.0) + cost
-                per_it[cur_f, it] = per_it.get((cur_f, it), 0.0) + cost
+                per_it[cur_f, it] += cost
         elif ph == Phase.BACKWARD:
             cur_b = unit or cur_b
             if cur_b is None:
                 tail += cost
-                per_it[None, it] = per_it.get((None, it), 0.0) + cost
+                per_it[None, it] += cost
             else:
                 bwd[cur_b] = bwd.get(cur_b, 0.0) + cost
-                per_it[cur_b, it] = per_it.get((cur_b, it), 0.0) + cost
+                per_it[cur_b, it] += cost
         elif ph == Phase.OPTIMIZER:
             opt += cost
         else:
@@ -126,10 +127,10 @@ def layer_units(g, table: dict):
         raise NotApplicable("hydra: no forward work of any module was traced; cannot split the model into shards")
     n = n_it - first
     for it in range(first, n_it):       # work of no module after the last one's goes to it
-        per_it[order[-1], it] = per_it.get((order[-1], it), 0.0) + per_it.pop((None, it), 0.0)
+        per_it[order[-1], it] += per_it.pop((None, it), 0.0)
 
     def typical(p):      # the lower median: a stall in one of an even number of iterations moves it no further
-        return sorted(per_it.get((p, it), 0.0) for it in range(first, n_it))[(n - 1) // 2]
+        return sorted(per_it[p, it] for it in range(first, n_it))[(n - 1) // 2]
 
     units = [Unit(p, fwd.get(p, 0.0) / n, bwd.get(p, 0.0) / n, int(table[p].get("param_bytes") or 0),
                   int(table[p].get("output_bytes") or 0), typical(p)) for p in order]

@@ -607,8 +607,8 @@ def test_by_default_the_cycle_factor_applies_over_several_devices_too(own_trace)
     trace = own_trace("mlp")
     dev = dataclasses.replace(flat_profile(allreduce=(1e9, 10_000.0)), cycle=((1e5, 1.0), (1e9, 1.5)))
     one, _ = predict(trace, ["hydra:models=4,devices=1,corun=off"], device=dev)
-    two, _ = predict(trace, ["hydra:models=4,devices=2,corun=off"], device=dev)
-    off, _ = predict(trace, ["hydra:models=4,devices=2,corun=off,cycle=false"], device=dev)
+    two, _ = predict(trace, ["hydra:models=4,devices=2,corun=off,layers=4:5"], device=dev)   # 4 copies of each
+    off, _ = predict(trace, ["hydra:models=4,devices=2,corun=off,layers=4:5,cycle=false"], device=dev)  # > the model
     assert one.metrics["shard0_cycle_factor"] > 1.0
     assert two.metrics["shard0_cycle_factor"] > 1.0 and two.metrics["shard1_cycle_factor"] > 1.0
     assert "shard0_cycle_factor" not in off.metrics and two.predicted_ms > off.predicted_ms
