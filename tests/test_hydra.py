@@ -115,9 +115,9 @@ def test_a_stall_in_one_iteration_does_not_move_the_balanced_split(own_trace):
     T = g.tasks
     relu = units[-2]
     mine = np.flatnonzero(T["layer"] == g.layers.get(relu.name))
-    its = T["iteration"][mine]             # the trace's counted iterations: 1-4
-    slow = max(range(1, 5), key=lambda it: (T["dur_ns"] + T["gap_ns"])[mine[its == it]].sum())
-    T["gap_ns"][mine[its == slow][0]] += 10 * sum(u.fwd_ns + u.bwd_ns for u in units)  # the machine's, in its slowest
+    its, cost = T["iteration"][mine], (T["dur_ns"] + T["gap_ns"])[mine]
+    slow = max(range(1, 5), key=lambda it: cost[its == it].sum())          # of the trace's counted iterations, 1-4
+    T["gap_ns"][mine[its == slow][0]] += 10 * sum(u.fwd_ns + u.bwd_ns for u in units)  # the machine's stall
     stalled, _, _ = layer_units(g, table)
     assert stalled[-2].fwd_ns + stalled[-2].bwd_ns > 10 * (relu.fwd_ns + relu.bwd_ns)
     assert stalled[-2].typical_ns == relu.typical_ns
@@ -607,8 +607,9 @@ def test_by_default_the_cycle_factor_applies_over_several_devices_too(own_trace)
     trace = own_trace("mlp")
     dev = dataclasses.replace(flat_profile(allreduce=(1e9, 10_000.0)), cycle=((1e5, 1.0), (1e9, 1.5)))
     one, _ = predict(trace, ["hydra:models=4,devices=1,corun=off"], device=dev)
-    two, _ = predict(trace, ["hydra:models=4,devices=2,corun=off,layers=4:5"], device=dev)   # 4 copies of each
-    off, _ = predict(trace, ["hydra:models=4,devices=2,corun=off,layers=4:5,cycle=false"], device=dev)  # > the model
+    # at 4:5, four copies of either shard's state exceed the whole model's
+    two, _ = predict(trace, ["hydra:models=4,devices=2,corun=off,layers=4:5"], device=dev)
+    off, _ = predict(trace, ["hydra:models=4,devices=2,corun=off,layers=4:5,cycle=false"], device=dev)
     assert one.metrics["shard0_cycle_factor"] > 1.0
     assert two.metrics["shard0_cycle_factor"] > 1.0 and two.metrics["shard1_cycle_factor"] > 1.0
     assert "shard0_cycle_factor" not in off.metrics and two.predicted_ms > off.predicted_ms
