@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import statistics
 
 from .errors import DaydreamError
@@ -493,15 +494,67 @@ def fused_signature(signature: str, copies: int, layout: str = "hfta") -> str | 
     return json.dumps([name, new, types, st, concrete])
 
 
+def fused_data_signature(signature: str, copies: int) -> str | None:
+    """A data-moving op (elementwise, reduction, copy, batch norm, an optimizer's update) over
+    ``copies`` copies' data at once, laid out as HFTA's fused job keeps it.
+
+    The largest tensor input sets the layout: a 4-D or 5-D one is a
+    convolution's activation, fused along its channels (``[B, N x C, H, W]``,
+    the grouped convolution's output), and so is every input of as many
+    dimensions and ``C`` channels (a pooled ``[B, C, 1, 1]``) and every 1-D
+    input of ``C`` elements (batch norm's weight, bias and statistics); any
+    other gets a new leading dimension of N (the batched GEMM's ``[N, B,
+    F]``), and so does every input of its shape.  The others (a broadcast
+    bias, a scalar tensor) stay as traced.  ``None`` without a
+    tensor input.  The call may not run (shapes that no longer broadcast):
+    the re-run then leaves the op out.
+
+    >>> sig = json.dumps(["aten::native_batch_norm", [[8, 16, 4, 4], [16], [16], [16], [16], [], [], []],
+    ...                   ["float"] * 5 + ["Scalar"] * 3, [[256, 16, 4, 1], [1], [1], [1], [1], [], [], []],
+    ...                   ["", "", "", "", "", "True", "0.1", "1e-05"]])
+    >>> json.loads(fused_data_signature(sig, 2))[1][:2]
+    [[8, 32, 4, 4], [32]]
+    >>> sig = json.dumps(["aten::add", [[64, 256], [256], []], ["float", "float", "Scalar"],
+    ...                   [[256, 1], [1], []], ["", "", "1"]])
+    >>> json.loads(fused_data_signature(sig, 4))[1:4:2]
+    [[[4, 64, 256], [256], []], [[16384, 256, 1], [1], []]]
+    """
+    name, dims, types, strides, concrete = json.loads(signature)
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    tensors = [i for i, (d, t) in enumerate(zip(dims, types))
+               if str(t).lower() in _TENSOR_TYPES and isinstance(d, list) and d]
+    if not tensors:
+        return None
+    main = max(tensors, key=lambda i: math.prod(dims[i]))
+    shape = list(dims[main])
+    strides = strides if isinstance(strides, list) and len(strides) == len(dims) else [None] * len(dims)
+    new_dims, new_strides = list(dims), list(strides)
+    for i in tensors:
+        d, s = dims[i], strides[i] if isinstance(strides[i], list) and len(strides[i]) == len(dims[i]) else None
+        if len(shape) in (4, 5) and (len(d) == len(shape) and d[1] == shape[1] or d == [shape[1]]):
+            new_dims[i] = _times(d, 1 if len(d) > 1 else 0, copies)
+            new_strides[i] = _layout_strides(new_dims[i], s)
+        elif len(shape) not in (4, 5) and d == shape:
+            new_dims[i] = [copies] + d
+            new_strides[i] = _layout_strides(new_dims[i], [max(s) * max(d) + 1] + s if s else None)
+    return json.dumps([name, new_dims, types, new_strides, concrete])
+
+
 def fused_time_ratios(signatures, copies: int, threads: int | None = None, sequence=None,
-                      chained: bool = False, layout: str = "hfta", warm: bool = False) -> dict:
+                      chained: bool = False, layout: str = "hfta", warm: bool = False, data=()) -> dict:
     """Per signature: ``t(N copies fused) / t(one)``, both re-run now; ops without a fused form left out.
 
     ``sequence``: as for :func:`batch_time_ratios`; ``chained``: as for :func:`thread_time_ratios`;
     ``layout``: as for :func:`fused_signature`; ``warm``: as for
-    :func:`daydream.opseq.sequence_ratios` (in sequence only)."""
-    return _ratios_by(signatures, lambda sig: fused_signature(sig, copies, layout), threads, sequence,
-                      chained=chained, by_time=chained, warm=warm)
+    :func:`daydream.opseq.sequence_ratios` (in sequence only); ``data``: signatures of
+    data-moving ops, fused as :func:`fused_data_signature` says."""
+    data = set(data)
+
+    def variant(sig):
+        return fused_data_signature(sig, copies) if sig in data else fused_signature(sig, copies, layout)
+
+    return _ratios_by(signatures, variant, threads, sequence, chained=chained, by_time=chained, warm=warm)
 
 
 def _time_or_none(signature: str | None) -> float | None:

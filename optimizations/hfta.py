@@ -118,6 +118,23 @@ project's VM, and a model whose state sits near it (the validation MLP's
 9.5 MB, fused 2-fold) took x1.00 from a profile's curve and x1.05 from one
 measured 37 minutes later (docs/validation-log.md, "Session 78").
 
+With ``remeasure_memory`` (an option since session 93, off by default) the
+memory-bound ops join the re-run, each fused as HFTA's job runs it
+(:func:`daydream.opbench.fused_data_signature`: a convolution's activation
+and its per-channel tensors N-fold along the channels, anything else with a
+leading dimension of N; the bundled CNN's batch norm, ReLU backward and
+residual adds are exactly the fused workload's calls), and its measured
+ratio replaces the streaming model, which then serves only the ops that
+cannot be rebuilt.  Which streaming rule held had depended on the host
+(the curve on the hosts of sessions 26-84, the roofline on session 85's);
+the re-run times the op on the host it predicts for.  The memory-bound ops
+take no ``cycle`` factor: their re-run streams N copies' activations
+already.  On session 93's host (an AMD EPYC, Zen 5) it did not help:
+re-predicting one validation's five rounds each way, the CNN's rows moved
+-0.7 / -0.2 points (N = 2 / 4) and the MLP's -1.1 / -2.3 / -3.2 (N = 2 / 4 /
+8), all of them already low (docs/validation-log.md, "Session 93"); so the
+streaming model stays the default.
+
 Where it stops being valid: models whose operators do not fuse
 horizontally (data-dependent control flow, ops without a batched or grouped
 form); memory (N copies of parameters, gradients, optimizer state and
@@ -138,7 +155,7 @@ from daydream.sim import simulate
 from daydream.opbench import LINEAR_LAYOUTS, fused_time_ratios
 
 from ._common import cycle_ratio
-from ._layers import rerun_ratios, spread_to_slices
+from ._layers import rerun_ratios, signatures_of, spread_to_slices
 from ._sequence import iteration_sequence
 from ._streaming import MOVED_PER_INPUT_BYTE, STREAMING, stream_ratio
 from .base import NotApplicable, Optimization, OptionError, Param
@@ -252,9 +269,9 @@ def fused_durations(g, device, models: int, dtype: str = "float32", measured: di
     """Per task: its duration (ns) when ``models`` copies are fused into one op.
 
     ``measured`` (task -> fused / single time ratio of its op re-run on this
-    machine) replaces the curve model for the compute tasks it names; every
-    compute task then takes ``cycle`` times that (the caches as ``models``
-    copies' state leaves them).
+    machine) replaces the curve model for the compute tasks it names, and the
+    streaming model for the memory-bound ones; every compute task then takes
+    ``cycle`` times that (the caches as ``models`` copies' state leaves them).
 
     >>> from daydream.device import Curve, DeviceProfile
     >>> from daydream.graph.graph import DependencyGraph
@@ -292,6 +309,9 @@ def fused_durations(g, device, models: int, dtype: str = "float32", measured: di
     out[comp] *= cycle
     fixed_ns = float(device.op_overhead_ns)
     for t in np.flatnonzero(cls == TaskClass.MEMORY).tolist():
+        if t in measured:
+            out[t] = dur[t] * measured[t]
+            continue
         b = float(T["bytes"][t]) * MOVED_PER_INPUT_BYTE
         once = min(dur[t], fixed_ns)
         stream = dur[t] - once
@@ -311,6 +331,10 @@ class HFTA(Optimization):
                     ("float32", "bfloat16", "float16")),
               Param("remeasure", True, "CPU traces with shapes: re-run each convolution and matmul fused "
                     "(grouped / batched) on this machine", bool),
+              Param("remeasure_memory", False, "with remeasure: each memory-bound op too is re-run fused (N "
+                    "copies' data at once, in the fused job's layout) in place of the streaming model, which "
+                    "then serves the ops that cannot be rebuilt (off: on session 93's host it moved the CNN's "
+                    "rows by under 1 point and the MLP's 1-3 points lower, away from the real runs)", bool),
               Param("in_sequence", True, "re-run the ops as one traced iteration's sequence (each finds the caches "
                     "as the rest of the iteration leaves them), not each alone in a loop", bool),
               Param("chained", True, "in sequence, each op reads the output of a recent op of its layout (the "
@@ -351,7 +375,7 @@ class HFTA(Optimization):
             raise NotApplicable("hfta: the trace has no compute or memory-bound ops to fuse "
                                 "(no FLOPs or tensor sizes recorded; trace with `daydream trace`)")
         base_ms = simulate(g).mean_iteration_ns()[1] / 1e6
-        measured = self._measured_ratios(ctx, np.flatnonzero(cls == TaskClass.COMPUTE))
+        measured = self._measured_ratios(ctx, cls)
         now = self.cycle_now and self.remeasure and n > 1
         cycle = cycle_ratio(ctx, n, activations=self.activations, now=now) if self.cycle else 1.0
         g.tasks["dur_ns"][:] = fused_durations(g, ctx.device, n, self.dtype, measured, cycle, self.streaming,
@@ -373,14 +397,20 @@ class HFTA(Optimization):
                      f"x{cycle:.2f} ({source}, against one model's; `cycle=false` leaves it out)")
 
 
-    def _measured_ratios(self, ctx, tasks) -> dict:
-        """task -> t(N fused) / t(one) of its op re-run here (CPU traces recorded with shapes)."""
+    def _measured_ratios(self, ctx, cls) -> dict:
+        """task -> t(N fused) / t(one) of its op re-run here (CPU traces recorded with shapes): the
+        compute tasks, and the memory-bound ones with ``remeasure_memory``."""
         if not self.remeasure or self.models < 2:
             return {}
+        memory = np.flatnonzero(cls == TaskClass.MEMORY) if self.remeasure_memory else np.array([], np.int64)
+        tasks = np.sort(np.concatenate([np.flatnonzero(cls == TaskClass.COMPUTE), memory]))
+        data = set(signatures_of(ctx, memory).values())
         seq = iteration_sequence(ctx, tasks, shared=True) if self.in_sequence else None
+        what = "convolutions/matmuls and memory-bound ops" if len(memory) else "convolutions/matmuls"
         return rerun_ratios(ctx, tasks, lambda sigs: fused_time_ratios(sigs, self.models, ctx.device.threads or None,
-                                                                       seq, self.chained, self.layout, self.warm),
-                            "hfta: {n} distinct convolutions/matmuls re-run fused " f"x{self.models} on this machine")
+                                                                       seq, self.chained, self.layout, self.warm,
+                                                                       data),
+                            "hfta: {n} distinct " f"{what} re-run fused x{self.models} on this machine")
 
 
 OPTIMIZATION = HFTA

@@ -213,17 +213,21 @@ def test_the_fused_rerun_follows_the_data_flow_unless_told_not_to(own_trace, pro
 
     calls = []
 
-    def fake(sigs, copies, threads=None, sequence=None, chained=False, layout="hfta", warm=False):
-        calls.append((copies, chained, len(sequence or ()), layout, warm))
+    def fake(sigs, copies, threads=None, sequence=None, chained=False, layout="hfta", warm=False, data=()):
+        calls.append((copies, chained, len(sequence or ()), layout, warm, len(data)))
         return {s: 3.0 for s in sigs}
 
     monkeypatch.setattr(hfta_opt, "fused_time_ratios", fake)
     trace = own_trace("cnn")
     rep, _ = predict(trace, ["hfta:models=2"], device=profile)
     off, _ = predict(trace, ["hfta:models=2,chained=false,layout=traced,warm=true"], device=profile)
-    assert [c[:2] + c[3:] for c in calls] == [(2, True, "hfta", False), (2, False, "traced", True)]
+    assert [c[:2] + c[3:5] for c in calls] == [(2, True, "hfta", False), (2, False, "traced", True)]
     assert min(c[2] for c in calls) >= 16
     assert rep.predicted_ms == pytest.approx(off.predicted_ms)      # same ratios: same prediction
+    # with remeasure_memory the memory-bound ops join the sequence, fused as data-moving ops
+    memory, _ = predict(trace, ["hfta:models=2,remeasure_memory=true"], device=profile)
+    assert calls[0][5] == 0 and calls[-1][5] >= 10 and calls[-1][2] > calls[0][2]
+    assert memory.predicted_ms > rep.predicted_ms           # x3 for them too, not the streaming model's
     curve, _ = predict(trace, ["hfta:models=2,remeasure=0"], device=profile)
     assert rep.predicted_ms > curve.predicted_ms                     # x3 for 2 copies: slower than the curves
 
@@ -263,8 +267,8 @@ def _train_fused_and_copies(fused, copies, lrs, x, y, steps: int = 2):
             r.step()
 
 
-def _gemm_calls(step) -> list:
-    """``(op, dims, strides)`` of each ``mm`` / ``addmm`` / ``bmm`` / ``baddbmm`` that ``step()`` runs,
+def _gemm_calls(step, names=("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")) -> list:
+    """``(op, dims, strides)`` of each call of ``names`` (default: the GEMMs) that ``step()`` runs,
     autograd's backward included (recorded below autograd, as the aten calls are made)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -274,7 +278,7 @@ def _gemm_calls(step) -> list:
     class Record(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = f"aten::{func.overloadpacket.__name__}"
-            if name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"):
+            if name in names:
                 ts = [a for a in args if isinstance(a, torch.Tensor)]
                 calls.append((name, [list(t.shape) for t in ts], [list(t.stride()) for t in ts]))
             return func(*args, **(kwargs or {}))
@@ -317,6 +321,35 @@ def test_fused_linear_calls_are_those_hftas_linear_makes(width):
     assert stacked[1] == [[2] + d for d in single[-1][1]] and stacked[1] != fused[-1][1]
     with pytest.raises(ValueError, match="layout must be one of hfta, traced"):
         fused_signature(weight_grad, 2, "columns")
+
+
+def test_fused_data_moving_calls_are_those_the_fused_cnn_makes():
+    """Each batch norm, ReLU backward and residual add of the CNN (forward and backward) becomes,
+    fused over 2 copies, exactly a call that the fused workload's ``FusedCNN`` makes: channels
+    N-fold, per-channel weights and statistics N-fold, strides in the traced memory order."""
+    import json
+
+    import torch
+
+    from daydream.opbench import fused_data_signature
+    from daydream.workloads.cnn import SmallResNet
+    from daydream.workloads.hfta import FusedCNN
+
+    names = ("aten::native_batch_norm", "aten::native_batch_norm_backward", "aten::threshold_backward",
+             "aten::add")
+    torch.manual_seed(0)
+    copies = [SmallResNet(4, 2, 1, 3) for _ in range(2)]
+    fused_model, x = FusedCNN(copies), torch.randn(4, 3, 8, 8)
+    single = _gemm_calls(lambda: copies[0](x).sum().backward(), names)
+    fused = {(n, json.dumps(d), json.dumps(s)) for n, d, s in
+             _gemm_calls(lambda: fused_model(x).sum().backward(), names)}
+    assert {n for n, _, _ in single} == set(names)
+    for name, dims, strides in single:
+        if name == "aten::add" and len(dims[0]) != 4:
+            continue                        # the loss's scalar adds: not the model's data
+        got = json.loads(fused_data_signature(json.dumps([name, dims, ["float"] * len(dims), strides,
+                                                          [""] * len(dims)]), 2))
+        assert (name, json.dumps(got[1]), json.dumps(got[3])) in fused, (name, dims)
 
 
 def test_fused_workload_trains_each_copy_like_the_unfused_model():
