@@ -194,3 +194,25 @@ def test_settling_real_traces_leaves_their_replay_exactly_as_it_was(name, shared
     assert (after.end_ns != before.end_ns).sum() == report.tasks       # the settled ones end sooner
     for a, b in zip(before.iterations(), after.iterations()):
         assert np.array_equal(a.simulated_ns, b.simulated_ns)
+
+
+def test_the_stalls_benchmark_reports_each_trace_and_pools_its_group(capsys):
+    """``benchmarks/trace_stalls.py``: per trace, the stall time an iteration that settling takes
+    out (the bundled transformer's trace has some), and per group the share of the traced time."""
+    from conftest import REPO, bench_module
+
+    from daydream.analysis import trace_and_graph
+    from daydream.sim import simulate
+
+    bench = bench_module("trace_stalls")
+    path = str(REPO / "traces" / "transformer.trace.json.gz")
+    n, mean_ms, stall_ms, ops = bench.trace_stalls(path)
+    _, g = trace_and_graph(path)
+    base = simulate(g)
+    report = settle_stalls(g)
+    assert (n, ops) == (len(base.iterations()[0].measured_ns), report.tasks) and ops > 0
+    assert stall_ms == pytest.approx(report.excess_ns / n / 1e6) and mean_ms == pytest.approx(
+        base.mean_iteration_ns()[0] / 1e6)
+    bench.main([path, path])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.split()[:2] == ["transformer.trace", "2"] and f"{100 * stall_ms / mean_ms:4.1f} %" in last
