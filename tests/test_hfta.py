@@ -267,7 +267,7 @@ def _train_fused_and_copies(fused, copies, lrs, x, y, steps: int = 2):
             r.step()
 
 
-def _gemm_calls(step, names=("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")) -> list:
+def _aten_calls(step, names=("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")) -> list:
     """``(op, dims, strides)`` of each call of ``names`` (default: the GEMMs) that ``step()`` runs,
     autograd's backward included (recorded below autograd, as the aten calls are made)."""
     import torch
@@ -310,8 +310,8 @@ def test_fused_linear_calls_are_those_hftas_linear_makes(width):
 
     copies = [torch.nn.Linear(64, width) for _ in range(2)]
     x1, xs = torch.randn(16, 64, requires_grad=True), torch.randn(2, 16, 64, requires_grad=True)
-    single = _gemm_calls(lambda: step(copies[0], x1))
-    fused = _gemm_calls(lambda: step(FusedLinear(copies), xs))
+    single = _aten_calls(lambda: step(copies[0], x1))
+    fused = _aten_calls(lambda: step(FusedLinear(copies), xs))
     assert len(single) == len(fused) == 3
     for call, want in zip(single, fused):
         got = json.loads(fused_signature(signature(*call), 2))
@@ -340,9 +340,9 @@ def test_fused_data_moving_calls_are_those_the_fused_cnn_makes():
     torch.manual_seed(0)
     copies = [SmallResNet(4, 2, 1, 3) for _ in range(2)]
     fused_model, x = FusedCNN(copies), torch.randn(4, 3, 8, 8)
-    single = _gemm_calls(lambda: copies[0](x).sum().backward(), names)
+    single = _aten_calls(lambda: copies[0](x).sum().backward(), names)
     fused = {(n, json.dumps(d), json.dumps(s)) for n, d, s in
-             _gemm_calls(lambda: fused_model(x).sum().backward(), names)}
+             _aten_calls(lambda: fused_model(x).sum().backward(), names)}
     assert {n for n, _, _ in single} == set(names)
     for name, dims, strides in single:
         if name == "aten::add" and len(dims[0]) != 4:
