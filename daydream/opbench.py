@@ -433,6 +433,12 @@ def _times(dims: list, axis: int, n: int) -> list:
     return out
 
 
+def _stacked(dims: list, strides: list) -> list:
+    """Strides ranking a new leading dimension outermost over a tensor of ``dims`` laid out as
+    ``strides`` (N stacked copies, the traced layout inside), for :func:`_layout_strides`."""
+    return [max(strides) * max(dims) + 1] + list(strides)
+
+
 def fused_signature(signature: str, copies: int, layout: str = "hfta") -> str | None:
     """The call computing ``copies`` copies of a traced op at once, as HFTA fuses them.
 
@@ -487,8 +493,7 @@ def fused_signature(signature: str, copies: int, layout: str = "hfta") -> str | 
         return None
     st = []
     for d, old, s in zip(new, dims, strides):
-        # stacked operands: a new leading dimension outermost, the traced layout inside
-        cand = (([max(s) * max(old) + 1] if len(d) == len(s) + 1 else []) + s
+        cand = ((_stacked(old, s) if len(d) == len(s) + 1 else s)
                 if isinstance(d, list) and d and isinstance(s, list) and len(s) == len(old) and s else None)
         st.append(_layout_strides(d, cand) if cand and len(cand) == len(d) else None)
     return json.dumps([name, new, types, st, concrete])
@@ -537,7 +542,7 @@ def fused_data_signature(signature: str, copies: int) -> str | None:
             new_strides[i] = _layout_strides(new_dims[i], s)
         elif len(shape) not in (4, 5) and d == shape:
             new_dims[i] = [copies] + d
-            new_strides[i] = _layout_strides(new_dims[i], [max(s) * max(d) + 1] + s if s else None)
+            new_strides[i] = _layout_strides(new_dims[i], _stacked(d, s) if s else None)
     return json.dumps([name, new_dims, types, new_strides, concrete])
 
 
